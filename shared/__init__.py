@@ -1,0 +1,1 @@
+"""newsmon shared core: encoder, knowledge memory, predictors, metrics, CLI."""

@@ -1,0 +1,1 @@
+"""newsmon training_jobs."""
