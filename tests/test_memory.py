@@ -1,0 +1,383 @@
+"""Tests for shared.memory: both adapters on real engines (qdrant-edge, qdrant-client local mode)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from qdrant_client import QdrantClient
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # plain `pytest` without an installed package
+    sys.path.insert(0, str(REPO_ROOT))
+
+from shared.memory import (  # noqa: E402
+    EdgeMemory,
+    KnowledgeMemory,
+    KnowledgeMemoryError,
+    MemoryLockedError,
+    MemoryPoint,
+    MemoryUnavailableError,
+    QdrantServerMemory,
+    SearchFilter,
+    collection_name,
+    open_memory,
+    point_id,
+)
+
+DIM = 8
+N_PARITY = 500
+D_PARITY = 64
+
+
+def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@pytest.fixture(params=["edge", "server"])
+def make_memory(request, tmp_path):
+    """Factory: make_memory(dim, collection="c") -> an open memory of the parametrised kind."""
+    opened: list = []
+
+    def make(dim: int = DIM, collection: str = "c"):
+        if request.param == "edge":
+            mem = EdgeMemory(tmp_path / "edge", collection, dim)
+        else:
+            mem = QdrantServerMemory(QdrantClient(":memory:"), collection, dim, close_client=True)
+        opened.append(mem)
+        return mem
+
+    yield make
+    for mem in opened:
+        mem.close()
+
+
+# ---------------------------------------------------------------------------
+# helpers
+
+
+def test_collection_name_sanitises():
+    assert collection_name("newsmon", "SL", "e5-small@1.2") == "newsmon_sl_e5-small_1_2"
+    assert collection_name("nm", "en", "intfloat/multilingual-e5-small") == "nm_en_intfloat_multilingual-e5-small"
+    long = collection_name("p", "sl", "x" * 300)
+    assert len(long) <= 128 and long != collection_name("p", "sl", "x" * 299)
+    assert all(c.isalnum() or c in "_-" for c in long)
+    with pytest.raises(ValueError):
+        collection_name("p", "", "v1")
+    with pytest.raises(ValueError):
+        collection_name("p", "sl", "///")
+
+
+def test_point_id_is_deterministic_uuid():
+    assert point_id("sl-test-1") == point_id("sl-test-1")
+    assert point_id("sl-test-1") != point_id("sl-test-2")
+    assert len(point_id("x")) == 36
+
+
+# ---------------------------------------------------------------------------
+# round trip, both adapters
+
+
+def test_round_trip(make_memory):
+    mem = make_memory()
+    assert isinstance(mem, KnowledgeMemory)
+    rng = np.random.default_rng(1)
+    vecs = rng.standard_normal((4, DIM)).astype(np.float32) * 3.0
+    ids = ["sl-test-1", "sl-test-2", "en/3", "pending 4"]
+    labels = [["a", "b"], ["b"], ["c"], []]
+    payloads = [{"lang": "sl", "title": "T1"}, {"lang": "sl"}, {"lang": "en", "n": 3}, None]
+    mem.upsert(ids, vecs, labels, payloads)
+
+    assert mem.count() == 4
+    assert mem.count(SearchFilter()) == 3
+    assert mem.count(SearchFilter(labelled=False)) == 1
+    assert mem.count(SearchFilter(labelled=None)) == 4
+    assert mem.count(SearchFilter(lang="sl")) == 2
+    assert mem.count(SearchFilter(lang="en", labelled=None)) == 1
+    assert mem.count(SearchFilter(labelled=None, exclude_ids=("sl-test-1", "nope"))) == 3
+
+    got = mem.get(["en/3", "missing", "sl-test-1"])
+    assert got[1] is None
+    assert got[0] == MemoryPoint("en/3", ("c",), {"lang": "en", "n": 3}, None)
+    assert got[2].labels == ("a", "b") and got[2].payload == {"lang": "sl", "title": "T1"}
+
+    (p,) = mem.get(["sl-test-2"], with_vectors=True)
+    assert p.vector.dtype == np.float32 and p.vector.shape == (DIM,)
+    np.testing.assert_allclose(p.vector, vecs[1] / np.linalg.norm(vecs[1]), atol=1e-6)
+
+    # label a pending point, relabel another; vector and payload stay
+    mem.set_labels(["pending 4", "sl-test-1"], [["d"], ["a"]])
+    assert mem.count(SearchFilter(labelled=False)) == 0
+    (p4, p1) = mem.get(["pending 4", "sl-test-1"], with_vectors=True)
+    assert p4.labels == ("d",) and p4.payload == {}
+    assert p1.labels == ("a",) and p1.payload == {"lang": "sl", "title": "T1"}
+    np.testing.assert_allclose(p1.vector, vecs[0] / np.linalg.norm(vecs[0]), atol=1e-6)
+    # unlabelling makes it pending again
+    mem.set_labels(["pending 4"], [[]])
+    assert mem.count(SearchFilter(labelled=False)) == 1
+
+    with pytest.raises(KeyError, match="unknown-id"):
+        mem.set_labels(["sl-test-1", "unknown-id"], [["x"], ["y"]])
+    assert mem.get(["sl-test-1"])[0].labels == ("a",)  # nothing changed
+
+    # upsert replaces the whole point
+    mem.upsert(["sl-test-2"], vecs[2:3], [["z"]], [{"lang": "en"}])
+    assert mem.get(["sl-test-2"])[0] == MemoryPoint("sl-test-2", ("z",), {"lang": "en"}, None)
+    assert mem.count() == 4
+
+    mem.delete(["sl-test-2", "never-stored"])
+    assert mem.count() == 3
+    assert mem.get(["sl-test-2"]) == [None]
+
+    # search: exact self-match first, labels and payload carried over
+    (hits,) = mem.search(vecs[2:3], top_k=5, filter=SearchFilter(labelled=None))
+    assert hits[0].article_id == "en/3" and hits[0].similarity == pytest.approx(1.0, abs=1e-5)
+    assert hits[0].labels == ("c",) and hits[0].payload == {"lang": "en", "n": 3}
+    assert [h.similarity for h in hits] == sorted((h.similarity for h in hits), reverse=True)
+    assert mem.search(np.empty((0, DIM), np.float32), top_k=3) == []
+
+
+def test_filters_in_search(make_memory):
+    mem = make_memory()
+    rng = np.random.default_rng(2)
+    vecs = _unit(rng, 6, DIM)
+    ids = [f"a{i}" for i in range(6)]
+    langs = ["sl", "sl", "en", "en", "sl", "en"]
+    labels = [["x"], [], ["y"], [], ["x", "y"], ["z"]]
+    mem.upsert(ids, vecs, labels, [{"lang": lang} for lang in langs])
+
+    def result_ids(flt):
+        (hits,) = mem.search(vecs[:1], top_k=10, filter=flt)
+        return {h.article_id for h in hits}
+
+    assert result_ids(None) == set(ids)
+    assert result_ids(SearchFilter()) == {"a0", "a2", "a4", "a5"}
+    assert result_ids(SearchFilter(labelled=False)) == {"a1", "a3"}
+    assert result_ids(SearchFilter(lang="sl")) == {"a0", "a4"}
+    assert result_ids(SearchFilter(lang="en", labelled=None)) == {"a2", "a3", "a5"}
+    assert result_ids(SearchFilter(exclude_ids=("a0", "a4"))) == {"a2", "a5"}
+    assert result_ids(SearchFilter(lang="de", labelled=None)) == set()
+    for hit in mem.search(vecs[:1], top_k=10)[0]:
+        assert hit.labels == tuple(labels[ids.index(hit.article_id)])
+
+
+def test_bad_input_raises_value_error(make_memory):
+    mem = make_memory()
+    ok = np.ones((2, DIM), np.float32)
+    with pytest.raises(ValueError, match="2-D"):
+        mem.upsert(["a", "b"], np.ones(DIM, np.float32), [[], []])
+    with pytest.raises(ValueError, match="dimension"):
+        mem.upsert(["a", "b"], np.ones((2, DIM + 1), np.float32), [[], []])
+    with pytest.raises(ValueError, match="rows"):
+        mem.upsert(["a", "b", "c"], ok, [[], [], []])
+    with pytest.raises(ValueError, match="NaN"):
+        bad = ok.copy()
+        bad[1, 3] = np.nan
+        mem.upsert(["a", "b"], bad, [[], []])
+    with pytest.raises(ValueError, match="all-zero"):
+        mem.upsert(["a", "b"], np.zeros((2, DIM)), [[], []])
+    with pytest.raises(ValueError, match="label sets"):
+        mem.upsert(["a", "b"], ok, [["x"]])
+    with pytest.raises(ValueError, match="is a str"):
+        mem.upsert(["a", "b"], ok, ["x", "y"])
+    with pytest.raises(ValueError, match="payloads"):
+        mem.upsert(["a", "b"], ok, [[], []], [{}])
+    with pytest.raises(ValueError, match="reserved"):
+        mem.upsert(["a", "b"], ok, [[], []], [{"labels": ["x"]}, {}])
+    with pytest.raises(ValueError, match="duplicate"):
+        mem.upsert(["a", "a"], ok, [[], []])
+    with pytest.raises(ValueError, match="dtype"):
+        mem.upsert(["a", "b"], np.array([["x"] * DIM] * 2), [[], []])
+    with pytest.raises(ValueError, match="2-D"):
+        mem.search(np.ones(DIM, np.float32), top_k=3)
+    with pytest.raises(ValueError, match="dimension"):
+        mem.search(np.ones((1, DIM - 1), np.float32), top_k=3)
+    with pytest.raises(ValueError, match="inf"):
+        mem.search(np.full((1, DIM), np.inf, np.float32), top_k=3)
+    with pytest.raises(ValueError, match="top_k"):
+        mem.search(ok, top_k=0)
+    with pytest.raises(ValueError, match="label sets"):
+        mem.set_labels(["a"], [["x"], ["y"]])
+    assert mem.count() == 0  # nothing half-written
+
+
+def test_reopen_with_other_dim_raises(make_memory):
+    mem = make_memory(DIM, "dimcheck")
+    mem.upsert(["a"], np.ones((1, DIM)), [["x"]])
+    if isinstance(mem, EdgeMemory):
+        directory = mem.directory
+        mem.close()
+        with pytest.raises(ValueError, match="dim"):
+            EdgeMemory(directory.parent, "dimcheck", DIM + 1)
+    else:
+        with pytest.raises(ValueError, match="size"):
+            QdrantServerMemory(mem._client, "dimcheck", DIM + 1)
+
+
+def test_use_after_close_raises(make_memory):
+    mem = make_memory()
+    mem.close()
+    mem.close()  # idempotent
+    with pytest.raises(KnowledgeMemoryError, match="closed"):
+        mem.count()
+
+
+# ---------------------------------------------------------------------------
+# search parity with exact brute force
+
+
+@pytest.fixture(scope="module")
+def parity_data():
+    rng = np.random.default_rng(12345)
+    base = _unit(rng, N_PARITY, D_PARITY)
+    queries = _unit(rng, 25, D_PARITY)
+    ids = [f"doc-{i}" for i in range(N_PARITY)]
+    langs = ["sl" if i % 3 else "en" for i in range(N_PARITY)]
+    labels = [[f"L{i % 7}"] if i % 5 else [] for i in range(N_PARITY)]
+    return base, queries, ids, langs, labels
+
+
+def _brute_force(base, queries, mask, k):
+    sims = queries.astype(np.float64) @ base.astype(np.float64).T
+    sims[:, ~mask] = -np.inf
+    order = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+    return order, np.take_along_axis(sims, order, axis=1)
+
+
+@pytest.mark.parametrize(
+    "flt",
+    [None, SearchFilter(lang="sl", exclude_ids=("doc-1", "doc-2", "doc-4"))],
+    ids=["nofilter", "lang+labelled+exclude"],
+)
+def test_search_matches_brute_force_on_both_adapters(tmp_path, parity_data, flt):
+    base, queries, ids, langs, labels = parity_data
+    k = 10
+    mask = np.ones(N_PARITY, bool)
+    if flt is not None:
+        excluded = set(flt.exclude_ids)
+        mask = np.array(
+            [langs[i] == flt.lang and bool(labels[i]) and ids[i] not in excluded for i in range(N_PARITY)]
+        )
+    order, sims = _brute_force(base, queries, mask, k)
+
+    edge = EdgeMemory(tmp_path, "parity", D_PARITY)
+    server = QdrantServerMemory(QdrantClient(":memory:"), "parity", D_PARITY, close_client=True)
+    try:
+        results = {}
+        for name, mem in (("edge", edge), ("server", server)):
+            mem.upsert(ids, base, labels, [{"lang": lang} for lang in langs])
+            results[name] = mem.search(queries, top_k=k, filter=flt)
+        for name, res in results.items():
+            assert len(res) == len(queries)
+            for qi, hits in enumerate(res):
+                assert [h.article_id for h in hits] == [ids[j] for j in order[qi]], (name, qi)
+                np.testing.assert_allclose([h.similarity for h in hits], sims[qi], atol=1e-5, err_msg=name)
+                for h in hits:
+                    j = ids.index(h.article_id)
+                    assert h.labels == tuple(labels[j]) and h.payload == {"lang": langs[j]}
+        for e_hits, s_hits in zip(results["edge"], results["server"]):
+            assert [h.article_id for h in e_hits] == [h.article_id for h in s_hits]
+            np.testing.assert_allclose(
+                [h.similarity for h in e_hits], [h.similarity for h in s_hits], atol=1e-5
+            )
+    finally:
+        edge.close()
+        server.close()
+
+
+# ---------------------------------------------------------------------------
+# Edge-specific: persistence and the directory lock
+
+
+def test_edge_persists_across_reopen(tmp_path):
+    vecs = _unit(np.random.default_rng(3), 3, DIM)
+    with EdgeMemory(tmp_path, "persist", DIM) as mem:
+        mem.upsert(["a", "b", "c"], vecs, [["x"], [], ["y"]], [{"lang": "sl"}] * 3)
+        mem.set_labels(["b"], [["z"]])
+        mem.delete(["c"])
+    assert (tmp_path / "persist").is_dir()
+
+    with EdgeMemory(tmp_path, "persist", DIM) as mem:
+        assert mem.count() == 2
+        a, b, c = mem.get(["a", "b", "c"], with_vectors=True)
+        assert c is None
+        assert a.labels == ("x",) and b.labels == ("z",) and b.payload == {"lang": "sl"}
+        np.testing.assert_allclose(b.vector, vecs[1], atol=1e-6)
+        (hits,) = mem.search(vecs[:1], top_k=1)
+        assert hits[0].article_id == "a"
+
+
+def test_edge_second_open_raises_memory_locked(tmp_path):
+    first = EdgeMemory(tmp_path, "locked", DIM)
+    try:
+        with pytest.raises(MemoryLockedError, match="one process"):
+            EdgeMemory(tmp_path, "locked", DIM)
+        # the first handle still works after the failed second open
+        first.upsert(["a"], np.ones((1, DIM)), [["x"]])
+        assert first.count() == 1
+    finally:
+        first.close()
+    # once closed, the directory can be opened again
+    with EdgeMemory(tmp_path, "locked", DIM) as again:
+        assert again.count() == 1
+
+
+def test_edge_lock_across_processes(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from shared.memory import EdgeMemory, MemoryLockedError
+        try:
+            EdgeMemory({str(tmp_path)!r}, "xproc", {DIM})
+        except MemoryLockedError:
+            sys.exit(42)
+        sys.exit(0)
+        """
+    )
+    with EdgeMemory(tmp_path, "xproc", DIM):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+        proc = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, env=env
+        )
+    assert proc.returncode == 42, proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# factory and server errors
+
+
+def test_open_memory_without_url_is_edge(tmp_path):
+    mem = open_memory(url=None, api_key=None, path=tmp_path, collection="nm_sl_v1", dim=DIM)
+    try:
+        assert isinstance(mem, EdgeMemory)
+        assert (tmp_path / "nm_sl_v1").is_dir()
+    finally:
+        mem.close()
+    mem = open_memory(url="", api_key=None, path=tmp_path, collection="nm_sl_v1", dim=DIM)
+    assert isinstance(mem, EdgeMemory)
+    mem.close()
+
+
+def test_open_memory_unreachable_server_is_unavailable(tmp_path):
+    # Port 9 (discard) on localhost: nothing listens, connection refused at once.
+    with pytest.raises(MemoryUnavailableError):
+        open_memory(url="http://127.0.0.1:9", api_key=None, path=tmp_path, collection="c", dim=DIM)
+
+
+def test_server_memory_reuses_existing_collection():
+    client = QdrantClient(":memory:")
+    try:
+        first = QdrantServerMemory(client, "shared", DIM)
+        first.upsert(["a"], np.ones((1, DIM)), [["x"]])
+        second = QdrantServerMemory(client, "shared", DIM)
+        assert second.count() == 1
+        first.close()  # does not close a client it does not own
+        assert second.get(["a"])[0].labels == ("x",)
+    finally:
+        client.close()
