@@ -1,0 +1,155 @@
+"""The classifier service object: encoder + knowledge memory (one collection per language and model version)
++ simplified RAE-XMC. Used by the CLI (``memory build``, ``suggest``) and by the workers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import structlog
+
+from shared.config import RaeSettings, Settings
+from shared.data import Article
+from shared.predictors import LabelVocab, Proposal, Retrieval, explain, rae_xmc_scores
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class BuildReport:
+    """What ``memory build`` did: articles upserted per language, seconds spent embedding and upserting."""
+
+    upserted: dict[str, int]
+    embed_s: float
+    upsert_s: float
+
+
+class Classifier:
+    """Proposes labels for articles from the knowledge memory (RAE-XMC eq. 8).
+
+    Args:
+        settings: encoder, memory and RAE-XMC settings.
+        encoder: an already loaded :class:`shared.encoder.Encoder` (default: load one from settings).
+
+    The memory of language ``lang`` is the collection ``<prefix>_<lang>_<model version>`` (embedded engine
+    under ``settings.memory_path`` or the Qdrant server at ``settings.memory.url``). An article whose language
+    has no collection is searched in every collection of this model version (cross-lingual retrieval).
+    """
+
+    def __init__(self, settings: Settings, encoder=None):
+        from shared.encoder import Encoder
+
+        self.settings = settings
+        self.encoder = encoder or Encoder(settings.encoder, settings.home)
+        self.model_version = self.encoder.model_id
+        self._memories: dict = {}
+
+    # -- memory -------------------------------------------------------------------------------------
+    def collection(self, lang: str) -> str:
+        from shared.memory import collection_name
+
+        return collection_name(self.settings.memory.collection_prefix, lang, self.model_version)
+
+    def memory(self, lang: str):
+        """The knowledge memory of one language (opened on first use)."""
+        from shared.memory import open_memory
+
+        if lang not in self._memories:
+            m = self.settings.memory
+            self._memories[lang] = open_memory(url=m.url, api_key=m.api_key, path=self.settings.memory_path,
+                                               collection=self.collection(lang), dim=self.encoder.dim)
+        return self._memories[lang]
+
+    def languages(self) -> list[str]:
+        """Languages that have a collection of this model version."""
+        prefix = self.settings.memory.collection_prefix
+        suffix = self.collection("xx")[len(f"{prefix}_xx"):]
+        if self.settings.memory.url:
+            from qdrant_client import QdrantClient
+
+            client = QdrantClient(url=self.settings.memory.url, api_key=self.settings.memory.api_key)
+            names = [c.name for c in client.get_collections().collections]
+        else:
+            root = Path(self.settings.memory_path)
+            names = [p.name for p in root.iterdir() if p.is_dir()] if root.exists() else []
+        pat = re.compile(rf"^{re.escape(prefix)}_([a-z]{{2}}){re.escape(suffix)}$")
+        return sorted({m.group(1) for n in names if (m := pat.match(n))} | set(self._memories))
+
+    def add_articles(self, articles: Sequence[Article], progress: bool = False, batch: int = 256) -> BuildReport:
+        """Embed (``passage`` role) and upsert labelled articles into their language's memory.
+
+        Idempotent: an article id already present is overwritten with the new vector, labels and payload.
+        """
+        import time
+
+        done: dict[str, int] = {}
+        embed_s = upsert_s = 0.0
+        for start in range(0, len(articles), batch):
+            chunk = list(articles[start:start + batch])
+            t0 = time.perf_counter()
+            vecs = self.encoder.encode([a.text for a in chunk], role="passage", progress=progress)
+            embed_s += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            for lang in sorted({a.lang for a in chunk}):
+                idx = [i for i, a in enumerate(chunk) if a.lang == lang]
+                self.memory(lang).upsert(
+                    [chunk[i].id for i in idx], vecs[idx], [chunk[i].labels for i in idx],
+                    [{"lang": lang, "title": chunk[i].title, "source": chunk[i].source} for i in idx])
+                done[lang] = done.get(lang, 0) + len(idx)
+            upsert_s += time.perf_counter() - t0
+        return BuildReport(done, embed_s, upsert_s)
+
+    # -- proposals ----------------------------------------------------------------------------------
+    def retrieve(self, vectors: np.ndarray, langs: Sequence[str | None], top_k: int,
+                 exclude: Sequence[str] = ()) -> Retrieval:
+        """Top-k labelled neighbours of ``(m, d)`` float32 query vectors from each language's memory."""
+        from shared.memory import SearchFilter
+
+        flt = SearchFilter(labelled=True, exclude_ids=tuple(exclude))
+        known = self.languages()
+        rows: list = [[] for _ in langs]
+        for lang in sorted({lg or "" for lg in langs}):
+            idx = [i for i, lg in enumerate(langs) if (lg or "") == lang]
+            targets = [lang] if lang in known else known
+            merged: list[list] = [[] for _ in idx]
+            for t in targets:
+                for pos, hits in enumerate(self.memory(t).search(vectors[idx], top_k, flt)):
+                    merged[pos].extend(hits)
+            for pos, i in enumerate(idx):
+                rows[i] = sorted(merged[pos], key=lambda n: -n.similarity)[:top_k]
+        return Retrieval.from_neighbours(rows, top_k)
+
+    def propose(self, texts: Sequence[str], langs: Sequence[str | None] | None = None,
+                rae: RaeSettings | None = None, vectors: np.ndarray | None = None,
+                exclude: Sequence[str] = ()) -> tuple[list[Proposal], np.ndarray]:
+        """Label proposals for ``m`` articles.
+
+        Args:
+            texts: article texts; langs: ISO 639-1 per article (None: search every language);
+            rae: k / tau / lambda / threshold (default from settings);
+            vectors: ``(m, d)`` float32 embeddings when already computed (``query`` role).
+
+        Returns:
+            (proposals, the ``(m, d)`` float32 query embeddings).
+        """
+        rae = rae or self.settings.rae
+        langs = list(langs) if langs is not None else [None] * len(texts)
+        if vectors is None:
+            vectors = self.encoder.encode(list(texts), role="query")
+        r = self.retrieve(vectors, langs, rae.top_k, exclude)
+        vocab = LabelVocab()
+        rows = r.label_matrix(vocab)
+        scores = rae_xmc_scores(r.sims, rows, rae.top_k, rae.tau, rae.lam, len(vocab)) if len(vocab) else \
+            np.zeros((len(texts), 0), dtype=np.float32)
+        return explain(r, scores, vocab, rae.threshold, rae.top_k), vectors
+
+    def close(self) -> None:
+        """Close the memories and the embedding cache."""
+        for m in self._memories.values():
+            m.close()
+        self._memories.clear()
+        self.encoder.close()

