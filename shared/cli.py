@@ -56,7 +56,7 @@ def _fail(msg: str, code: int = 2) -> None:
 @app.command("settings")
 def show_settings() -> None:
     """Print the effective settings (environment + defaults) as JSON."""
-    console.print_json(_settings().model_dump_json())
+    print(_settings().model_dump_json(indent=2))
 
 
 @model_app.command("import-e5-small")
@@ -99,7 +99,7 @@ def memory_build(
     try:
         rep = clf.add_articles(articles, progress=True)
         counts = {lang: clf.memory(lang).count() for lang in rep.upserted}
-        console.print(json.dumps({"upserted": rep.upserted, "memory_counts": counts,
+        print(json.dumps({"upserted": rep.upserted, "memory_counts": counts,
                                   "collections": {lg: clf.collection(lg) for lg in rep.upserted},
                                   "embed_s": round(rep.embed_s, 2), "upsert_s": round(rep.upsert_s, 2),
                                   "bad_lines": len(corpus.bad_lines)}))
@@ -120,7 +120,7 @@ def memory_stats() -> None:
             mem = clf.memory(lang)
             out[clf.collection(lang)] = {"labelled": mem.count(SearchFilter(labelled=True)),
                                          "pending": mem.count(SearchFilter(labelled=False))}
-        console.print_json(json.dumps(out))
+        print(json.dumps(out, indent=2))
     finally:
         clf.close()
 
@@ -154,9 +154,9 @@ def suggest(
         clf.close()
     p = proposals[0]
     if as_json:
-        console.print_json(json.dumps({"labels": [{"label": x.label, "score": x.score, "neighbours": [
+        print(json.dumps({"labels": [{"label": x.label, "score": x.score, "neighbours": [
             {"article_id": a, "similarity": sim} for a, sim in x.neighbours]} for x in p.labels],
-            "latency_ms": ms}))
+            "latency_ms": ms}, ensure_ascii=False, indent=2))
         return
     if not p.labels:
         console.print(f"no label above the threshold {s.rae.threshold} ({ms:.0f} ms)")

