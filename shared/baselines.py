@@ -13,6 +13,7 @@ from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
+from joblib import parallel_config
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.multiclass import OneVsRestClassifier
@@ -42,7 +43,10 @@ class TfidfOneVsAll:
             base = LinearSVC(C=1.0)
         else:
             base = LogisticRegression(C=10.0, solver="liblinear", max_iter=200)
-        self.model = OneVsRestClassifier(base, n_jobs=self.n_jobs).fit(X, Yd[:, self.columns])
+        # threads, not processes: liblinear releases the GIL, and joblib's process pool hands the workers
+        # read-only memory-mapped inputs that liblinear cannot use ("WRITEBACKIFCOPY base is read-only")
+        with parallel_config(backend="threading", n_jobs=self.n_jobs):
+            self.model = OneVsRestClassifier(base, n_jobs=self.n_jobs).fit(X, Yd[:, self.columns])
         return self
 
     def scores(self, texts: Sequence[str]) -> np.ndarray:

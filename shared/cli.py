@@ -181,7 +181,7 @@ def eval_cmd(
     """Evaluate RAE-XMC against zero-shot 1-NN, ML-KNN and TF-IDF SVM / LogReg on the test split; print a
     table like RAE-XMC's Table 7, write results.json, results.md and f1_by_frequency.png."""
     from shared.data import load_corpus
-    from shared.evaluation import markdown_table, run_eval, write_outputs
+    from shared.evaluation import EvalInputError, markdown_table, run_eval, write_outputs
 
     s = _settings(data=data)
     chosen = [m.strip() for m in methods.split(",") if m.strip()]
@@ -197,7 +197,7 @@ def eval_cmd(
     out_dir = out or Path("runs") / f"eval-{corpus.path.parent.name}"
     try:
         report = run_eval(corpus, chosen, s, tune=tune, out_dir=None, progress=True)
-    except ValueError as exc:
+    except EvalInputError as exc:
         _fail(str(exc))
     report["corpus"]["bad_line_details"] = [{"line": b.line, "reason": b.reason} for b in corpus.bad_lines]
     report["timings"]["wall_s"] = time.perf_counter() - t0

@@ -35,6 +35,10 @@ TABLE_COLUMNS = ("uF1", "uP", "uR", "F1", "P", "R", "Acc")
 TUNE_TOP_K_MAX = 100
 
 
+class EvalInputError(ValueError):
+    """The corpus or the options cannot be evaluated (unknown method, a missing split)."""
+
+
 @dataclass
 class MethodResult:
     """Metrics (see :func:`shared.metrics.evaluate`), timings (seconds) and parameters of one method."""
@@ -117,16 +121,16 @@ def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: i
     """Evaluate ``methods`` (subset of :data:`METHODS`) on ``corpus``; returns the JSON-able report.
 
     Raises:
-        ValueError: an unknown method, or a corpus without train or test articles.
+        EvalInputError: an unknown method, or a corpus without train or test articles.
     """
     unknown = set(methods) - set(METHODS)
     if unknown:
-        raise ValueError(f"unknown methods {sorted(unknown)}; choose from {','.join(METHODS)}")
+        raise EvalInputError(f"unknown methods {sorted(unknown)}; choose from {','.join(METHODS)}")
     train, val, test = corpus.split("train"), corpus.split("validation"), corpus.split("test")
     if not train or not test:
-        raise ValueError(f"{corpus.path}: need train and test articles (found {len(train)} / {len(test)})")
+        raise EvalInputError(f"{corpus.path}: need train and test articles (found {len(train)} / {len(test)})")
     if tune and not val:
-        raise ValueError("--tune needs validation articles")
+        raise EvalInputError("--tune needs validation articles")
     started = time.perf_counter()
     vocab = LabelVocab(lb for a in train for lb in a.labels)
     n_train_labels = len(vocab)

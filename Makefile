@@ -1,0 +1,24 @@
+# newsmon: the two set-up commands of the README are `make eval` (the main job on the embedded defaults)
+# and `make test`. Both create .venv on first use: the CPU build of torch first (pip takes it from local
+# disk on our machines), then this package with its test extras.
+PY ?= python3
+VENV ?= .venv
+DATA ?= ../shared/data/sentinews_sl
+TUNE ?= 50
+BIN := $(VENV)/bin
+
+$(BIN)/newsmon: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+.PHONY: install eval test
+install: $(BIN)/newsmon
+
+eval: install
+	$(BIN)/newsmon eval --data $(DATA) --methods rae,zshot,mlknn,svm,logreg --tune $(TUNE)
+
+test: install
+	$(BIN)/python -m pytest -q
