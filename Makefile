@@ -11,7 +11,7 @@ $(BIN)/newsmon: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[cpu,test]'
 	touch $@
 
 .PHONY: install eval test

@@ -79,19 +79,22 @@ class Classifier:
         pat = re.compile(rf"^{re.escape(prefix)}_([a-z]{{2}}){re.escape(suffix)}$")
         return sorted({m.group(1) for n in names if (m := pat.match(n))} | set(self._memories))
 
-    def add_articles(self, articles: Sequence[Article], progress: bool = False, batch: int = 256) -> BuildReport:
+    def add_articles(self, articles: Sequence[Article], progress: bool = False, batch: int = 64) -> BuildReport:
         """Embed (``passage`` role) and upsert labelled articles into their language's memory.
 
         Idempotent: an article id already present is overwritten with the new vector, labels and payload.
         """
         import time
 
+        from tqdm import tqdm
+
         done: dict[str, int] = {}
         embed_s = upsert_s = 0.0
+        bar = tqdm(total=len(articles), desc="memory build", unit="art", disable=not progress)
         for start in range(0, len(articles), batch):
             chunk = list(articles[start:start + batch])
             t0 = time.perf_counter()
-            vecs = self.encoder.encode([a.text for a in chunk], role="passage", progress=progress)
+            vecs = self.encoder.encode([a.text for a in chunk], role="passage")
             embed_s += time.perf_counter() - t0
             t0 = time.perf_counter()
             for lang in sorted({a.lang for a in chunk}):
@@ -101,6 +104,8 @@ class Classifier:
                     [{"lang": lang, "title": chunk[i].title, "source": chunk[i].source} for i in idx])
                 done[lang] = done.get(lang, 0) + len(idx)
             upsert_s += time.perf_counter() - t0
+            bar.update(len(chunk))
+        bar.close()
         return BuildReport(done, embed_s, upsert_s)
 
     # -- proposals ----------------------------------------------------------------------------------
