@@ -1,0 +1,243 @@
+"""The Kafka wire schemas: round trips, invalid messages, helpers, and the committed JSON Schema files."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from schemas import generate
+from schemas.events import (
+    EVENT_MODELS,
+    ArticleEvent,
+    InvalidEvent,
+    LabelDecision,
+    LabelEvent,
+    LabelProposal,
+    ModeratorDecision,
+    NeighbourRef,
+    ProposedLabel,
+    Timings,
+    dead_letter_headers,
+    dead_letter_topic,
+    parse_event,
+)
+
+T0 = "2024-05-01T10:00:00+02:00"
+
+
+def article(**over) -> dict:
+    d = {"schema_version": 1, "article_id": "sta-2024-000123", "title": "Vlada sprejela proračun",
+         "body": "Vlada je danes sprejela predlog proračuna.", "lang": "sl", "outlet": "STA",
+         "country": "SI", "published_at": T0, "url": "https://www.sta.si/a/123"}
+    d.update(over)
+    return d
+
+
+def raw(d) -> bytes:
+    return json.dumps(d, ensure_ascii=False).encode("utf-8")
+
+
+def reason(model, payload) -> str:
+    with pytest.raises(InvalidEvent) as info:
+        parse_event(model, payload if isinstance(payload, bytes) else raw(payload))
+    assert str(info.value) == info.value.reason
+    return info.value.reason
+
+
+# ------------------------------------------------------------------------------------------------ files
+
+def test_committed_json_schemas_are_fresh():
+    fresh = generate.render_schemas()
+    assert sorted(fresh) == sorted(f"{name}.schema.json" for name in EVENT_MODELS)
+    stale = [name for name, text in fresh.items()
+             if not (generate.SCHEMA_DIR / name).exists()
+             or (generate.SCHEMA_DIR / name).read_text(encoding="utf-8") != text]
+    assert not stale, f"stale or missing JSON Schemas {stale}; run: python -m schemas.generate"
+    assert generate.check() == []
+
+
+def test_generate_check_and_write(tmp_path, capsys):
+    assert generate.main(["--check", "--dir", str(tmp_path)]) == 1
+    assert "missing" in capsys.readouterr().err
+    assert generate.main(["--dir", str(tmp_path)]) == 0
+    assert generate.main(["--check", "--dir", str(tmp_path)]) == 0
+    (tmp_path / "ArticleEvent.schema.json").write_text("{}\n")
+    (tmp_path / "Gone.schema.json").write_text("{}\n")
+    assert generate.main(["--check", "--dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "stale" in err and "ArticleEvent" in err and "unexpected" in err and "Gone" in err
+    text = (tmp_path / "LabelEvent.schema.json").read_text()
+    assert text.endswith("}\n") and json.loads(text)["title"] == "LabelEvent"
+    assert "schema_version" in json.loads(text)["required"]
+
+
+# ------------------------------------------------------------------------------------------- round trips
+
+def _round_trip(event):
+    back = parse_event(type(event), event.to_bytes())
+    assert back == event
+    assert back.model_dump_json() == event.model_dump_json()
+    assert json.loads(event.to_bytes())["schema_version"] == 1
+    return back
+
+
+def test_article_round_trip_and_utc():
+    ev = parse_event(ArticleEvent, raw(article()))
+    assert ev.published_at == datetime(2024, 5, 1, 8, 0, tzinfo=timezone.utc)
+    assert ev.published_at.utcoffset() == timedelta(0)
+    assert json.loads(ev.to_bytes())["published_at"] == "2024-05-01T08:00:00Z"
+    assert ev.kafka_key() == b"sta-2024-000123" and ArticleEvent.default_topic == "articles"
+    _round_trip(ev)
+    _round_trip(ArticleEvent(article_id="x", title=None, body="b", lang="en", outlet="o", country="GB",
+                             published_at=datetime(2024, 1, 1, tzinfo=timezone.utc)))
+
+
+def test_article_ignores_unknown_fields_and_keeps_url():
+    ev = parse_event(ArticleEvent, raw(article(author="someone", url="http://a.example")))
+    assert not hasattr(ev, "author") and ev.url == "http://a.example"
+
+
+def test_label_proposal_round_trip():
+    ev = LabelProposal(
+        article_id="a1",
+        labels=[ProposedLabel(label="politics", score=0.91,
+                              neighbours=[NeighbourRef(article_id="m7", similarity=0.88)]),
+                ProposedLabel(label="economy", score=0.4)],
+        duplicate_of=None, model_version="e5-small@1", memory_version="mem-2024-05-01",
+        timings=Timings(batch_size=16, queue_ms=3.5, dedup_ms=0.2, embed_ms=40.0, search_ms=5.1,
+                        score_ms=0.7, total_ms=49.5),
+        produced_at=datetime(2024, 5, 1, 8, 0, 1, 250000, tzinfo=timezone.utc))
+    back = _round_trip(ev)
+    assert back.labels[0].neighbours[0].similarity == 0.88
+    assert LabelProposal.default_topic == "label-proposals" and ev.kafka_key() == b"a1"
+    assert Timings().total_ms == 0.0
+
+
+def test_moderator_decision_round_trip_and_helpers():
+    ev = ModeratorDecision(article_id="a1", moderator="ana", decided_at=T0, decisions=[
+        LabelDecision(label="politics", action="confirmed"), LabelDecision(label="sport", action="rejected"),
+        LabelDecision(label="economy", action="added"), LabelDecision(label="crime", action="rejected")])
+    _round_trip(ev)
+    assert ev.accepted_labels == ["politics", "economy"]
+    assert ev.rejected_labels == ["sport", "crime"]
+    assert ModeratorDecision.default_topic == "moderator-decisions"
+
+
+def test_label_event_round_trip():
+    for ev in (LabelEvent(action="added", label="ai", occurred_at=T0, actor="ops"),
+               LabelEvent(action="retired", label="ai", occurred_at=T0),
+               LabelEvent(action="renamed", label="ai", new_label="artificial intelligence", occurred_at=T0)):
+        _round_trip(ev)
+        assert ev.kafka_key() == b"ai"
+    assert LabelEvent.default_topic == "label-events"
+
+
+# ------------------------------------------------------------------------------------------- invalid input
+
+def test_invalid_json_and_bytes():
+    assert reason(ArticleEvent, b'{"schema_version": 1,').startswith("invalid JSON:")
+    assert reason(ArticleEvent, b"\xff\xfe{}").startswith("not UTF-8")
+    assert reason(ArticleEvent, b"[1, 2]") == "not a JSON object: got array"
+    assert reason(ArticleEvent, b"") == "empty message"
+    assert reason(ArticleEvent, b'{"schema_version": 1, "x": NaN}').startswith("invalid JSON")
+
+
+def test_missing_body():
+    d = article()
+    del d["body"]
+    r = reason(ArticleEvent, d)
+    assert r.startswith("invalid ArticleEvent:") and "body: Field required" in r
+
+
+def test_schema_version():
+    assert reason(ArticleEvent, article(schema_version=2)) == "unsupported schema_version 2; this worker reads 1"
+    assert reason(LabelEvent, {"action": "added"}) == "missing schema_version; this worker reads 1"
+    d = article()
+    del d["schema_version"]
+    assert reason(ArticleEvent, d) == "missing schema_version; this worker reads 1"
+    assert reason(ArticleEvent, article(schema_version="1")) == \
+        'unsupported schema_version "1"; this worker reads 1'
+    assert reason(ArticleEvent, article(schema_version=True)).startswith("unsupported schema_version true")
+    with pytest.raises(ValueError, match="unsupported schema_version 3; this worker reads 1"):
+        ArticleEvent.model_validate(article(schema_version=3))
+
+
+def test_empty_text():
+    assert "empty text" in reason(ArticleEvent, article(title=" ", body="\n\t "))
+    assert "empty text" in reason(ArticleEvent, article(title=None, body=""))
+    assert parse_event(ArticleEvent, raw(article(title="Only a title", body=""))).text == "Only a title\n"
+
+
+def test_naive_datetime():
+    r = reason(ArticleEvent, article(published_at="2024-05-01T10:00:00"))
+    assert "published_at" in r and "timezone" in r
+    with pytest.raises(ValueError, match="timezone"):
+        LabelEvent(action="added", label="x", occurred_at=datetime(2024, 1, 1))
+
+
+def test_renamed_without_new_label():
+    ev = {"schema_version": 1, "action": "renamed", "label": "ai", "occurred_at": T0}
+    assert "renamed needs new_label" in reason(LabelEvent, ev)
+    assert "must differ" in reason(LabelEvent, {**ev, "new_label": "ai"})
+    assert "only allowed for renamed" in reason(LabelEvent, {**ev, "action": "added", "new_label": "b"})
+
+
+def test_duplicate_label_in_decisions():
+    ev = {"schema_version": 1, "article_id": "a1", "moderator": "ana", "decided_at": T0,
+          "decisions": [{"label": "sport", "action": "confirmed"}, {"label": "sport", "action": "rejected"}]}
+    assert "label 'sport' decided twice" in reason(ModeratorDecision, ev)
+    assert "decisions" in reason(ModeratorDecision, {**ev, "decisions": []})
+
+
+def test_other_field_checks():
+    assert "article_id" in reason(ArticleEvent, article(article_id="has space"))
+    assert "article_id" in reason(ArticleEvent, article(article_id="x" * 257))
+    assert "lang" in reason(ArticleEvent, article(lang="SL"))
+    assert "country" in reason(ArticleEvent, article(country="si"))
+    assert "url" in reason(ArticleEvent, article(url="ftp://example.com/x"))
+    assert "url" in reason(ArticleEvent, article(url="https://a.example/has space"))
+    r = reason(ArticleEvent, {"schema_version": 1, "extra": 1})
+    assert "(+" in r and "more)" in r  # first few errors only
+    prop = {"schema_version": 1, "article_id": "a", "labels": [], "model_version": "m", "memory_version": "v",
+            "produced_at": T0}
+    assert parse_event(LabelProposal, raw(prop)).timings.batch_size == 1
+    assert reason(LabelProposal, {**prop, "surprise": 1}) == \
+        "invalid LabelProposal: surprise: Extra inputs are not permitted"
+    assert "timings.embed_ms" in reason(LabelProposal, {**prop, "timings": {"embed_ms": -1}})
+    assert "proposed twice" in reason(LabelProposal, {**prop, "labels": [{"label": "a", "score": 1},
+                                                                         {"label": "a", "score": 0.5}]})
+
+
+def test_body_size_not_capped():
+    assert len(parse_event(ArticleEvent, raw(article(body="x" * 2_000_000))).body) == 2_000_000
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+def test_text_property():
+    base = article()
+    assert ArticleEvent.model_validate(base).text == "Vlada sprejela proračun\nVlada je danes sprejela predlog proračuna."
+    assert ArticleEvent.model_validate({**base, "title": None}).text == base["body"]
+    assert ArticleEvent.model_validate({**base, "title": ""}).text == base["body"]
+
+
+def test_dead_letters():
+    assert dead_letter_topic("articles") == "articles.dlq"
+    now = datetime(2024, 5, 1, 10, 0, 0, 123456, tzinfo=timezone(timedelta(hours=2)))
+    headers = dead_letter_headers("invalid JSON: boom", "proposer-0", "articles", 3, 12345, now=now)
+    assert headers == [
+        ("newsmon-error", b"invalid JSON: boom"),
+        ("newsmon-worker", b"proposer-0"),
+        ("newsmon-failed-at", b"2024-05-01T08:00:00.123Z"),
+        ("newsmon-source-topic", b"articles"),
+        ("newsmon-source-partition", b"3"),
+        ("newsmon-source-offset", b"12345"),
+    ]
+    long = dead_letter_headers("č" * 5000, "w", "t", 0, 0)
+    err = dict(long)["newsmon-error"]
+    assert len(err) == 4096 and err.decode("utf-8") == "č" * 2048
+    assert dict(long)["newsmon-failed-at"].endswith(b"Z")
+    with pytest.raises(ValueError):
+        dead_letter_headers("e", "w", "t", 0, 0, now=datetime(2024, 1, 1))
