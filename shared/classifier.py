@@ -28,6 +28,83 @@ class BuildReport:
     upsert_s: float
 
 
+def model_identity(settings: Settings) -> tuple[str, int]:
+    """(model version, embedding dimension) of the configured encoder without loading its weights."""
+    from transformers import AutoConfig
+
+    from shared.encoder import model_fingerprint, resolve_model
+
+    path = resolve_model(settings.encoder.model, settings.home)
+    return model_fingerprint(path), int(AutoConfig.from_pretrained(path).hidden_size)
+
+
+class MemoryRouter:
+    """The knowledge memories of one model version: one collection per language, opened on first use.
+
+    The memory of language ``lang`` is the collection ``<prefix>_<lang>_<model version>`` (embedded engine
+    under ``settings.memory_path`` or the Qdrant server at ``settings.memory.url``). ``write_lock`` serialises
+    read-modify-write updates of points between the workers of this process.
+    """
+
+    def __init__(self, settings: Settings, model_version: str, dim: int):
+        import threading
+
+        self.settings = settings
+        self.model_version = model_version
+        self.dim = dim
+        self._memories: dict = {}
+        self._open_lock = threading.Lock()
+        self.write_lock = threading.RLock()
+
+    def collection(self, lang: str) -> str:
+        from shared.memory import collection_name
+
+        return collection_name(self.settings.memory.collection_prefix, lang, self.model_version)
+
+    def memory(self, lang: str):
+        """The knowledge memory of one language (opened on first use)."""
+        from shared.memory import open_memory
+
+        with self._open_lock:
+            if lang not in self._memories:
+                m = self.settings.memory
+                self._memories[lang] = open_memory(url=m.url, api_key=m.api_key, path=self.settings.memory_path,
+                                                   collection=self.collection(lang), dim=self.dim)
+            return self._memories[lang]
+
+    def languages(self) -> list[str]:
+        """Languages that have a collection of this model version."""
+        prefix = self.settings.memory.collection_prefix
+        suffix = self.collection("xx")[len(f"{prefix}_xx"):]
+        if self.settings.memory.url:
+            from qdrant_client import QdrantClient
+
+            client = QdrantClient(url=self.settings.memory.url, api_key=self.settings.memory.api_key)
+            try:
+                names = [c.name for c in client.get_collections().collections]
+            finally:
+                client.close()
+        else:
+            root = Path(self.settings.memory_path)
+            names = [p.name for p in root.iterdir() if p.is_dir()] if root.exists() else []
+        pat = re.compile(rf"^{re.escape(prefix)}_([a-z]{{2}}){re.escape(suffix)}$")
+        return sorted({m.group(1) for n in names if (m := pat.match(n))} | set(self._memories))
+
+    def find(self, article_id: str, with_vectors: bool = False):
+        """``(lang, MemoryPoint)`` of an article in any language collection, or None."""
+        for lang in self.languages():
+            point = self.memory(lang).get([article_id], with_vectors=with_vectors)[0]
+            if point is not None:
+                return lang, point
+        return None
+
+    def close(self) -> None:
+        with self._open_lock:
+            for m in self._memories.values():
+                m.close()
+            self._memories.clear()
+
+
 class Classifier:
     """Proposes labels for articles from the knowledge memory (RAE-XMC eq. 8).
 
@@ -40,44 +117,25 @@ class Classifier:
     has no collection is searched in every collection of this model version (cross-lingual retrieval).
     """
 
-    def __init__(self, settings: Settings, encoder=None):
+    def __init__(self, settings: Settings, encoder=None, router: MemoryRouter | None = None):
         from shared.encoder import Encoder
 
         self.settings = settings
         self.encoder = encoder or Encoder(settings.encoder, settings.home)
         self.model_version = self.encoder.model_id
-        self._memories: dict = {}
+        self.router = router or MemoryRouter(settings, self.model_version, self.encoder.dim)
 
     # -- memory -------------------------------------------------------------------------------------
     def collection(self, lang: str) -> str:
-        from shared.memory import collection_name
-
-        return collection_name(self.settings.memory.collection_prefix, lang, self.model_version)
+        return self.router.collection(lang)
 
     def memory(self, lang: str):
         """The knowledge memory of one language (opened on first use)."""
-        from shared.memory import open_memory
-
-        if lang not in self._memories:
-            m = self.settings.memory
-            self._memories[lang] = open_memory(url=m.url, api_key=m.api_key, path=self.settings.memory_path,
-                                               collection=self.collection(lang), dim=self.encoder.dim)
-        return self._memories[lang]
+        return self.router.memory(lang)
 
     def languages(self) -> list[str]:
         """Languages that have a collection of this model version."""
-        prefix = self.settings.memory.collection_prefix
-        suffix = self.collection("xx")[len(f"{prefix}_xx"):]
-        if self.settings.memory.url:
-            from qdrant_client import QdrantClient
-
-            client = QdrantClient(url=self.settings.memory.url, api_key=self.settings.memory.api_key)
-            names = [c.name for c in client.get_collections().collections]
-        else:
-            root = Path(self.settings.memory_path)
-            names = [p.name for p in root.iterdir() if p.is_dir()] if root.exists() else []
-        pat = re.compile(rf"^{re.escape(prefix)}_([a-z]{{2}}){re.escape(suffix)}$")
-        return sorted({m.group(1) for n in names if (m := pat.match(n))} | set(self._memories))
+        return self.router.languages()
 
     def add_articles(self, articles: Sequence[Article], progress: bool = False, batch: int = 64) -> BuildReport:
         """Embed (``passage`` role) and upsert labelled articles into their language's memory.
@@ -130,13 +188,15 @@ class Classifier:
 
     def propose(self, texts: Sequence[str], langs: Sequence[str | None] | None = None,
                 rae: RaeSettings | None = None, vectors: np.ndarray | None = None,
-                exclude: Sequence[str] = ()) -> tuple[list[Proposal], np.ndarray]:
+                exclude: Sequence[str] = (), relabel=None) -> tuple[list[Proposal], np.ndarray]:
         """Label proposals for ``m`` articles.
 
         Args:
             texts: article texts; langs: ISO 639-1 per article (None: search every language);
             rae: k / tau / lambda / threshold (default from settings);
-            vectors: ``(m, d)`` float32 embeddings when already computed (``query`` role).
+            vectors: ``(m, d)`` float32 embeddings when already computed (``query`` role);
+            exclude: article ids never used as neighbours; relabel: a function applied to each neighbour's
+            label tuple before scoring (the label registry: renames, retired labels).
 
         Returns:
             (proposals, the ``(m, d)`` float32 query embeddings).
@@ -146,6 +206,8 @@ class Classifier:
         if vectors is None:
             vectors = self.encoder.encode(list(texts), role="query")
         r = self.retrieve(vectors, langs, rae.top_k, exclude)
+        if relabel is not None:
+            r.labels = [[relabel(lbs) for lbs in row] for row in r.labels]
         vocab = LabelVocab()
         rows = r.label_matrix(vocab)
         scores = rae_xmc_scores(r.sims, rows, rae.top_k, rae.tau, rae.lam, len(vocab)) if len(vocab) else \
@@ -154,7 +216,5 @@ class Classifier:
 
     def close(self) -> None:
         """Close the memories and the embedding cache."""
-        for m in self._memories.values():
-            m.close()
-        self._memories.clear()
+        self.router.close()
         self.encoder.close()

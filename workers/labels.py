@@ -1,0 +1,117 @@
+"""The label registry: retired labels and renames (old -> new), applied to every proposal.
+
+Label events (added / retired / renamed) arrive on the ``label-events`` topic and are consumed by the
+memory-updater worker, which writes them here; classifier workers read the registry before scoring each
+batch. A renamed label keeps its history: memory articles still carrying the old name count as evidence for
+the new one (the mapping is applied to the neighbours' label sets before RAE-XMC scoring). A retired label
+is removed from the neighbours' label sets, so it is never proposed again from the moment its event is
+consumed.
+
+Two stores: in-process (embedded mode, both workers in one process) and Redis (shared by every replica).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+
+class LabelRegistry:
+    """In-process registry. ``apply(labels)`` maps a label set through renames and drops retired labels."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._renamed: dict[str, str] = {}
+        self._retired: set[str] = set()
+
+    # -- writes (memory updater) -------------------------------------------------------------------
+    def retire(self, label: str) -> None:
+        """Never propose ``label`` (or anything renamed to it) again."""
+        with self._lock:
+            self._retired.add(label)
+
+    def add(self, label: str) -> None:
+        """(Re-)activate ``label``: a retired label can come back."""
+        with self._lock:
+            self._retired.discard(label)
+
+    def rename(self, old: str, new: str) -> None:
+        """``old`` becomes ``new``; earlier renames to ``old`` follow (a -> old -> new gives a -> new)."""
+        with self._lock:
+            self._renamed[old] = new
+            for k, v in list(self._renamed.items()):
+                if v == old:
+                    self._renamed[k] = new
+            self._renamed.pop(new, None)
+
+    # -- reads (classifier) ------------------------------------------------------------------------
+    def snapshot(self) -> tuple[dict[str, str], frozenset[str]]:
+        """(renames, retired) as of now."""
+        with self._lock:
+            return dict(self._renamed), frozenset(self._retired)
+
+    def apply(self, labels: Iterable[str], snapshot: tuple[dict[str, str], frozenset[str]] | None = None) -> tuple:
+        """Map ``labels`` through renames, drop retired ones; order kept, duplicates removed."""
+        renamed, retired = snapshot or self.snapshot()
+        out = []
+        for lb in labels:
+            lb = renamed.get(lb, lb)
+            if lb not in retired and lb not in out:
+                out.append(lb)
+        return tuple(out)
+
+
+class RedisLabelRegistry(LabelRegistry):
+    """The registry in Redis (hash ``<ns>:renamed`` old -> new, set ``<ns>:retired``), shared by replicas.
+
+    Raises:
+        redis.exceptions.ConnectionError: Redis unreachable (callers retry).
+    """
+
+    def __init__(self, url: str, namespace: str = "newsmon:labels") -> None:
+        super().__init__()
+        import redis
+
+        self.r = redis.Redis.from_url(url)
+        self.ns = namespace
+
+    def retire(self, label: str) -> None:
+        self.r.sadd(f"{self.ns}:retired", label)
+
+    def add(self, label: str) -> None:
+        self.r.srem(f"{self.ns}:retired", label)
+
+    def rename(self, old: str, new: str) -> None:
+        key = f"{self.ns}:renamed"
+        with self.r.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    current = {k.decode(): v.decode() for k, v in pipe.hgetall(key).items()}
+                    pipe.multi()
+                    pipe.hset(key, old, new)
+                    for k, v in current.items():
+                        if v == old:
+                            pipe.hset(key, k, new)
+                    pipe.hdel(key, new)
+                    pipe.execute()
+                    return
+                except Exception as exc:  # WatchError: retry
+                    if type(exc).__name__ != "WatchError":
+                        raise
+
+    def snapshot(self) -> tuple[dict[str, str], frozenset[str]]:
+        with self.r.pipeline(transaction=False) as pipe:
+            pipe.hgetall(f"{self.ns}:renamed")
+            pipe.smembers(f"{self.ns}:retired")
+            renamed, retired = pipe.execute()
+        return ({k.decode(): v.decode() for k, v in renamed.items()}, frozenset(x.decode() for x in retired))
+
+    def clear(self) -> None:
+        """Forget everything (tests, demo)."""
+        self.r.delete(f"{self.ns}:renamed", f"{self.ns}:retired")
+
+
+def open_registry(redis_url: str | None, namespace: str = "newsmon:labels") -> LabelRegistry:
+    """Redis-backed when ``redis_url`` is set, else in-process."""
+    return RedisLabelRegistry(redis_url, namespace) if redis_url else LabelRegistry()

@@ -1,0 +1,115 @@
+"""Prometheus metrics and the liveness / readiness endpoints of the workers.
+
+``GET /metrics`` (Prometheus text format), ``GET /healthz`` (200 while the worker loops are alive: each loop
+beats at least every poll; 503 when a loop has not beaten for ``stale_after_s``), ``GET /readyz`` (200 once
+every worker has its model, memory and consumer up and is not paused on a failing dependency; 503 otherwise,
+with the reason).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+ARTICLES = Counter("newsmon_articles_total", "Article events handled, by outcome "
+                   "(proposed, duplicate, dead_letter).", ["outcome"], registry=REGISTRY)
+BATCH_SIZE = Histogram("newsmon_batch_size", "Messages per classifier micro-batch.",
+                       buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=REGISTRY)
+BATCH_SECONDS = Histogram("newsmon_batch_seconds", "Wall time of a classifier micro-batch (seconds), by stage.",
+                          ["stage"], buckets=(.01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 120),
+                          registry=REGISTRY)
+PROPOSALS_PER_ARTICLE = Histogram("newsmon_proposals_per_article", "Labels proposed per article.",
+                                  buckets=(0, 1, 2, 3, 4, 5, 7, 10, 20), registry=REGISTRY)
+DEAD_LETTERS = Counter("newsmon_dead_letters_total", "Messages sent to a dead-letter topic, by source topic "
+                       "and reason class.", ["topic", "reason"], registry=REGISTRY)
+CONSUMER_LAG = Gauge("newsmon_consumer_lag", "Messages behind the high watermark, per topic and partition.",
+                     ["group", "topic", "partition"], registry=REGISTRY)
+DECISIONS = Counter("newsmon_decisions_total", "Moderator decisions handled, by outcome "
+                    "(applied, stale, dead_letter).", ["outcome"], registry=REGISTRY)
+LABEL_EVENTS = Counter("newsmon_label_events_total", "Label events applied, by action.", ["action"],
+                       registry=REGISTRY)
+DECISION_LATENCY = Histogram("newsmon_decision_to_memory_seconds", "From consuming a decision to the memory "
+                             "serving it (seconds).", buckets=(.001, .005, .01, .025, .05, .1, .25, .5, 1, 2),
+                             registry=REGISTRY)
+PAUSED = Gauge("newsmon_worker_paused", "1 while a worker is paused on a failing dependency.", ["worker"],
+               registry=REGISTRY)
+
+
+class Health:
+    """Liveness beats and readiness flags of the workers in this process."""
+
+    def __init__(self, stale_after_s: float = 120.0):
+        self.stale_after_s = stale_after_s
+        self._lock = threading.Lock()
+        self._beats: dict[str, float] = {}
+        self._ready: dict[str, str | None] = {}
+
+    def register(self, worker: str) -> None:
+        with self._lock:
+            self._beats[worker] = time.monotonic()
+            self._ready[worker] = "starting"
+
+    def beat(self, worker: str) -> None:
+        with self._lock:
+            self._beats[worker] = time.monotonic()
+
+    def set_ready(self, worker: str, not_ready_reason: str | None = None) -> None:
+        """``None`` = ready; a string = not ready, with the reason."""
+        with self._lock:
+            self._ready[worker] = not_ready_reason
+        PAUSED.labels(worker).set(0 if not_ready_reason is None else 1)
+
+    def unregister(self, worker: str) -> None:
+        with self._lock:
+            self._beats.pop(worker, None)
+            self._ready.pop(worker, None)
+
+    def live(self) -> tuple[bool, dict]:
+        now = time.monotonic()
+        with self._lock:
+            ages = {w: round(now - t, 1) for w, t in self._beats.items()}
+        return all(a < self.stale_after_s for a in ages.values()), {"beat_age_s": ages}
+
+    def ready(self) -> tuple[bool, dict]:
+        with self._lock:
+            state = dict(self._ready)
+        return bool(state) and all(v is None for v in state.values()), {"workers": {
+            w: "ready" if v is None else v for w, v in state.items()}}
+
+
+HEALTH = Health()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path.startswith("/metrics"):
+            body, status, ctype = generate_latest(REGISTRY), 200, CONTENT_TYPE_LATEST
+        elif self.path.startswith("/healthz"):
+            ok, info = HEALTH.live()
+            body, status, ctype = json.dumps(info).encode(), 200 if ok else 503, "application/json"
+        elif self.path.startswith("/readyz"):
+            ok, info = HEALTH.ready()
+            body, status, ctype = json.dumps(info).encode(), 200 if ok else 503, "application/json"
+        else:
+            body, status, ctype = b"not found\n", 404, "text/plain"
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:  # quiet
+        return
+
+
+def serve_http(host: str, port: int) -> ThreadingHTTPServer:
+    """Start the /metrics, /healthz, /readyz server in a daemon thread; returns it (``shutdown()`` to stop)."""
+    server = ThreadingHTTPServer((host, port), _Handler)
+    threading.Thread(target=server.serve_forever, name="newsmon-http", daemon=True).start()
+    return server
