@@ -12,6 +12,13 @@ from shared.cli import app
 runner = CliRunner()
 
 
+def _last_json_line(output: str) -> dict:
+    # progress bars share the captured stream (stderr mixed into output), so the JSON may follow one
+    lines = [x[x.index("{"):] for x in output.splitlines() if "{" in x]
+    assert lines, output
+    return json.loads(lines[-1])
+
+
 @pytest.fixture
 def cli_env(monkeypatch, newsmon_home, tmp_path):
     monkeypatch.setenv("NEWSMON_HOME", str(newsmon_home))
@@ -45,7 +52,7 @@ def test_eval_on_slice_writes_table_json_and_plot(cli_env, sentinews_slice):
 def test_memory_build_then_suggest_explains_with_neighbours(cli_env, sentinews_slice):
     res = runner.invoke(app, ["memory", "build", "--data", str(sentinews_slice)])
     assert res.exit_code == 0, res.output
-    built = json.loads(next(x for x in reversed(res.output.splitlines()) if x.startswith("{")))
+    built = _last_json_line(res.output)
     assert built["upserted"] == {"sl": 80} and built["memory_counts"] == {"sl": 80}
     # a memory article's own text: it is its own nearest neighbour, and its labels come back with it as support
     rows = [json.loads(x) for x in sentinews_slice.read_text(encoding="utf-8").splitlines()]
