@@ -114,7 +114,8 @@ class Classifier:
 
     The memory of language ``lang`` is the collection ``<prefix>_<lang>_<model version>`` (embedded engine
     under ``settings.memory_path`` or the Qdrant server at ``settings.memory.url``). An article whose language
-    has no collection is searched in every collection of this model version (cross-lingual retrieval).
+    has no labelled article yet is searched in every collection of this model version (cross-lingual
+    retrieval).
     """
 
     def __init__(self, settings: Settings, encoder=None, router: MemoryRouter | None = None):
@@ -173,7 +174,7 @@ class Classifier:
         from shared.memory import SearchFilter
 
         flt = SearchFilter(labelled=True, exclude_ids=tuple(exclude))
-        known = self.languages()
+        known = [lg for lg in self.languages() if self.memory(lg).count(SearchFilter(labelled=True)) > 0]
         rows: list = [[] for _ in langs]
         for lang in sorted({lg or "" for lg in langs}):
             idx = [i for i, lg in enumerate(langs) if (lg or "") == lang]

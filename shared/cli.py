@@ -216,6 +216,41 @@ def eval_cmd(
                   "f1_by_frequency.png")
 
 
+@app.command("worker")
+def worker_cmd(
+    role: Annotated[str, typer.Argument(help="classifier, memory-updater, or all (one process; embedded mode).")],
+) -> None:
+    """Run a production worker against the Kafka, Qdrant and Redis given by the settings, until SIGTERM."""
+    from workers.runtime import ROLES, run_until_signalled
+
+    s = _settings()
+    roles = ROLES if role == "all" else (role,)
+    if any(r not in ROLES for r in roles):
+        _fail(f"unknown role {role!r}; choose classifier, memory-updater or all")
+    if role != "all" and not s.memory.url:
+        err.print("[yellow]note:[/yellow] the embedded memory is locked by one process; run both roles with "
+                  "`newsmon worker all`, or set NEWSMON_MEMORY__URL to a Qdrant server")
+    run_until_signalled(s, roles)
+
+
+@app.command("demo")
+def demo_cmd(
+    data: Annotated[Optional[Path], typer.Option(help="Corpus folder or JSONL (default: NEWSMON_DATA).")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Stream only the first N test articles.")] = None,
+    show: Annotated[int, typer.Option(help="Print this many proposals in full.")] = 15,
+) -> None:
+    """The main job on the embedded defaults: Tansu broker, embedded Qdrant, both workers, test articles in,
+    proposals out, gold labels replayed as moderator decisions, metrics of the streamed proposals."""
+    from workers.demo import run_demo
+
+    s = _settings(data=data)
+    s.worker.http_port = None
+    try:
+        run_demo(s, s.data, limit=limit, show=show)
+    except (FileNotFoundError, RuntimeError) as exc:
+        _fail(str(exc), 1)
+
+
 def main() -> None:  # pragma: no cover
     app()
 

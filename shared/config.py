@@ -78,15 +78,23 @@ class KafkaSettings(BaseModel):
     topic_label_events: str = Field("label-events", description="LabelEvent input (key = label).")
     classifier_group: str = Field("newsmon-classifier", description="Consumer group of the classifier workers.")
     updater_group: str = Field("newsmon-memory-updater", description="Consumer group of the memory updater.")
+    create_topics: bool = Field(True, description="Create missing topics (and their .dlq) at start-up.")
+    topic_partitions: int = Field(6, ge=1, description="Partitions of topics created at start-up; the number of "
+                                  "classifier replicas that can share the work.")
     session_timeout_ms: int = Field(45000, ge=1000, description="Consumer session.timeout.ms.")
     max_poll_interval_ms: int = Field(
         300000, ge=10000, description="Consumer max.poll.interval.ms; a batch (embed + search + produce) must "
         "finish well inside it: keep batch_max_messages x seconds per article far below.")
 
+    def all_topics(self) -> list[str]:
+        """Every topic newsmon reads or writes, dead-letter topics included."""
+        base = [self.topic_articles, self.topic_proposals, self.topic_decisions, self.topic_label_events]
+        return base + [f"{t}.dlq" for t in (self.topic_articles, self.topic_decisions, self.topic_label_events)]
+
     def client_config(self) -> dict[str, str]:
         """librdkafka options shared by consumers and producers (bootstrap, security, pass-through)."""
         conf: dict[str, str] = {"bootstrap.servers": self.bootstrap_servers,
-                                "security.protocol": self.security_protocol}
+                                "security.protocol": self.security_protocol, "log.connection.close": "false"}
         if self.sasl_mechanism:
             conf["sasl.mechanism"] = self.sasl_mechanism
         if self.sasl_username:
@@ -109,7 +117,7 @@ class WorkerSettings(BaseModel):
     max_text_chars: int = Field(200_000, ge=100, description="Article text beyond this is cut before embedding.")
     retry_attempts: int = Field(3, ge=1, description="Tries of a failing memory/model call before pausing.")
     pause_backoff_s: float = Field(2.0, gt=0, description="Wait between recovery probes while paused (seconds).")
-    dedup_threshold: float = Field(0.7, gt=0, le=1, description="Estimated Jaccard for a near-copy.")
+    dedup_threshold: float = Field(0.6, gt=0, le=1, description="Estimated Jaccard for a near-copy.")
     redis_url: str | None = Field(None, description="Redis for the shared near-duplicate LSH and label registry; "
                                   "unset = in-process (embedded mode).")
     http_port: int | None = Field(8000, description="Port of /metrics, /healthz, /readyz; unset = off.")

@@ -1,0 +1,195 @@
+"""Kafka building blocks shared by the workers: clients, delivery tracking, dead letters, committing.
+
+Delivery guarantee: at-least-once. A consumed message's offset is committed only after everything it
+produced (its proposal, or its dead letter) was acknowledged by the broker (delivery report). The producer
+is idempotent (``enable.idempotence=true``, ``acks=all``), so retries inside the client never duplicate; a
+crash between produce and commit can repeat a proposal downstream, always with the same key.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import structlog
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from schemas.events import dead_letter_headers, dead_letter_topic
+from shared.config import Settings
+from workers.observability import CONSUMER_LAG, DEAD_LETTERS
+
+log = structlog.get_logger(__name__)
+
+
+def make_consumer(settings: Settings, group: str, topics: list[str], client_id: str) -> Consumer:
+    """A consumer in ``group`` subscribed to ``topics``; offsets are committed explicitly by the worker.
+
+    Classic group protocol (KIP-848 is not used), ``auto.offset.reset=earliest`` so that a new group reads
+    the topic from the start, no auto commit.
+    """
+    k = settings.kafka
+    conf = {**k.client_config(), "group.id": group, "client.id": client_id,
+            "enable.auto.commit": False, "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest", "session.timeout.ms": k.session_timeout_ms,
+            "max.poll.interval.ms": k.max_poll_interval_ms, "fetch.max.bytes": 64 * 1024 * 1024,
+            "partition.assignment.strategy": "range,roundrobin"}
+    conf.update(k.client_options)
+    c = Consumer(conf)
+    c.subscribe(topics, on_assign=_on_assign(client_id), on_revoke=_on_revoke(client_id))
+    return c
+
+
+def _on_assign(client_id):
+    def cb(consumer, partitions):
+        log.info("partitions assigned", client=client_id, partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
+    return cb
+
+
+def _on_revoke(client_id):
+    def cb(consumer, partitions):
+        log.info("partitions revoked", client=client_id, partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
+    return cb
+
+
+def make_producer(settings: Settings, client_id: str) -> Producer:
+    """An idempotent producer (acks=all) that accepts messages up to 64 MiB (dead letters keep the original)."""
+    conf = {**settings.kafka.client_config(), "client.id": client_id, "enable.idempotence": True, "acks": "all",
+            "linger.ms": 5, "message.max.bytes": 64 * 1024 * 1024, "compression.type": "lz4"}
+    conf.update(settings.kafka.client_options)
+    return Producer(conf)
+
+
+@dataclass
+class Outbox:
+    """Tracks the delivery of what one consumed batch produced, per source message.
+
+    ``produce(src, topic, key, value, headers)`` produces and remembers which source message it belongs to;
+    ``done(src)`` marks a source message as fully handled (all its outputs produced); ``wait()`` flushes;
+    ``acknowledged(src)`` is true once a message is done and every output of it was acknowledged.
+    """
+
+    producer: Producer
+    pending: dict = field(default_factory=dict)   # (topic, partition, offset) -> outstanding count
+    failed: dict = field(default_factory=dict)    # (topic, partition, offset) -> error text
+    handled: set = field(default_factory=set)     # (topic, partition, offset) fully handled
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @staticmethod
+    def key_of(msg: Message) -> tuple[str, int, int]:
+        return msg.topic(), msg.partition(), msg.offset()
+
+    def produce(self, src: Message, topic: str, key: bytes | None, value: bytes, headers=None) -> None:
+        k = self.key_of(src)
+        with self._lock:
+            self.pending[k] = self.pending.get(k, 0) + 1
+
+        def on_delivery(err, _msg, k=k):
+            with self._lock:
+                self.pending[k] -= 1
+                if err is not None:
+                    self.failed[k] = str(err)
+        while True:
+            try:
+                self.producer.produce(topic, key=key, value=value, headers=headers, on_delivery=on_delivery)
+                break
+            except BufferError:  # local queue full: serve delivery reports, then try again
+                self.producer.poll(0.5)
+
+    def done(self, src: Message) -> None:
+        """``src`` needs nothing more: its outputs (if any) are produced."""
+        with self._lock:
+            self.handled.add(self.key_of(src))
+
+    def wait(self, timeout_s: float = 60.0) -> None:
+        """Flush; afterwards every output has a delivery report or is counted as failed."""
+        remaining = self.producer.flush(timeout_s)
+        if remaining:
+            with self._lock:
+                for k, n in self.pending.items():
+                    if n > 0:
+                        self.failed.setdefault(k, f"not acknowledged within {timeout_s} s")
+
+    def acknowledged(self, msg: Message) -> bool:
+        k = self.key_of(msg)
+        with self._lock:
+            return k in self.handled and k not in self.failed and self.pending.get(k, 0) <= 0
+
+
+def dead_letter(outbox: Outbox, msg: Message, reason: str, worker: str) -> None:
+    """Send the original bytes of ``msg`` untouched to ``<topic>.dlq`` with the reason in headers."""
+    headers = dead_letter_headers(reason, worker, msg.topic(), msg.partition(), msg.offset())
+    outbox.produce(msg, dead_letter_topic(msg.topic()), msg.key(), msg.value() or b"", headers)
+    outbox.done(msg)
+    DEAD_LETTERS.labels(msg.topic(), reason.split(":")[0][:40]).inc()
+    log.warning("dead letter", topic=msg.topic(), partition=msg.partition(), offset=msg.offset(),
+                reason=reason[:300], worker=worker)
+
+
+def commit_acknowledged(consumer: Consumer, batch: Iterable[Message], outbox: Outbox) -> list[TopicPartition]:
+    """Commit, per partition, up to the first message whose outputs were not all acknowledged, and seek back
+    to that message so it is consumed again. Returns the partitions rewound (empty when all went through).
+
+    Raises:
+        confluent_kafka.KafkaException: the commit failed (nothing is lost: the batch will be redelivered).
+    """
+    by_tp: dict[tuple[str, int], list[Message]] = {}
+    for m in batch:
+        by_tp.setdefault((m.topic(), m.partition()), []).append(m)
+    commits, rewind = [], []
+    for (topic, part), msgs in by_tp.items():
+        msgs.sort(key=lambda m: m.offset())
+        next_offset = msgs[0].offset()
+        for m in msgs:
+            if not outbox.acknowledged(m):
+                rewind.append(TopicPartition(topic, part, m.offset()))
+                break
+            next_offset = m.offset() + 1
+        if next_offset > msgs[0].offset():
+            commits.append(TopicPartition(topic, part, next_offset))
+    if commits:
+        consumer.commit(offsets=commits, asynchronous=False)
+    for tp in rewind:
+        log.warning("delivery failed, rewinding", topic=tp.topic, partition=tp.partition, offset=tp.offset,
+                    error=outbox.failed.get((tp.topic, tp.partition, tp.offset)))
+        consumer.seek(tp)
+    return rewind
+
+
+def rewind_to(consumer: Consumer, batch: Iterable[Message]) -> None:
+    """Seek every partition of ``batch`` back to its first message (the batch will be consumed again)."""
+    first: dict[tuple[str, int], int] = {}
+    for m in batch:
+        k = (m.topic(), m.partition())
+        first[k] = min(first.get(k, m.offset()), m.offset())
+    for (topic, part), off in first.items():
+        try:
+            consumer.seek(TopicPartition(topic, part, off))
+        except Exception as exc:  # noqa: BLE001 - partition revoked meanwhile: its new owner re-reads it
+            log.info("seek skipped", topic=topic, partition=part, reason=str(exc))
+
+
+def record_lag(consumer: Consumer, group: str) -> None:
+    """Update the consumer-lag gauge of the assigned partitions (high watermark - position)."""
+    try:
+        assigned = consumer.assignment()
+        if not assigned:
+            return
+        for tp in consumer.position(assigned):
+            lo, hi = consumer.get_watermark_offsets(tp, timeout=1.0, cached=False)
+            pos = tp.offset if tp.offset >= 0 else lo
+            CONSUMER_LAG.labels(group, tp.topic, str(tp.partition)).set(max(0, hi - pos))
+    except Exception as exc:  # noqa: BLE001 - metrics never stop the worker
+        log.debug("lag not recorded", error=str(exc))
+
+
+def real_messages(msgs: list[Message]) -> list[Message]:
+    """Drop partition-EOF events; log other consumer errors (librdkafka retries them itself)."""
+    out = []
+    for m in msgs:
+        err = m.error()
+        if err is None:
+            out.append(m)
+        elif err.code() != KafkaError._PARTITION_EOF:
+            log.warning("consumer error", error=str(err))
+    return out

@@ -1,0 +1,125 @@
+"""Wiring: build the workers from settings, run them in threads of one process, stop them on SIGTERM.
+
+Embedded mode (no ``memory.url``): both workers must share one process, since the embedded Qdrant engine
+locks its directory; they also share one near-duplicate index and label registry unless ``worker.redis_url``
+is set. Production runs one process per role against a Qdrant server and Redis.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import dataclass, field
+
+import structlog
+
+from shared.config import Settings
+
+log = structlog.get_logger(__name__)
+
+ROLES = ("classifier", "memory-updater")
+
+
+@dataclass
+class Runtime:
+    """The workers of one process and what they share."""
+
+    settings: Settings
+    workers: list = field(default_factory=list)
+    classifier: object | None = None
+    router: object | None = None
+    registry: object | None = None
+    dedup: object | None = None
+    threads: list = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    http: object | None = None
+
+    def start(self) -> "Runtime":
+        """Start every worker in its own thread (and the HTTP endpoint when ``worker.http_port`` is set)."""
+        from shared.broker import ensure_topics
+        from workers.observability import serve_http
+
+        k = self.settings.kafka
+        if k.create_topics:
+            ensure_topics(k.client_config(), k.all_topics(), partitions=k.topic_partitions)
+        if self.settings.worker.http_port is not None and self.http is None:
+            self.http = serve_http(self.settings.worker.http_host, self.settings.worker.http_port)
+        for w in self.workers:
+            t = threading.Thread(target=self._run_one, args=(w,), name=f"newsmon-{w.name}", daemon=True)
+            t.start()
+            self.threads.append(t)
+        return self
+
+    def _run_one(self, worker) -> None:
+        try:
+            worker.run(self.stop)
+        except Exception:  # noqa: BLE001
+            log.exception("worker crashed", worker=worker.name)
+            self.stop.set()
+
+    def wait(self) -> None:
+        """Block until the workers end (after ``stop`` is set, each finishes and commits its batch)."""
+        while any(t.is_alive() for t in self.threads):
+            for t in self.threads:
+                t.join(0.5)
+
+    def close(self) -> None:
+        """Stop the workers, wait for them, release the memory, encoder and HTTP endpoint."""
+        self.stop.set()
+        self.wait()
+        if self.http is not None:
+            self.http.shutdown()
+            self.http = None
+        if self.classifier is not None:
+            self.classifier.close()
+        elif self.router is not None:
+            self.router.close()
+
+
+def build_runtime(settings: Settings, roles=ROLES, classifier=None) -> Runtime:
+    """Create the shared objects and the workers of ``roles``.
+
+    Args:
+        classifier: an already loaded :class:`shared.classifier.Classifier` to share (the demo builds the
+            memory with it first).
+    """
+    from shared.classifier import Classifier, MemoryRouter, model_identity
+    from shared.dedup import NearDuplicateIndex
+    from workers.classifier import ClassifierWorker
+    from workers.labels import open_registry
+    from workers.memory_updater import MemoryUpdaterWorker
+
+    unknown = set(roles) - set(ROLES)
+    if unknown:
+        raise ValueError(f"unknown worker roles {sorted(unknown)}; choose from {', '.join(ROLES)}")
+    w = settings.worker
+    rt = Runtime(settings)
+    rt.registry = open_registry(w.redis_url)
+    if "classifier" in roles:
+        rt.classifier = classifier or Classifier(settings)
+        rt.router = rt.classifier.router
+        rt.dedup = NearDuplicateIndex(threshold=w.dedup_threshold, redis_url=w.redis_url)
+        rt.workers.append(ClassifierWorker(settings, rt.classifier, rt.dedup, rt.registry))
+    else:
+        version, dim = model_identity(settings)
+        rt.router = MemoryRouter(settings, version, dim)
+    if "memory-updater" in roles:
+        rt.workers.append(MemoryUpdaterWorker(settings, rt.router, rt.registry))
+    return rt
+
+
+def run_until_signalled(settings: Settings, roles=ROLES) -> None:
+    """Production entry point: run ``roles`` until SIGTERM / SIGINT, then finish the batch, commit, close."""
+    rt = build_runtime(settings, roles)
+
+    def on_signal(signum, _frame):
+        log.info("signal received: finishing the batch in progress", signal=signal.Signals(signum).name)
+        rt.stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    rt.start()
+    try:
+        rt.wait()
+    finally:
+        rt.close()
