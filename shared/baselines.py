@@ -22,7 +22,7 @@ from sklearn.svm import LinearSVC
 
 @dataclass
 class TfidfOneVsAll:
-    """TF-IDF + one-vs-all ``svm`` (LinearSVC, C=1) or ``logreg`` (LogisticRegression, liblinear, C=10).
+    """TF-IDF + one-vs-all ``svm`` (LinearSVC, C=1) or ``logreg`` (LogisticRegression, liblinear dual, C=10).
 
     Labels seen in no training article cannot be predicted (their columns score -1e9 / 0).
     """
@@ -42,7 +42,7 @@ class TfidfOneVsAll:
         if self.kind == "svm":
             base = LinearSVC(C=1.0)
         else:
-            base = LogisticRegression(C=10.0, solver="liblinear", max_iter=200)
+            base = LogisticRegression(C=10.0, solver="liblinear", dual=True, max_iter=200)  # dual: 10x faster here
         # threads, not processes: liblinear releases the GIL, and joblib's process pool hands the workers
         # read-only memory-mapped inputs that liblinear cannot use ("WRITEBACKIFCOPY base is read-only")
         with parallel_config(backend="threading", n_jobs=self.n_jobs):

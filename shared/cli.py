@@ -56,7 +56,9 @@ def _fail(msg: str, code: int = 2) -> None:
 @app.command("settings")
 def show_settings() -> None:
     """Print the effective settings (environment + defaults) as JSON."""
-    print(_settings().model_dump_json(indent=2))
+    s = _settings()
+    s.memory.path = s.memory_path  # show the effective directory
+    print(s.model_dump_json(indent=2))
 
 
 @model_app.command("import-e5-small")
@@ -145,8 +147,11 @@ def suggest(
     s = _settings(rae__top_k=top_k, rae__tau=tau, rae__threshold=threshold)
     clf = Classifier(s)
     try:
-        if not clf.languages():
+        known = clf.languages()
+        if not known:
             _fail("the knowledge memory is empty for this model: run `newsmon memory build` first")
+        if lang and lang not in known:
+            err.print(f"[yellow]note:[/yellow] no {lang!r} memory; searching {', '.join(known)} (cross-lingual)")
         t0 = time.perf_counter()
         proposals, _ = clf.propose([text], [lang])
         ms = 1000 * (time.perf_counter() - t0)

@@ -120,6 +120,7 @@ class WorkerSettings(BaseModel):
     dedup_threshold: float = Field(0.6, gt=0, le=1, description="Estimated Jaccard for a near-copy.")
     redis_url: str | None = Field(None, description="Redis for the shared near-duplicate LSH and label registry; "
                                   "unset = in-process (embedded mode).")
+    redis_namespace: str = Field("newsmon", description="Prefix of the Redis keys (<ns>:dedup, <ns>:labels).")
     http_port: int | None = Field(8000, description="Port of /metrics, /healthz, /readyz; unset = off.")
     http_host: str = Field("0.0.0.0", description="Bind address of the HTTP endpoint.")
 

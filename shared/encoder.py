@@ -143,6 +143,7 @@ class Encoder:
         self.dim = int(config.hidden_size)
         self.model_id = model_fingerprint(self.name_or_path)
         self._torch = torch
+        self._lock = threading.Lock()  # a fast tokenizer must not be used by two threads at once
         self.cache = EmbeddingCache(home / "embeddings.sqlite") if self.settings.cache else None
 
     def space(self, role: Role) -> str:
@@ -187,6 +188,10 @@ class Encoder:
         """Forward passes over length-sorted batches; ``(n, d)`` float32 normalised."""
         from tqdm import tqdm
 
+        with self._lock:
+            return self._embed_locked(texts, progress)
+
+    def _embed_locked(self, texts: list[str], progress: bool) -> np.ndarray:
         torch = self._torch
         lengths = [len(t) for t in texts]
         order = np.argsort(lengths)[::-1]  # longest first: the slowest batch shows up early

@@ -228,6 +228,8 @@ def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: i
         from shared.baselines import TfidfOneVsAll
 
         t0 = time.perf_counter()
+        if progress:
+            log.info(f"fitting TF-IDF + {kind}: one classifier per training label", labels=n_train_labels)
         model = TfidfOneVsAll(kind=kind).fit([a.text for a in train], Y_train)
         sc = model.scores([a.text for a in test])
         pred = sc > model.threshold

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.metrics import accuracy_score, ndcg_score, precision_recall_fscore_support
+from sklearn.metrics import ndcg_score
 
 FREQUENT_MIN = 500
 RARE_MAX = 10
@@ -41,8 +41,22 @@ def label_groups(train_counts: np.ndarray) -> dict[str, np.ndarray]:
     return {"all": cols, "frequent": cols[train_counts >= FREQUENT_MIN], "rare": cols[train_counts <= RARE_MAX]}
 
 
+def _prf(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Precision, recall, F1 from counts (0 where undefined, as scikit-learn's ``zero_division=0``)."""
+    tp, fp, fn = (np.asarray(x, dtype=np.float64) for x in (tp, fp, fn))
+    p = np.divide(tp, tp + fp, out=np.zeros_like(tp), where=(tp + fp) > 0)
+    r = np.divide(tp, tp + fn, out=np.zeros_like(tp), where=(tp + fn) > 0)
+    f = np.divide(2 * tp, 2 * tp + fp + fn, out=np.zeros_like(tp), where=(2 * tp + fp + fn) > 0)
+    return p, r, f
+
+
 def classification_metrics(Y_true, Y_pred, columns: np.ndarray | None = None) -> dict[str, float]:
     """Micro/macro precision, recall, F1 and subset accuracy over the given label columns.
+
+    Computed from per-label true/false positive counts, which equals scikit-learn's
+    ``precision_recall_fscore_support(average="micro" | "macro", labels=used, zero_division=0)`` and
+    ``accuracy_score`` on multi-label indicators (tested against them), and stays correct for a single label
+    column (which scikit-learn would read as a binary problem and score the negative class too).
 
     Args:
         Y_true, Y_pred: ``(n, L)`` 0/1 (dense or sparse).
@@ -59,18 +73,18 @@ def classification_metrics(Y_true, Y_pred, columns: np.ndarray | None = None) ->
     out = dict.fromkeys(("uF1", "uP", "uR", "F1", "P", "R", "Acc"), float("nan"))
     used = np.flatnonzero(Yt.any(axis=0) | Yp.any(axis=0))
     out["n_labels"] = int(len(used))
-    if columns is None:
-        rows = np.arange(Yt.shape[0])
-    else:
-        rows = np.flatnonzero(Yt.any(axis=1))
+    rows = np.arange(Yt.shape[0]) if columns is None else np.flatnonzero(Yt.any(axis=1))
     out["n_articles"] = int(len(rows))
     if len(used) == 0 or len(rows) == 0:
         return out
-    p, r, f, _ = precision_recall_fscore_support(Yt, Yp, average="micro", zero_division=0)
+    tp = (Yt & Yp).sum(axis=0)[used]
+    fp = (~Yt & Yp).sum(axis=0)[used]
+    fn = (Yt & ~Yp).sum(axis=0)[used]
+    p, r, f = _prf(tp.sum(), fp.sum(), fn.sum())
     out.update(uP=float(p), uR=float(r), uF1=float(f))
-    p, r, f, _ = precision_recall_fscore_support(Yt, Yp, average="macro", labels=used, zero_division=0)
-    out.update(P=float(p), R=float(r), F1=float(f))
-    out["Acc"] = float(accuracy_score(Yt[rows], Yp[rows]))
+    p, r, f = _prf(tp, fp, fn)
+    out.update(P=float(p.mean()), R=float(r.mean()), F1=float(f.mean()))
+    out["Acc"] = float((Yt[rows] == Yp[rows]).all(axis=1).mean())
     return out
 
 
@@ -107,23 +121,18 @@ def evaluate(Y_true, Y_pred, scores: np.ndarray | None, train_counts: np.ndarray
     return out
 
 
-def f1_by_frequency(Y_true, Y_pred, train_counts: np.ndarray,
-                    edges: Sequence[int] = (0, 1, 5, 10, 50, 100, 500)) -> list[dict]:
-    """Macro-F1 per bucket of training frequency: buckets ``(edges[i], edges[i+1]]`` and ``> edges[-1]``."""
-    Yt = _dense(Y_true).astype(bool)
-    Yp = _dense(Y_pred).astype(bool)
-    bounds = list(edges) + [np.inf]
+#: Buckets of training occurrences for :func:`f1_by_frequency` (inclusive bounds; the last is "frequent").
+FREQUENCY_BUCKETS = ((0, 1), (2, 5), (6, RARE_MAX), (RARE_MAX + 1, 50), (51, 100), (101, FREQUENT_MIN - 1),
+                     (FREQUENT_MIN, None))
+
+
+def f1_by_frequency(Y_true, Y_pred, train_counts: np.ndarray) -> list[dict]:
+    """Macro-F1 per bucket of training occurrences (:data:`FREQUENCY_BUCKETS`, inclusive bounds), over the
+    labels of the bucket that occur in the gold labels or the predictions."""
     out = []
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        cols = np.flatnonzero((train_counts > lo) & (train_counts <= hi)) if lo > 0 else \
-            np.flatnonzero(train_counts <= hi)
-        name = f"{int(lo) + 1}-{int(hi)}" if np.isfinite(hi) else f">{int(lo)}"
-        if lo == 0:
-            name = f"0-{int(hi)}"
-        used = cols[(Yt[:, cols].any(axis=0) | Yp[:, cols].any(axis=0))] if len(cols) else cols
-        if len(used) == 0:
-            out.append({"bucket": name, "F1": float("nan"), "n_labels": 0})
-            continue
-        _, _, f, _ = precision_recall_fscore_support(Yt, Yp, average="macro", labels=used, zero_division=0)
-        out.append({"bucket": name, "F1": float(f), "n_labels": int(len(used))})
+    for lo, hi in FREQUENCY_BUCKETS:
+        name = f"≥{lo}" if hi is None else f"{lo}-{hi}"
+        cols = np.flatnonzero((train_counts >= lo) & (train_counts <= (np.inf if hi is None else hi)))
+        m = classification_metrics(Y_true, Y_pred, cols) if len(cols) else {"F1": float("nan"), "n_labels": 0}
+        out.append({"bucket": name, "F1": m["F1"], "n_labels": m["n_labels"]})
     return out

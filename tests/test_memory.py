@@ -364,6 +364,7 @@ def test_open_memory_without_url_is_edge(tmp_path):
     mem.close()
 
 
+@pytest.mark.filterwarnings("ignore:Failed to obtain server version")
 def test_open_memory_unreachable_server_is_unavailable(tmp_path):
     # Port 9 (discard) on localhost: nothing listens, connection refused at once.
     with pytest.raises(MemoryUnavailableError):

@@ -28,6 +28,7 @@ def test_micro_macro_and_subset_accuracy_match_sklearn(random_case):
     used = list(range(11))
     assert m["F1"] == pytest.approx(f1_score(Y, Z, average="macro", labels=used, zero_division=0))
     assert m["P"] == pytest.approx(precision_score(Y, Z, average="macro", labels=used, zero_division=0))
+    assert m["R"] == pytest.approx(recall_score(Y, Z, average="macro", labels=used, zero_division=0))
     assert m["Acc"] == pytest.approx(accuracy_score(Y, Z))
     assert m["n_labels"] == 11
 
@@ -56,8 +57,21 @@ def test_precision_at_k_and_ndcg():
 
 def test_f1_by_frequency_buckets(random_case):
     Y, Z = random_case
-    counts = np.array([0, 1, 2, 5, 8, 20, 60, 200, 700, 3, 4, 0])
+    counts = np.array([0, 1, 2, 5, 8, 20, 60, 200, 500, 3, 4, 0])
     rows = f1_by_frequency(Y, Z, counts)
-    assert [r["bucket"] for r in rows] == ["0-1", "2-5", "6-10", "11-50", "51-100", "101-500", ">500"]
+    assert [r["bucket"] for r in rows] == ["0-1", "2-5", "6-10", "11-50", "51-100", "101-499", "≥500"]
     cols = [0, 1]  # the "0-1" bucket; column 11 occurs nowhere
     assert rows[0]["F1"] == pytest.approx(f1_score(Y, Z, average="macro", labels=cols, zero_division=0))
+    assert rows[-1]["n_labels"] == 1  # exactly 500 occurrences is frequent
+
+
+def test_single_label_group_is_not_scored_as_binary():
+    # one label column: gold 3 positives, predicted 2 of them plus 2 false positives
+    Y = np.array([[1], [1], [1], [0], [0], [0]])
+    Z = np.array([[1], [1], [0], [1], [1], [0]])
+    m = classification_metrics(Y, Z, np.array([0]))
+    assert m["uP"] == pytest.approx(2 / 4) and m["uR"] == pytest.approx(2 / 3)
+    assert m["uF1"] == pytest.approx(2 * 2 / (2 * 2 + 2 + 1))
+    assert m["F1"] == pytest.approx(m["uF1"]) and m["P"] == pytest.approx(0.5)
+    # group accuracy over the articles with a gold label in the group: 2 of 3 exact
+    assert m["Acc"] == pytest.approx(2 / 3)

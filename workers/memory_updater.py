@@ -49,6 +49,7 @@ class MemoryUpdaterWorker(BatchWorker):
         self.router = router
         self.registry = registry
         self.applied = 0
+        self.latencies_s: list[float] = []  # consume -> memory serving it, per applied decision (last 10k)
 
     def probe(self) -> bool:
         try:
@@ -79,7 +80,9 @@ class MemoryUpdaterWorker(BatchWorker):
                         DECISIONS.labels("dead_letter").inc()
                         continue
                     DECISIONS.labels(outcome).inc()
-                    DECISION_LATENCY.observe(time.perf_counter() - consumed)
+                    latency = time.perf_counter() - consumed
+                    DECISION_LATENCY.observe(latency)
+                    self.latencies_s = self.latencies_s[-9999:] + [latency]
             except InvalidEvent as exc:
                 dead_letter(outbox, m, str(exc.reason), self.instance)
                 continue

@@ -94,11 +94,12 @@ def build_runtime(settings: Settings, roles=ROLES, classifier=None) -> Runtime:
         raise ValueError(f"unknown worker roles {sorted(unknown)}; choose from {', '.join(ROLES)}")
     w = settings.worker
     rt = Runtime(settings)
-    rt.registry = open_registry(w.redis_url)
+    rt.registry = open_registry(w.redis_url, f"{w.redis_namespace}:labels")
     if "classifier" in roles:
         rt.classifier = classifier or Classifier(settings)
         rt.router = rt.classifier.router
-        rt.dedup = NearDuplicateIndex(threshold=w.dedup_threshold, redis_url=w.redis_url)
+        rt.dedup = NearDuplicateIndex(threshold=w.dedup_threshold, redis_url=w.redis_url,
+                                      namespace=f"{w.redis_namespace}:dedup")
         rt.workers.append(ClassifierWorker(settings, rt.classifier, rt.dedup, rt.registry))
     else:
         version, dim = model_identity(settings)
