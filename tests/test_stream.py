@@ -1,0 +1,411 @@
+"""Integration tests of the streaming workers against the real things: the Tansu broker process, the embedded
+Qdrant engine on a temp dir, real Redis on loopback, the real e5-small weights and real Slovene news."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from schemas.events import (LabelDecision, LabelEvent, LabelProposal, ModeratorDecision, dead_letter_topic,
+                            parse_event)
+from shared.broker import ensure_topics, free_port
+from shared.config import Settings
+from shared.data import load_corpus
+from shared.memory import MemoryUnavailableError
+from workers.demo import article_event
+from workers.observability import HEALTH
+from workers.runtime import build_runtime
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- helpers --------------------------------------------------------------------------------------------------
+def stream_settings(tansu, home: Path, tmp_path: Path, redis_url: str, **worker) -> Settings:
+    """Settings isolated per test: own topics, consumer groups, Redis namespace and memory directory."""
+    ns = uuid.uuid4().hex[:8]
+    s = Settings(home=home)
+    k = s.kafka
+    k.bootstrap_servers = tansu.bootstrap
+    k.topic_articles, k.topic_proposals = f"articles-{ns}", f"label-proposals-{ns}"
+    k.topic_decisions, k.topic_label_events = f"moderator-decisions-{ns}", f"label-events-{ns}"
+    k.classifier_group, k.updater_group = f"classifier-{ns}", f"updater-{ns}"
+    k.session_timeout_ms = 6000
+    k.topic_partitions = 2
+    s.worker.batch_max_ms = 200
+    s.worker.http_port = None
+    s.worker.redis_url = redis_url
+    s.worker.redis_namespace = f"newsmon-test-{ns}"
+    s.memory.path = tmp_path / "memory"
+    for key, value in worker.items():
+        setattr(s.worker, key, value)
+    ensure_topics(k.client_config(), k.all_topics(), partitions=2)
+    return s
+
+
+def publish(s: Settings, topic: str, items: list[tuple[bytes | None, bytes]]) -> None:
+    p = Producer({**s.kafka.client_config(), "enable.idempotence": True, "message.max.bytes": 64 * 1024 * 1024})
+    for key, value in items:
+        p.produce(topic, key=key, value=value)
+    assert p.flush(30) == 0
+
+
+def publish_articles(s: Settings, articles) -> None:
+    publish(s, s.kafka.topic_articles, [(e.kafka_key(), e.to_bytes()) for e in map(article_event, articles)])
+
+
+class Collector:
+    """Reads a topic in the background (its own consumer group) and keeps every message."""
+
+    def __init__(self, s: Settings, topic: str):
+        self.messages: list = []
+        self._stop = threading.Event()
+        self._c = Consumer({**s.kafka.client_config(), "group.id": f"collector-{uuid.uuid4().hex[:6]}",
+                            "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                            "enable.auto.commit": False})
+        self._c.subscribe([topic])
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            m = self._c.poll(0.2)
+            if m is not None and m.error() is None:
+                self.messages.append(m)
+        self._c.close()
+
+    def proposals(self) -> dict[str, list[LabelProposal]]:
+        out: dict[str, list[LabelProposal]] = {}
+        for m in list(self.messages):
+            p = parse_event(LabelProposal, m.value())
+            assert m.key() == p.article_id.encode()  # repeats only ever come with the same key
+            out.setdefault(p.article_id, []).append(p)
+        return out
+
+    def wait_for(self, pred, timeout_s: float, what: str):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if pred(self):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._t.join(10)
+
+
+def committed(s: Settings, group: str, topic: str, partitions: int = 2) -> list[int]:
+    c = Consumer({**s.kafka.client_config(), "group.id": group})
+    try:
+        return [tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)]
+    finally:
+        c.close()
+
+
+def end_offsets(s: Settings, topic: str, partitions: int = 2) -> list[int]:
+    c = Consumer({**s.kafka.client_config(), "group.id": "watermarks"})
+    try:
+        return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)]
+    finally:
+        c.close()
+
+
+def variant(a, new_id: str, frac: float = 0.4):
+    """The same story retold shorter (the first ``frac`` of the body's words): similar, not a near-copy."""
+    ev = article_event(a)
+    words = ev.body.split()
+    return ev.model_copy(update={"article_id": new_id, "body": " ".join(words[: max(10, int(len(words) * frac))])})
+
+
+@pytest.fixture(scope="module")
+def corpus(shared_data):
+    return load_corpus(shared_data / "sentinews_sl")
+
+
+@pytest.fixture
+def runtime_factory(tansu, newsmon_home, tmp_path, redis_url, encoder, corpus):
+    """Build the memory from 150 real train articles and start both workers in this process."""
+    from shared.classifier import Classifier
+
+    made = []
+
+    def make(memory_articles=None, **worker):
+        s = stream_settings(tansu, newsmon_home, tmp_path, redis_url, **worker)
+        clf = Classifier(s, encoder=encoder)
+        clf.add_articles(memory_articles if memory_articles is not None else corpus.split("train")[:150])
+        rt = build_runtime(s, classifier=clf)
+        made.append(rt)
+        return s, rt
+
+    yield make
+    for rt in made:
+        rt.stop.set()
+        rt.wait()
+        rt.router.close()  # the session encoder stays open for the other tests
+
+
+# -- tests ----------------------------------------------------------------------------------------------------
+def test_poison_inputs_dead_lettered_and_worker_carries_on(runtime_factory, corpus):
+    s, rt = runtime_factory()
+    rt.start()
+    good = corpus.split("test")[0]
+    ev = json.loads(article_event(good).to_bytes())
+    poison = {
+        b"bad-json": b'{"article_id": "x", "body": ',
+        b"no-body": json.dumps({k: v for k, v in ev.items() if k != "body"} | {"article_id": "no-body"}).encode(),
+        b"huge": json.dumps(ev | {"article_id": "huge", "body": "beseda " * 3_000_000}).encode(),  # ~21 MB
+        b"v2": json.dumps(ev | {"article_id": "v2", "schema_version": 2}).encode(),
+        b"empty": json.dumps(ev | {"article_id": "empty", "title": " ", "body": "  \n "}).encode(),
+    }
+    odd_script = ev | {"article_id": "odd-script", "title": "政府通过新的养老金改革法",
+                       "body": "政府今天通过了新的养老金改革法律草案。议会将在下个月投票。"}
+    dlq = Collector(s, dead_letter_topic(s.kafka.topic_articles))
+    out = Collector(s, s.kafka.topic_proposals)
+    try:
+        publish(s, s.kafka.topic_articles, list(poison.items()) + [
+            (b"odd-script", json.dumps(odd_script, ensure_ascii=False).encode()),
+            (good.id.encode(), article_event(good).to_bytes())])
+        out.wait_for(lambda c: {"odd-script", good.id} <= set(c.proposals()), 120, "the two valid proposals")
+        dlq.wait_for(lambda c: len(c.messages) >= len(poison), 60, "five dead letters")
+        letters = {m.key(): m for m in dlq.messages}
+        assert set(letters) == set(poison)
+        for key, m in letters.items():
+            assert m.value() == poison[key]  # the original bytes, untouched
+            headers = dict(m.headers())
+            assert headers["newsmon-worker"].startswith(b"classifier")
+            assert headers["newsmon-source-topic"] == s.kafka.topic_articles.encode()
+        reason = {k: dict(m.headers())["newsmon-error"].decode() for k, m in letters.items()}
+        assert "invalid JSON" in reason[b"bad-json"]
+        assert "body" in reason[b"no-body"]
+        assert "too large" in reason[b"huge"]
+        assert "unsupported schema_version 2" in reason[b"v2"]
+        assert "empty text" in reason[b"empty"]
+        # the worker is still alive and consuming: a later valid article is classified too
+        later = corpus.split("test")[1]
+        publish_articles(s, [later])
+        out.wait_for(lambda c: later.id in c.proposals(), 60, "a proposal after the poison")
+        assert all(t.is_alive() for t in rt.threads)
+    finally:
+        dlq.close()
+        out.close()
+
+
+def test_feedback_new_label_rename_and_retire(runtime_factory, corpus, encoder):
+    # Memory: 60 real articles. Then four real articles about the same story (the most similar group among the
+    # validation/test articles) that are not near-copies of each other.
+    memory = corpus.split("train")[:60]
+    pool = corpus.split("validation") + corpus.split("test")
+    P = encoder.encode([a.text for a in pool], role="query")
+    S = P @ P.T
+    np.fill_diagonal(S, -1)
+    anchor = int(np.argmax(np.sort(S, axis=1)[:, -3:].mean(axis=1)))
+    group = [pool[j] for j in np.argsort(-S[anchor])[:3]] + [pool[anchor]]
+    first3, fourth = group[:3], group[3]
+    # k = 3: a label confirmed on three articles can only win the softmax when k is small; with the research
+    # default k = 50 a brand-new label needs about half of the 50 neighbours (see the README)
+    s, rt = runtime_factory(memory)
+    s.rae.top_k = 3
+    rt.start()
+    out = Collector(s, s.kafka.topic_proposals)
+    updater = next(w for w in rt.workers if w.name == "memory-updater")
+    try:
+        publish_articles(s, first3)
+        out.wait_for(lambda c: {a.id for a in first3} <= set(c.proposals()), 120, "three proposals")
+        assert all(p[0].duplicate_of is None for p in out.proposals().values())
+        now = datetime.now(timezone.utc)
+        decisions = [ModeratorDecision(article_id=a.id, moderator="ana", decided_at=now, decisions=[
+            LabelDecision(label="client:lasko-takeover", action="added")]) for a in first3]
+        publish(s, s.kafka.topic_decisions, [(d.kafka_key(), d.to_bytes()) for d in decisions])
+        deadline = time.monotonic() + 30
+        while updater.applied < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert updater.applied == 3
+        assert max(updater.latencies_s) < 1.0  # consumed -> served by the memory within 1 s
+        publish_articles(s, [fourth])
+        out.wait_for(lambda c: fourth.id in c.proposals(), 60, "the fourth proposal")
+        p4 = out.proposals()[fourth.id][0]
+        labels = {x.label: x for x in p4.labels}
+        assert "client:lasko-takeover" in labels, p4
+        support = {n.article_id for n in labels["client:lasko-takeover"].neighbours}
+        assert support <= {a.id for a in first3} and support
+
+        # a later, older decision is ignored; the same decision twice leaves the same state
+        stale = ModeratorDecision(article_id=first3[0].id, moderator="bob", decided_at=now - timedelta(hours=1),
+                                  decisions=[LabelDecision(label="client:lasko-takeover", action="rejected")])
+        publish(s, s.kafka.topic_decisions, [(stale.kafka_key(), stale.to_bytes()),
+                                             (decisions[0].kafka_key(), decisions[0].to_bytes())])
+        # rename, then retire: the renamed label carries the history; the retired one never comes back
+        renamed = LabelEvent(action="renamed", label="client:lasko-takeover", new_label="client:pivovarna-lasko",
+                             occurred_at=now)
+        publish(s, s.kafka.topic_label_events, [(renamed.kafka_key(), renamed.to_bytes())])
+        deadline = time.monotonic() + 30
+        while "client:lasko-takeover" not in rt.registry.snapshot()[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        point = rt.router.find(first3[0].id)[1]
+        assert point.labels == ("client:lasko-takeover",)  # the stale rejection did not win
+        ev = variant(fourth, f"{fourth.id}-retold")
+        publish(s, s.kafka.topic_articles, [(ev.kafka_key(), ev.to_bytes())])
+        out.wait_for(lambda c: ev.article_id in c.proposals(), 60, "the renamed proposal")
+        p5 = out.proposals()[ev.article_id][0]
+        assert p5.duplicate_of is None  # found through retrieval, not as a near-copy
+        assert "client:pivovarna-lasko" in {x.label for x in p5.labels}
+        assert "client:lasko-takeover" not in {x.label for x in p5.labels}
+
+        retired = LabelEvent(action="retired", label="client:pivovarna-lasko", occurred_at=now)
+        publish(s, s.kafka.topic_label_events, [(retired.kafka_key(), retired.to_bytes())])
+        deadline = time.monotonic() + 30
+        while "client:pivovarna-lasko" not in rt.registry.snapshot()[1] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ids = []
+        for n, a in enumerate(group):
+            e = article_event(a).model_copy(update={"article_id": f"{a.id}-copy-{n}"})  # near-copies
+            r = variant(a, f"{a.id}-retold-{n}")  # and retellings
+            ids += [e.article_id, r.article_id]
+            publish(s, s.kafka.topic_articles, [(r.kafka_key(), r.to_bytes())])
+            publish(s, s.kafka.topic_articles, [(e.kafka_key(), e.to_bytes())])
+        out.wait_for(lambda c: set(ids) <= set(c.proposals()), 60, "proposals after the retirement")
+        for i in ids:
+            assert all(x.label != "client:pivovarna-lasko" for p in out.proposals()[i] for x in p.labels)
+    finally:
+        out.close()
+
+
+def test_memory_outage_pauses_commits_nothing_and_resumes(runtime_factory, corpus):
+    s, rt = runtime_factory(batch_max_messages=8)
+    lang = "sl"
+    real = rt.router.memory(lang)
+
+    class Outage:
+        """The knowledge memory becoming unreachable: every call raises what a Qdrant server outage raises."""
+
+        down = False
+
+        def __getattr__(self, name):
+            attr = getattr(real, name)
+            if callable(attr) and Outage.down:
+                def fail(*a, **k):
+                    raise MemoryUnavailableError("connection refused (memory outage)")
+                return fail
+            return attr
+
+    rt.router._memories[lang] = Outage()
+    rt.start()
+    out = Collector(s, s.kafka.topic_proposals)
+    try:
+        warm = corpus.split("test")[:4]
+        publish_articles(s, warm)
+        out.wait_for(lambda c: {a.id for a in warm} <= set(c.proposals()), 120, "proposals before the outage")
+        time.sleep(1.0)
+        before = committed(s, s.kafka.classifier_group, s.kafka.topic_articles)
+        Outage.down = True
+        batch = corpus.split("test")[4:24]
+        publish_articles(s, batch)
+        t_down = time.monotonic()
+        time.sleep(5)
+        assert HEALTH.ready()[0] is False and "paused" in json.dumps(HEALTH.ready()[1])
+        while time.monotonic() - t_down < 30:
+            assert committed(s, s.kafka.classifier_group, s.kafka.topic_articles) == before
+            assert not ({a.id for a in batch} & set(out.proposals()))
+            time.sleep(3)
+        Outage.down = False
+        out.wait_for(lambda c: {a.id for a in batch} <= set(c.proposals()), 120, "every article after the outage")
+        time.sleep(1.0)
+        assert committed(s, s.kafka.classifier_group, s.kafka.topic_articles) == \
+            end_offsets(s, s.kafka.topic_articles)
+        assert HEALTH.ready()[0] is True
+    finally:
+        out.close()
+
+
+def test_rebalance_second_classifier_joins_mid_stream(runtime_factory, corpus):
+    from workers.classifier import ClassifierWorker
+
+    s, rt = runtime_factory(batch_max_messages=4)
+    rt.start()
+    out = Collector(s, s.kafka.topic_proposals)
+    articles = corpus.split("train")[150:270]
+    try:
+        publish_articles(s, articles)
+        out.wait_for(lambda c: len(c.proposals()) >= 12, 120, "the first proposals")
+        second = ClassifierWorker(s, rt.classifier, rt.dedup, rt.registry, instance="classifier-second")
+        t = threading.Thread(target=second.run, args=(rt.stop,), daemon=True)
+        t.start()
+        rt.threads.append(t)
+        out.wait_for(lambda c: {a.id for a in articles} <= set(c.proposals()), 300, "every article")
+        assert second.batches > 0  # the second member got partitions and did work
+        time.sleep(1.0)
+        assert committed(s, s.kafka.classifier_group, s.kafka.topic_articles) == \
+            end_offsets(s, s.kafka.topic_articles)
+    finally:
+        out.close()
+
+
+def test_sigkill_mid_batch_and_restart_loses_nothing(tansu, newsmon_home, tmp_path, redis_url, corpus, encoder):
+    """1,000 real articles in, a proposal for every one out, while the classifier process is SIGKILLed
+    mid-batch and restarted; repeats only with the same key. Also checks /metrics, /healthz and /readyz."""
+    from shared.classifier import Classifier
+
+    s = stream_settings(tansu, newsmon_home, tmp_path, redis_url, batch_max_messages=32)
+    s.encoder.max_length = 128  # keeps 1,000 articles quick on 2 cores
+    train = corpus.split("train")
+    clf = Classifier(s)
+    clf.add_articles(train[:300])
+    clf.close()  # releases the embedded memory for the worker process
+    stream = (train[300:] + corpus.split("validation") + corpus.split("test"))[:1000]
+    port = free_port()
+    env = {**os.environ, "NEWSMON_HOME": str(newsmon_home), "NEWSMON_MEMORY__PATH": str(s.memory.path),
+           "NEWSMON_ENCODER__MAX_LENGTH": "128", "NEWSMON_KAFKA__BOOTSTRAP_SERVERS": s.kafka.bootstrap_servers,
+           "NEWSMON_KAFKA__TOPIC_ARTICLES": s.kafka.topic_articles,
+           "NEWSMON_KAFKA__TOPIC_PROPOSALS": s.kafka.topic_proposals,
+           "NEWSMON_KAFKA__TOPIC_DECISIONS": s.kafka.topic_decisions,
+           "NEWSMON_KAFKA__TOPIC_LABEL_EVENTS": s.kafka.topic_label_events,
+           "NEWSMON_KAFKA__CLASSIFIER_GROUP": s.kafka.classifier_group,
+           "NEWSMON_KAFKA__SESSION_TIMEOUT_MS": "6000", "NEWSMON_WORKER__BATCH_MAX_MESSAGES": "32",
+           "NEWSMON_WORKER__REDIS_URL": redis_url, "NEWSMON_WORKER__REDIS_NAMESPACE": s.worker.redis_namespace,
+           "NEWSMON_WORKER__HTTP_PORT": str(port), "NEWSMON_WORKER__HTTP_HOST": "127.0.0.1",
+           "NEWSMON_LOG_FORMAT": "json"}
+    cmd = [sys.executable, "-m", "shared.cli", "worker", "classifier"]
+    log1 = open(tmp_path / "worker1.log", "wb")
+    out = Collector(s, s.kafka.topic_proposals)
+    try:
+        publish_articles(s, stream)
+        w1 = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=log1, stderr=subprocess.STDOUT)
+        out.wait_for(lambda c: len(c.messages) >= 100, 300, "100 proposals from the first worker")
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert 'newsmon_articles_total{outcome="proposed"}' in metrics and "newsmon_batch_seconds" in metrics
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).status == 200
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status == 200
+        w1.send_signal(signal.SIGKILL)  # mid-batch: it is busy with the next batch of 32
+        w1.wait(30)
+        seen_at_kill = len(out.proposals())
+        assert seen_at_kill < len(stream)
+        log2 = open(tmp_path / "worker2.log", "wb")
+        w2 = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=log2, stderr=subprocess.STDOUT)
+        out.wait_for(lambda c: len(c.proposals()) >= len(stream), 600, "a proposal for every article")
+        w2.send_signal(signal.SIGTERM)  # graceful: finish the batch, commit, close
+        assert w2.wait(60) == 0
+        props = out.proposals()
+        assert set(props) == {a.id for a in stream}
+        repeats = sum(len(v) - 1 for v in props.values())
+        print(f"\n1000 articles: {seen_at_kill} proposals before SIGKILL, {repeats} repeated after the restart")
+        assert committed(s, s.kafka.classifier_group, s.kafka.topic_articles) == \
+            end_offsets(s, s.kafka.topic_articles)
+    finally:
+        out.close()
+        for p in ("w1", "w2"):
+            proc = locals().get(p)
+            if proc is not None and proc.poll() is None:
+                proc.kill()
