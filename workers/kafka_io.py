@@ -150,7 +150,7 @@ def commit_acknowledged(consumer: Consumer, batch: Iterable[Message], outbox: Ou
     if commits:
         consumer.commit(offsets=commits, asynchronous=False)
     for tp in rewind:
-        log.warning("delivery failed, rewinding", topic=tp.topic, partition=tp.partition, offset=tp.offset,
+        log.warning("message not finished or not acknowledged: rewinding", topic=tp.topic, partition=tp.partition, offset=tp.offset,
                     error=outbox.failed.get((tp.topic, tp.partition, tp.offset)))
         consumer.seek(tp)
     return rewind
