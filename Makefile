@@ -1,5 +1,5 @@
-# newsmon: the two set-up commands of the README are `make eval` (the main job on the embedded defaults)
-# and `make test`. Both create .venv on first use: the CPU build of torch first (pip takes it from local
+# newsmon: the two set-up commands of the README are `make demo` (the main job on the embedded defaults)
+# and `make test`; `make eval` runs the offline evaluation. Both create .venv on first use: the CPU build of torch first (pip takes it from local
 # disk on our machines), then this package with its test extras.
 PY ?= python3
 VENV ?= .venv
@@ -14,8 +14,11 @@ $(BIN)/newsmon: pyproject.toml
 	$(BIN)/pip install -q -e '.[cpu,test]'
 	touch $@
 
-.PHONY: install eval test
+.PHONY: install demo eval test
 install: $(BIN)/newsmon
+
+demo: install
+	$(BIN)/newsmon demo --data $(DATA)
 
 eval: install
 	$(BIN)/newsmon eval --data $(DATA) --methods rae,zshot,mlknn,svm,logreg --tune $(TUNE)

@@ -81,10 +81,11 @@ class TansuBroker:
                 raise RuntimeError(f"tansu exited with {self.proc.returncode} (port {self.port})")
             try:
                 admin.list_topics(timeout=1.0)
-                log.info("tansu broker ready", bootstrap=self.bootstrap, pid=self.proc.pid)
-                return self
             except Exception:  # noqa: BLE001 - not up yet
                 time.sleep(0.2)
+                continue
+            log.info("tansu broker ready", bootstrap=self.bootstrap, pid=self.proc.pid)
+            return self
         self.stop()
         raise RuntimeError(f"tansu did not come up on {self.bootstrap} within {self.start_timeout_s} s")
 

@@ -54,8 +54,15 @@ def _fail(msg: str, code: int = 2) -> None:
 
 
 @app.command("settings")
-def show_settings() -> None:
-    """Print the effective settings (environment + defaults) as JSON."""
+def show_settings(
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the settings reference table instead.")] = False,
+) -> None:
+    """Print the effective settings (environment + defaults) as JSON, or the reference table."""
+    if markdown:
+        from shared.config import settings_reference
+
+        print(settings_reference())
+        return
     s = _settings()
     s.memory.path = s.memory_path  # show the effective directory
     print(s.model_dump_json(indent=2))

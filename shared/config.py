@@ -146,3 +146,35 @@ class Settings(BaseSettings):
     def memory_path(self) -> Path:
         """Directory of the embedded knowledge memory."""
         return self.memory.path or self.home / "memory"
+
+
+def _default_text(field) -> str:
+    if field.default_factory is not None:
+        value = field.default_factory()
+    else:
+        value = field.default
+    if value is None:
+        return "unset"
+    if isinstance(value, Path):
+        value = str(value).replace(str(Path.home()), "~")
+    if isinstance(value, (dict, list)) and not value:
+        return "empty"
+    return f"`{value}`"
+
+
+def settings_reference() -> str:
+    """The settings table of the README (Markdown), generated from the settings model: environment variable,
+    default and meaning of every setting. ``tests/test_docs.py`` checks that the README holds it verbatim."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            ann = field.annotation
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                walk(ann, f"{prefix}{name.upper()}__")
+                continue
+            desc = (field.description or "").replace("|", "\\\\|")
+            rows.append(f"| `{prefix}{name.upper()}` | {_default_text(field)} | {desc} |")
+
+    walk(Settings, "NEWSMON_")
+    return "\n".join(rows)
