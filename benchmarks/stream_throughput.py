@@ -70,12 +70,13 @@ def main() -> None:
     clf = Classifier(s)
     clf.add_articles(train, progress=True)  # cached embeddings are fine for the memory
     clf.encoder.cache = None  # from here on: every article is really embedded
-    texts = [a.text for a in stream]
+    texts = [article_event(a).text for a in stream]
     t0 = time.perf_counter()
-    clf.encoder.encode(texts, role="query")
+    for i in range(0, len(texts), args.batch):  # the same batches, in the same order, as the worker gets them
+        clf.encoder.encode(texts[i:i + args.batch], role="query")
     enc_rate = len(texts) / (time.perf_counter() - t0)
-    print(f"encoder alone: {enc_rate:.2f} articles/s (batch {args.batch}, max_length {clf.encoder.max_length}, "
-          f"{len(texts)} articles, device {clf.encoder.device})")
+    print(f"encoder alone: {enc_rate:.2f} articles/s (batches of {args.batch} in arrival order, max_length "
+          f"{clf.encoder.max_length}, {len(texts)} articles, device {clf.encoder.device})")
 
     with TansuBroker() as broker:
         s.kafka.bootstrap_servers = broker.bootstrap
@@ -123,6 +124,7 @@ def main() -> None:
         print(f"decision -> memory: p50 {np.percentile(lat, 50):.1f} ms, p99 {np.percentile(lat, 99):.1f} ms, "
               f"max {lat.max():.1f} ms over {len(lat)} decisions")
         consumer.close()
+        del producer
         rt.close()
     shutil.rmtree(tmp, ignore_errors=True)
     if not args.skip_dedup_quality:

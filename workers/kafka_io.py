@@ -9,6 +9,7 @@ crash between produce and commit can repeat a proposal downstream, always with t
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -169,14 +170,22 @@ def rewind_to(consumer: Consumer, batch: Iterable[Message]) -> None:
             log.info("seek skipped", topic=topic, partition=part, reason=str(exc))
 
 
-def record_lag(consumer: Consumer, group: str) -> None:
-    """Update the consumer-lag gauge of the assigned partitions (high watermark - position)."""
+_LAST_LAG: dict[str, float] = {}
+
+
+def record_lag(consumer: Consumer, group: str, every_s: float = 5.0) -> None:
+    """Update the consumer-lag gauge of the assigned partitions (high watermark - position), at most every
+    ``every_s`` seconds per group, from the watermarks cached by the last fetches (no broker round trip)."""
+    now = time.monotonic()
+    if now - _LAST_LAG.get(group, 0.0) < every_s:
+        return
+    _LAST_LAG[group] = now
     try:
         assigned = consumer.assignment()
         if not assigned:
             return
         for tp in consumer.position(assigned):
-            lo, hi = consumer.get_watermark_offsets(tp, timeout=1.0, cached=False)
+            lo, hi = consumer.get_watermark_offsets(tp, cached=True)
             pos = tp.offset if tp.offset >= 0 else lo
             CONSUMER_LAG.labels(group, tp.topic, str(tp.partition)).set(max(0, hi - pos))
     except Exception as exc:  # noqa: BLE001 - metrics never stop the worker
