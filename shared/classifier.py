@@ -18,6 +18,10 @@ from shared.predictors import LabelVocab, Proposal, Retrieval, explain, rae_xmc_
 
 log = structlog.get_logger(__name__)
 
+#: Article text kept in each memory point's payload (characters), so the nightly job can re-embed the memory
+#: with a new model version without the original corpus.
+TEXT_PAYLOAD_CHARS = 20_000
+
 
 @dataclass
 class BuildReport:
@@ -160,7 +164,8 @@ class Classifier:
                 idx = [i for i, a in enumerate(chunk) if a.lang == lang]
                 self.memory(lang).upsert(
                     [chunk[i].id for i in idx], vecs[idx], [chunk[i].labels for i in idx],
-                    [{"lang": lang, "title": chunk[i].title, "source": chunk[i].source} for i in idx])
+                    [{"lang": lang, "title": chunk[i].title, "source": chunk[i].source,
+                      "text": chunk[i].text[:TEXT_PAYLOAD_CHARS]} for i in idx])
                 done[lang] = done.get(lang, 0) + len(idx)
             upsert_s += time.perf_counter() - t0
             bar.update(len(chunk))

@@ -269,6 +269,11 @@ class KnowledgeMemory(Protocol):
         """
         ...
 
+    def scroll(self, filter: SearchFilter | None = None, with_vectors: bool = False,
+               batch: int = 256) -> Iterator[MemoryPoint]:
+        """Every point matching ``filter`` (all when None), in pages of ``batch``; vectors ``(d,)`` float32."""
+        ...
+
     def count(self, filter: SearchFilter | None = None) -> int:
         """Exact number of stored points matching ``filter`` (``None``: all points)."""
         ...
@@ -652,6 +657,23 @@ class EdgeMemory:
         """See :meth:`KnowledgeMemory.count` (exact)."""
         return int(self._live.count(self._qe.CountRequest(exact=True, filter=self._filter(filter))))
 
+    def scroll(self, filter: SearchFilter | None = None, with_vectors: bool = False,
+               batch: int = 256) -> Iterator[MemoryPoint]:
+        """See :meth:`KnowledgeMemory.scroll`."""
+        qe = self._qe
+        flt = self._filter(filter)
+        offset = None
+        while True:
+            records, offset = self._live.scroll(qe.ScrollRequest(offset=offset, limit=batch, filter=flt,
+                                                                 with_payload=True, with_vector=bool(with_vectors)))
+            for rec in records:
+                payload = rec.payload or {}
+                yield MemoryPoint(article_id=payload.get(FIELD_ARTICLE_ID, ""), labels=_labels_of(payload),
+                                  payload=_user_payload(payload),
+                                  vector=_vector_of(rec.vector) if with_vectors else None)
+            if offset is None or not records:
+                return
+
     def flush(self) -> None:
         """Force pending writes to disk (the WAL already makes them durable)."""
         self._live.flush()
@@ -940,6 +962,23 @@ class QdrantServerMemory:
         flt = self._filter(filter)
         with _server_call("count"):
             return int(self._live.count(self.collection, count_filter=flt, exact=True).count)
+
+    def scroll(self, filter: SearchFilter | None = None, with_vectors: bool = False,
+               batch: int = 256) -> Iterator[MemoryPoint]:
+        """See :meth:`KnowledgeMemory.scroll`."""
+        flt = self._filter(filter)
+        offset = None
+        while True:
+            with _server_call("scroll"):
+                records, offset = self._live.scroll(self.collection, scroll_filter=flt, limit=batch, offset=offset,
+                                                    with_payload=True, with_vectors=bool(with_vectors))
+            for rec in records:
+                payload = rec.payload or {}
+                yield MemoryPoint(article_id=payload.get(FIELD_ARTICLE_ID, ""), labels=_labels_of(payload),
+                                  payload=_user_payload(payload),
+                                  vector=_vector_of(rec.vector) if with_vectors else None)
+            if offset is None or not records:
+                return
 
     def close(self) -> None:
         """Close the client if this memory owns it (``close_client=True``). Idempotent."""

@@ -382,3 +382,16 @@ def test_server_memory_reuses_existing_collection():
         assert second.get(["a"])[0].labels == ("x",)
     finally:
         client.close()
+
+
+def test_scroll_returns_every_point(make_memory):
+    rng = np.random.default_rng(3)
+    mem = make_memory(dim=DIM)
+    ids = [f"a{i}" for i in range(700)]
+    mem.upsert(ids, _unit(rng, 700, DIM), [("x",) if i % 2 else () for i in range(700)],
+               [{"lang": "sl", "n": i} for i in range(700)])
+    got = list(mem.scroll(batch=128, with_vectors=True))
+    assert sorted(p.article_id for p in got) == sorted(ids)
+    assert all(p.vector is not None and p.vector.shape == (DIM,) for p in got)
+    labelled = list(mem.scroll(SearchFilter(labelled=True)))
+    assert len(labelled) == 350 and all(p.labels == ("x",) for p in labelled)

@@ -22,7 +22,7 @@ from confluent_kafka import Message
 
 from schemas.events import (ArticleEvent, InvalidEvent, LabelProposal, NeighbourRef, ProposedLabel, Timings,
                             parse_event)
-from shared.classifier import Classifier
+from shared.classifier import TEXT_PAYLOAD_CHARS, Classifier
 from shared.config import Settings
 from shared.memory import SearchFilter
 from workers.base import BatchWorker, DependencyDown
@@ -156,28 +156,28 @@ class ClassifierWorker(BatchWorker):
         rows: dict[str, list] = {}
         for pos, i in enumerate(fresh):
             ev = valid[i][1]
-            rows.setdefault(ev.lang, []).append((ev, vectors[pos], None))
+            rows.setdefault(ev.lang, []).append((ev, vectors[pos], None, valid[i][2]))
         for i, (orig, _j, (lang, point)) in dups.items():
             if point.vector is not None:
-                rows.setdefault(lang, []).append((valid[i][1], point.vector, orig))
+                rows.setdefault(lang, []).append((valid[i][1], point.vector, orig, valid[i][2]))
         with self.clf.router.write_lock:
             for lang, items in rows.items():
                 mem = self.clf.memory(lang)
-                existing = mem.get([ev.article_id for ev, _v, _o in items])
-                keep = [(ev, v, o) for (ev, v, o), p in zip(items, existing)
+                existing = mem.get([it[0].article_id for it in items])
+                keep = [it for it, p in zip(items, existing)
                         if p is None or (not p.labels and "decided_at" not in p.payload)]
                 if not keep:
                     continue
                 index = {valid[i][1].article_id: i for i in range(len(valid))}
                 mem.upsert(
-                    [ev.article_id for ev, _v, _o in keep],
-                    np.stack([np.asarray(v, dtype=np.float32) for _e, v, _o in keep]),
+                    [ev.article_id for ev, _v, _o, _t in keep],
+                    np.stack([np.asarray(v, dtype=np.float32) for _e, v, _o, _t in keep]),
                     [() for _ in keep],
                     [{"lang": lang, "status": "pending", "title": ev.title, "outlet": ev.outlet,
                       "country": ev.country, "published_at": ev.published_at.isoformat(),
-                      "duplicate_of": o,
+                      "duplicate_of": o, "text": text[:TEXT_PAYLOAD_CHARS],
                       "proposed_labels": [x.label for x in proposals.get(index[ev.article_id], [])]}
-                     for ev, _v, o in keep])
+                     for ev, _v, o, text in keep])
 
 
 __all__ = ["ClassifierWorker", "DependencyDown"]
