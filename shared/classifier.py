@@ -33,12 +33,14 @@ class BuildReport:
 
 
 def model_identity(settings: Settings) -> tuple[str, int]:
-    """(model version, embedding dimension) of the configured encoder without loading its weights."""
+    """(model version, embedding dimension) of the encoder in production (the promoted one, else
+    ``encoder.model``) without loading its weights."""
     from transformers import AutoConfig
 
     from shared.encoder import model_fingerprint, resolve_model
+    from shared.promotion import effective_encoder_settings
 
-    path = resolve_model(settings.encoder.model, settings.home)
+    path = resolve_model(effective_encoder_settings(settings).model, settings.home)
     return model_fingerprint(path), int(AutoConfig.from_pretrained(path).hidden_size)
 
 
@@ -59,6 +61,7 @@ class MemoryRouter:
         self._memories: dict = {}
         self._open_lock = threading.Lock()
         self.write_lock = threading.RLock()
+        self.closed = False
 
     def collection(self, lang: str) -> str:
         from shared.memory import collection_name
@@ -107,6 +110,23 @@ class MemoryRouter:
             for m in self._memories.values():
                 m.close()
             self._memories.clear()
+            self.closed = True
+
+
+_ROUTERS: dict[tuple, "MemoryRouter"] = {}
+_ROUTERS_LOCK = __import__("threading").Lock()
+
+
+def shared_router(settings: Settings, model_version: str, dim: int) -> MemoryRouter:
+    """One :class:`MemoryRouter` per memory location and model version in this process: the embedded engine
+    allows one open handle per collection directory, so workers of one process must share it."""
+    key = (settings.memory.url or str(Path(settings.memory_path).resolve()), settings.memory.collection_prefix,
+           model_version)
+    with _ROUTERS_LOCK:
+        router = _ROUTERS.get(key)
+        if router is None or router.closed:
+            router = _ROUTERS[key] = MemoryRouter(settings, model_version, dim)
+        return router
 
 
 class Classifier:
@@ -124,11 +144,12 @@ class Classifier:
 
     def __init__(self, settings: Settings, encoder=None, router: MemoryRouter | None = None):
         from shared.encoder import Encoder
+        from shared.promotion import effective_encoder_settings
 
         self.settings = settings
-        self.encoder = encoder or Encoder(settings.encoder, settings.home)
+        self.encoder = encoder or Encoder(effective_encoder_settings(settings), settings.home)
         self.model_version = self.encoder.model_id
-        self.router = router or MemoryRouter(settings, self.model_version, self.encoder.dim)
+        self.router = router or shared_router(settings, self.model_version, self.encoder.dim)
 
     # -- memory -------------------------------------------------------------------------------------
     def collection(self, lang: str) -> str:

@@ -263,6 +263,95 @@ def demo_cmd(
         _fail(str(exc), 1)
 
 
+train_app = typer.Typer(help="The nightly training job and its stages.", no_args_is_help=True)
+app.add_typer(train_app, name="train")
+
+
+def _corpus_or_fail(s):
+    from shared.data import load_corpus
+
+    try:
+        return load_corpus(s.data)
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+
+
+@train_app.command("mine")
+def train_mine(
+    data: Annotated[Optional[Path], typer.Option(help="Corpus (default: NEWSMON_DATA).")] = None,
+    out: Annotated[Path, typer.Option(help="FlagEmbedding JSONL to write.")] = Path("runs/hard_negatives.jsonl"),
+) -> None:
+    """Mine hard negatives on the train split with the current model (faiss top-500, 15 negatives)."""
+    from training_jobs.nightly import mine
+
+    s = _settings(data=data)
+    print(json.dumps(mine(s, _corpus_or_fail(s), out, progress=True), indent=2))
+
+
+@train_app.command("finetune")
+def train_finetune(
+    train_file: Annotated[Path, typer.Argument(help="Hard-negative JSONL from `train mine`.")],
+    out: Annotated[Path, typer.Option(help="Model directory to write.")],
+    max_steps: Annotated[Optional[int], typer.Option(help="Cap on optimiser steps.")] = None,
+) -> None:
+    """Fine-tune the current encoder with FlagEmbedding (InfoNCE) on a hard-negative file."""
+    import hashlib
+
+    from shared.encoder import resolve_model
+    from shared.promotion import effective_encoder_settings
+    from training_jobs.finetune import finetune
+
+    s = _settings()
+    sha = hashlib.sha256(train_file.read_bytes()).hexdigest()
+    base = resolve_model(effective_encoder_settings(s).model, s.home)
+    print(finetune(s, base, train_file, out, sha, max_steps=max_steps))
+
+
+@train_app.command("tune")
+def train_tune(
+    model: Annotated[str, typer.Argument(help="Model directory or id.")],
+    data: Annotated[Optional[Path], typer.Option(help="Corpus (default: NEWSMON_DATA).")] = None,
+    trials: Annotated[int, typer.Option(help="Optuna trials.")] = 30,
+) -> None:
+    """Optuna search of k / tau / lambda / threshold on validation (subset accuracy); study in SQLite or
+    PostgreSQL (NEWSMON_TRAINING__OPTUNA_STORAGE)."""
+    from training_jobs.nightly import tune
+
+    s = _settings(data=data)
+    print(json.dumps(tune(s, _corpus_or_fail(s), model, trials), indent=2, default=float))
+
+
+@train_app.command("rollout")
+def train_rollout(
+    model: Annotated[str, typer.Argument(help="Candidate model directory.")],
+    data: Annotated[Optional[Path], typer.Option(help="Corpus (default: NEWSMON_DATA).")] = None,
+) -> None:
+    """Evaluate the candidate against the current model on the test split; promote it (re-embed the memory,
+    switch) only when micro-F1 and subset accuracy are not worse beyond the tolerance."""
+    from training_jobs.rollout import rollout
+
+    s = _settings(data=data)
+    d = rollout(s, model, _corpus_or_fail(s))
+    print(json.dumps({"promoted": d.promoted, "reason": d.reason, "reembedded": d.reembedded}, indent=2))
+
+
+@train_app.command("nightly")
+def train_nightly(
+    data: Annotated[Optional[Path], typer.Option(help="Corpus (default: NEWSMON_DATA).")] = None,
+    max_steps: Annotated[Optional[int], typer.Option(help="Cap on optimiser steps (CPU budget).")] = None,
+    trials: Annotated[Optional[int], typer.Option(help="Optuna trials (default NEWSMON_TRAINING__TUNE_TRIALS).")] = None,
+) -> None:
+    """Mine -> fine-tune -> tune -> rollout. Exits 0 when the candidate is promoted or refused; non-zero only
+    when a stage fails."""
+    from dataclasses import asdict
+
+    from training_jobs.nightly import run_nightly
+
+    s = _settings(data=data)
+    rep = run_nightly(s, _corpus_or_fail(s), max_steps=max_steps, trials=trials)
+    print(json.dumps(asdict(rep), indent=2, default=float))
+
+
 def main() -> None:  # pragma: no cover
     app()
 

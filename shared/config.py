@@ -39,6 +39,8 @@ class EncoderSettings(BaseModel):
     batch_size: int = Field(16, ge=1, description="Articles per forward pass (sorted by length).")
     device: str | None = Field(None, description="cpu, cuda, cuda:1 ...; default cuda when present.")
     cache: bool = Field(True, description="Keep embeddings in <home>/embeddings.sqlite.")
+    follow_promoted: bool = Field(True, description="Use the model promoted by the nightly job "
+                                  "(<home>/models/promoted.json) instead of `model` when there is one.")
 
 
 class MemorySettings(BaseModel):
@@ -125,6 +127,30 @@ class WorkerSettings(BaseModel):
     http_host: str = Field("0.0.0.0", description="Bind address of the HTTP endpoint.")
 
 
+class TrainingSettings(BaseModel):
+    """The nightly job: hard-negative mining, contrastive fine-tuning, tuning, rollout."""
+
+    top: int = Field(500, ge=2, description="Neighbours searched per training article when mining.")
+    n_neg: int = Field(15, ge=1, description="Hard negatives kept per query.")
+    temperature: float = Field(0.02, gt=0, description="InfoNCE temperature.")
+    learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate.")
+    epochs: float = Field(1.0, gt=0, description="Training epochs over the mined queries.")
+    batch_size: int = Field(8, ge=1, description="Queries per device batch.")
+    train_group_size: int = Field(8, ge=2, description="Passages per query: 1 positive + hard negatives.")
+    query_max_len: int = Field(512, ge=8, description="Tokens of a query article.")
+    passage_max_len: int = Field(512, ge=8, description="Tokens of a positive / negative article.")
+    in_batch_negatives: bool = Field(False, description="Use the other queries' passages as negatives too; off "
+                                     "because in classification data they often share the query's labels "
+                                     "(false negatives).")
+    seed: int = Field(13, description="Random seed of the trainer and the tuning sampler.")
+    tune_trials: int = Field(30, ge=0, description="Optuna trials of k / tau / lambda / threshold.")
+    optuna_storage: str | None = Field(None, description="Optuna storage URL; default sqlite:///<home>/optuna.db, "
+                                       "e.g. postgresql://user@host/db.")
+    tolerance: float = Field(0.005, ge=0, description="Promote a candidate unless its micro-F1 or subset accuracy "
+                             "is worse than the current model's by more than this.")
+    max_steps: int | None = Field(None, ge=1, description="Cap on optimiser steps (CPU budgets); unset = epochs.")
+
+
 class Settings(BaseSettings):
     """All settings; see the README's settings table."""
 
@@ -141,6 +167,7 @@ class Settings(BaseSettings):
     rae: RaeSettings = RaeSettings()
     kafka: KafkaSettings = KafkaSettings()
     worker: WorkerSettings = WorkerSettings()
+    training: TrainingSettings = TrainingSettings()
 
     @property
     def memory_path(self) -> Path:

@@ -72,10 +72,14 @@ def _retrieve(memories: dict, vectors: np.ndarray, langs: Sequence[str], top_k: 
 
 
 def tune_rae(val_retrieval: Retrieval, Y_val, vocab: LabelVocab, n_trials: int, seed: int = 13,
-             storage: str | None = None) -> tuple[dict, float, dict]:
+             storage: str | None = None, study_name: str | None = None) -> tuple[dict, float, float]:
     """Optuna (TPE) search of top-k, tau, lambda and threshold on the validation split.
 
     Objective: subset accuracy (micro-F1 is recorded as a trial attribute beside it).
+
+    Args:
+        storage: Optuna storage URL (``sqlite:///...``, ``postgresql://...``); None = in memory.
+        study_name: name of the study in the storage (an existing one is continued).
 
     Returns:
         (best params as RaeSettings fields, best subset accuracy, micro-F1 of the best trial).
@@ -99,7 +103,7 @@ def tune_rae(val_retrieval: Retrieval, Y_val, vocab: LabelVocab, n_trials: int, 
         return float(accuracy_score(Yt, p))
 
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed),
-                                storage=storage)
+                                storage=storage, study_name=study_name, load_if_exists=True)
     # start from the research defaults so the search can only keep or improve them on validation
     study.enqueue_trial({"top_k": min(50, K), "tau": 0.04, "lam": 1.0, "threshold": 0.5})
     study.optimize(objective, n_trials=n_trials, show_progress_bar=False)
@@ -117,7 +121,8 @@ def _resize(m, n_cols: int):
 
 
 def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: int = 0,
-             mlknn_k: int = 10, out_dir: Path | None = None, progress: bool = True) -> dict:
+             mlknn_k: int = 10, out_dir: Path | None = None, progress: bool = True,
+             tune_storage: str | None = None, study_name: str | None = None) -> dict:
     """Evaluate ``methods`` (subset of :data:`METHODS`) on ``corpus``; returns the JSON-able report.
 
     Raises:
@@ -197,7 +202,8 @@ def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: i
             results[-1].f1_buckets = f1_by_frequency(Y_test, sc > rs.threshold, train_counts)
             if tune:
                 t0 = time.perf_counter()
-                best, val_acc, val_f1 = tune_rae(val_r, Y_val, vocab, tune)
+                best, val_acc, val_f1 = tune_rae(val_r, Y_val, vocab, tune, storage=tune_storage,
+                                                 study_name=study_name)
                 tune_s = time.perf_counter() - t0
                 sc = rae_xmc_scores(test_r.sims, test_rows, best["top_k"], best["tau"], best["lam"], L)
                 pred = sc > best["threshold"]

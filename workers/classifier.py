@@ -50,6 +50,33 @@ class ClassifierWorker(BatchWorker):
         self.clf = classifier
         self.dedup = dedup
         self.registry = registry
+        self._promotion_seen: str | None = None
+
+    # -- model promotion ----------------------------------------------------------------------------
+    def maybe_switch_model(self) -> bool:
+        """Between batches: when the nightly job promoted another model, load it, copy into its collections
+        the points stored since the memory was re-embedded (pending articles, later decisions), and use it
+        from the next batch on. Returns whether the model changed."""
+        from shared.promotion import read_promoted
+
+        if not self.settings.encoder.follow_promoted:
+            return False
+        rec = read_promoted(self.settings)
+        version = rec.get("model_version") if rec else None
+        if version is None or version == self._promotion_seen or version == self.clf.model_version:
+            self._promotion_seen = version
+            return False
+        from training_jobs.rollout import copy_missing
+
+        started = time.perf_counter()
+        new = Classifier(self.settings)
+        copied = copy_missing(self.clf.router, new.router, new.encoder)
+        old, self.clf = self.clf, new
+        old.encoder.close()
+        self._promotion_seen = version
+        log.info("switched to the promoted model", old=old.model_version, new=new.model_version,
+                 caught_up=copied, seconds=round(time.perf_counter() - started, 1))
+        return True
 
     # -- health -----------------------------------------------------------------------------------
     def probe(self) -> bool:
@@ -65,6 +92,7 @@ class ClassifierWorker(BatchWorker):
 
     # -- one micro-batch --------------------------------------------------------------------------
     def handle_batch(self, msgs: list[Message], outbox: Outbox) -> None:
+        self.call("model switch", self.maybe_switch_model)
         w = self.settings.worker
         t_start = time.perf_counter()
         BATCH_SIZE.observe(len(msgs))

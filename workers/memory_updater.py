@@ -61,7 +61,22 @@ class MemoryUpdaterWorker(BatchWorker):
             log.info("probe failed", worker=self.name, error=f"{type(exc).__name__}: {exc}")
             return False
 
+    def maybe_switch_model(self) -> None:
+        """Follow a promotion: write decisions into the promoted model's collections from now on."""
+        if not self.settings.encoder.follow_promoted:
+            return
+        from shared.classifier import model_identity, shared_router
+        from shared.promotion import read_promoted
+
+        rec = read_promoted(self.settings)
+        if rec and rec.get("model_version") not in (None, self.router.model_version):
+            version, dim = model_identity(self.settings)
+            if version != self.router.model_version:
+                log.info("memory updater follows the promoted model", old=self.router.model_version, new=version)
+                self.router = shared_router(self.settings, version, dim)
+
     def handle_batch(self, msgs: list[Message], outbox: Outbox) -> None:
+        self.call("model switch", self.maybe_switch_model)
         k = self.settings.kafka
         for m in msgs:
             if Outbox.key_of(m) in outbox.handled:

@@ -83,7 +83,7 @@ def build_runtime(settings: Settings, roles=ROLES, classifier=None) -> Runtime:
         classifier: an already loaded :class:`shared.classifier.Classifier` to share (the demo builds the
             memory with it first).
     """
-    from shared.classifier import Classifier, MemoryRouter, model_identity
+    from shared.classifier import Classifier, model_identity, shared_router
     from shared.dedup import NearDuplicateIndex
     from workers.classifier import ClassifierWorker
     from workers.labels import open_registry
@@ -103,7 +103,7 @@ def build_runtime(settings: Settings, roles=ROLES, classifier=None) -> Runtime:
         rt.workers.append(ClassifierWorker(settings, rt.classifier, rt.dedup, rt.registry))
     else:
         version, dim = model_identity(settings)
-        rt.router = MemoryRouter(settings, version, dim)
+        rt.router = shared_router(settings, version, dim)
     if "memory-updater" in roles:
         rt.workers.append(MemoryUpdaterWorker(settings, rt.router, rt.registry))
     return rt

@@ -1,0 +1,192 @@
+"""Safe rollout of a fine-tuned encoder: evaluate, re-embed the memory into the new version's collections,
+promote only when not worse.
+
+The promoted model is recorded in ``<home>/models/promoted.json`` (model path, model version, figures, the
+previous version); encoders built by :func:`effective_encoder_settings` follow it while
+``encoder.follow_promoted`` is on, and running workers switch to it between two batches (nothing is lost or
+committed twice: a batch is always finished and committed with one model). With a Qdrant server, the alias
+``<prefix>_<lang>`` is also switched to the new collection. Every rollout, promoted or refused, is appended
+to ``<home>/models/rollouts.jsonl`` with its reason.
+
+Embedded mode: the engine locks its directory, so run the nightly job while the workers are stopped, or use a
+Qdrant server.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import structlog
+
+from shared.config import Settings
+from shared.promotion import atomic_write_json, effective_encoder_settings, promoted_file, read_promoted
+
+log = structlog.get_logger(__name__)
+
+
+def models_dir(settings: Settings) -> Path:
+    return Path(settings.home) / "models"
+
+
+def evaluate_model(settings: Settings, model: str, corpus) -> dict:
+    """RAE-XMC (current k / tau / lambda / threshold) on the test split with ``model``; returns the
+    ``all`` metrics (uF1, Acc, ...) and the ranking metrics."""
+    from shared.evaluation import run_eval
+
+    s = settings.model_copy(deep=True)
+    s.encoder = settings.encoder.model_copy(update={"model": model})
+    report = run_eval(corpus, ["rae"], s, progress=False)
+    m = report["methods"]["rae"]["metrics"]
+    return {**m["all"], **m.get("ranking", {}), "model_version": report["encoder"]["model"]}
+
+
+def copy_missing(old_router, new_router, encoder, batch: int = 64) -> dict[str, int]:
+    """Re-embed (from the text kept in each payload) and upsert every point of ``old_router``'s collections
+    that ``new_router``'s lack; labels, payload and status are kept. Returns points copied per language;
+    points without a stored text are skipped (counted under ``<lang>:no_text``)."""
+    counts: dict[str, int] = {}
+    for lang in old_router.languages():
+        old, new = old_router.memory(lang), new_router.memory(lang)
+        buf = []
+
+        def flush() -> None:
+            if not buf:
+                return
+            exists = new.get([p.article_id for p in buf], with_vectors=True)
+            todo = [p for p, e in zip(buf, exists) if e is None]
+            if todo:
+                vecs = encoder.encode([p.payload["text"] for p in todo], role="passage")
+                new.upsert([p.article_id for p in todo], vecs, [p.labels for p in todo], [p.payload for p in todo])
+                counts[lang] = counts.get(lang, 0) + len(todo)
+            # decisions applied to the old collection after the new one was filled: carry the labels over
+            stale = [(p, e) for p, e in zip(buf, exists) if e is not None and
+                     (e.labels != p.labels or e.payload.get("decided_at") != p.payload.get("decided_at"))]
+            if stale:
+                new.upsert([p.article_id for p, _ in stale], np.stack([e.vector for _, e in stale]),
+                           [p.labels for p, _ in stale], [p.payload for p, _ in stale])
+                counts[f"{lang}:relabelled"] = counts.get(f"{lang}:relabelled", 0) + len(stale)
+            buf.clear()
+
+        for point in old.scroll():
+            if not point.payload.get("text"):
+                counts[f"{lang}:no_text"] = counts.get(f"{lang}:no_text", 0) + 1
+                continue
+            buf.append(point)
+            if len(buf) >= batch:
+                flush()
+        flush()
+    return counts
+
+
+@dataclass
+class RolloutDecision:
+    """What the gate decided, with the figures it compared (test split, RAE-XMC)."""
+
+    promoted: bool
+    reason: str
+    current: dict
+    candidate: dict
+    candidate_path: str
+    reembedded: dict
+    decided_at: str
+
+
+def rollout(settings: Settings, candidate_path: str, corpus) -> RolloutDecision:
+    """Compare the candidate with the current model; when micro-F1 and subset accuracy are not worse beyond
+    ``training.tolerance``: re-embed the memory into the candidate's collections, switch aliases (server),
+    write ``promoted.json``. Otherwise production is left untouched. Both outcomes are logged to
+    ``rollouts.jsonl``; a refusal is not an error."""
+    from shared.classifier import MemoryRouter
+    from shared.encoder import Encoder
+
+    tol = settings.training.tolerance
+    current_enc = effective_encoder_settings(settings)
+    from shared.encoder import resolve_model
+
+    current_path = resolve_model(current_enc.model, settings.home)
+    cur = evaluate_model(settings, current_path, corpus)
+    cand = evaluate_model(settings, candidate_path, corpus)
+    worse = [m for m in ("uF1", "Acc") if cand[m] < cur[m] - tol]
+    now = datetime.now(timezone.utc).isoformat()
+    reembedded: dict = {}
+    if worse:
+        reason = "refused: " + ", ".join(f"{m} {100 * cand[m]:.1f} < current {100 * cur[m]:.1f} - tolerance "
+                                         f"{100 * tol:.1f}" for m in worse)
+        promoted = False
+    else:
+        old_enc = Encoder(current_enc, settings.home)
+        new_enc = Encoder(settings.encoder.model_copy(update={"model": candidate_path}), settings.home)
+        old_router = MemoryRouter(settings, old_enc.model_id, old_enc.dim)
+        new_router = MemoryRouter(settings, new_enc.model_id, new_enc.dim)
+        try:
+            reembedded = copy_missing(old_router, new_router, new_enc)
+            if settings.memory.url:
+                _switch_aliases(settings, new_router)
+        finally:
+            old_router.close()
+            new_router.close()
+            old_enc.close()
+            new_enc.close()
+        previous = read_promoted(settings)
+        atomic_write_json(promoted_file(settings), {
+            "model_path": str(candidate_path), "model_version": cand["model_version"], "promoted_at": now,
+            "previous": previous, "figures": {"candidate": cand, "current": cur}})
+        reason = (f"promoted: uF1 {100 * cand['uF1']:.1f} vs {100 * cur['uF1']:.1f}, Acc {100 * cand['Acc']:.1f} "
+                  f"vs {100 * cur['Acc']:.1f} (tolerance {100 * tol:.1f})")
+        promoted = True
+    decision = RolloutDecision(promoted, reason, cur, cand, str(candidate_path), reembedded, now)
+    with (models_dir(settings) / "rollouts.jsonl").open("a") as fh:
+        fh.write(json.dumps(asdict(decision), default=float) + "\n")
+    manifest = Path(candidate_path) / "newsmon_model.json"
+    if manifest.exists():
+        info = json.loads(manifest.read_text())
+        info["evaluation"] = {"candidate": cand, "current": cur, "promoted": promoted, "reason": reason}
+        manifest.write_text(json.dumps(info, indent=2, default=float))
+    log.info("rollout decided", promoted=promoted, reason=reason)
+    return decision
+
+
+def _switch_aliases(settings: Settings, router) -> None:
+    """Point ``<prefix>_<lang>`` at the new version's collection of each language (Qdrant server)."""
+    from qdrant_client import QdrantClient, models
+
+    client = QdrantClient(url=settings.memory.url, api_key=settings.memory.api_key)
+    try:
+        ops = []
+        for lang in router.languages():
+            alias = f"{settings.memory.collection_prefix}_{lang}"
+            ops.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias)))
+            ops.append(models.CreateAliasOperation(create_alias=models.CreateAlias(
+                collection_name=router.collection(lang), alias_name=alias)))
+        client.update_collection_aliases(change_aliases_operations=ops)
+    finally:
+        client.close()
+
+
+def degrade(model_path: str, out_dir: Path, noise: float = 0.5, seed: int = 0) -> Path:
+    """A deliberately worse copy of a model (Gaussian noise on every weight matrix), for gate drills."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(model_path, out_dir, dirs_exist_ok=True)
+    g = torch.Generator().manual_seed(seed)
+    weights = load_file(str(Path(model_path) / "model.safetensors"))
+    for k, v in weights.items():
+        if v.ndim == 2:
+            weights[k] = v + noise * v.std() * torch.randn(v.shape, generator=g)
+    save_file(weights, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    info_path = out_dir / "newsmon_model.json"
+    info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    info["model_id"] = f"{info.get('model_id', 'model')}-degraded"
+    info_path.write_text(json.dumps(info, indent=2))
+    return out_dir
+
+
+__all__ = ["RolloutDecision", "copy_missing", "degrade", "effective_encoder_settings", "evaluate_model",
+           "promoted_file", "read_promoted", "rollout"]
