@@ -25,3 +25,10 @@ eval: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# The Helm chart: render helm/newsmon with Helm's Go SDK (helm-python-sdk, in .venv-helm, created on first use)
+# for values.yaml, values-gpu.yaml and ci/full-values.yaml, lint it, and validate every manifest against the
+# Kubernetes schemas. Manifests and report in build/helm/.
+.PHONY: helm-check
+helm-check:
+	$(PY) scripts/helm_check.py --out build/helm
