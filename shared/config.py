@@ -145,7 +145,7 @@ class TrainingSettings(BaseModel):
     seed: int = Field(13, description="Random seed of the trainer and the tuning sampler.")
     tune_trials: int = Field(30, ge=0, description="Optuna trials of k / tau / lambda / threshold.")
     optuna_storage: str | None = Field(None, description="Optuna storage URL; default sqlite:///<home>/optuna.db, "
-                                       "e.g. postgresql://user@host/db.")
+                                       "e.g. postgresql+psycopg2://user@host/db.")
     tolerance: float = Field(0.005, ge=0, description="Promote a candidate unless its micro-F1 or subset accuracy "
                              "is worse than the current model's by more than this.")
     max_steps: int | None = Field(None, ge=1, description="Cap on optimiser steps (CPU budgets); unset = epochs.")

@@ -44,15 +44,20 @@ def resolve_model(spec: str, home: Path) -> str:
 
 
 def model_fingerprint(name_or_path: str) -> str:
-    """A short identity of a model: its name for a hub id; for a directory a hash of its manifest/config and
-    the size and first/last MiB of its weights (a fine-tuned version gets a new identity)."""
+    """A short identity of a model: its name for a hub id; for a directory a hash of its manifest's model_id,
+    its config and the size and first/last MiB of its weights (a fine-tuned version gets a new identity)."""
     p = Path(name_or_path)
     if not p.is_dir():
         return name_or_path
     h = hashlib.sha256()
-    for name in ("newsmon_model.json", "config.json"):
-        if (p / name).exists():
-            h.update((p / name).read_bytes())
+    manifest = p / "newsmon_model.json"
+    if manifest.exists():  # only its identity: evaluation figures are added to it later
+        try:
+            h.update(str(json.loads(manifest.read_text()).get("model_id", "")).encode())
+        except json.JSONDecodeError:
+            h.update(manifest.read_bytes())
+    if (p / "config.json").exists():
+        h.update((p / "config.json").read_bytes())
     for w in sorted(p.glob("*.safetensors")) + sorted(p.glob("*.bin")):
         size = w.stat().st_size
         h.update(f"{w.name}:{size}".encode())

@@ -139,6 +139,7 @@ def rollout(settings: Settings, candidate_path: str, corpus) -> RolloutDecision:
                   f"vs {100 * cur['Acc']:.1f} (tolerance {100 * tol:.1f})")
         promoted = True
     decision = RolloutDecision(promoted, reason, cur, cand, str(candidate_path), reembedded, now)
+    models_dir(settings).mkdir(parents=True, exist_ok=True)
     with (models_dir(settings) / "rollouts.jsonl").open("a") as fh:
         fh.write(json.dumps(asdict(decision), default=float) + "\n")
     manifest = Path(candidate_path) / "newsmon_model.json"

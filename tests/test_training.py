@@ -1,0 +1,118 @@
+"""The nightly job on a real slice of reuters21578_en, on CPU: real hard negatives, a few fine-tuning steps,
+Optuna studies in SQLite and in the real PostgreSQL, and the rollout gate both ways."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import optuna
+import pytest
+
+from shared.config import Settings
+from shared.data import load_corpus
+from shared.encoder import resolve_model
+from shared.memory import SearchFilter
+
+
+@pytest.fixture(scope="module")
+def reuters_slice(shared_data, tmp_path_factory):
+    rows = [json.loads(x) for x in (shared_data / "reuters21578_en" / "articles.jsonl").read_text().splitlines()]
+    picked = [r for r in rows if r["split"] == "train"][:160] + [r for r in rows if r["split"] == "validation"][:40] \
+        + [r for r in rows if r["split"] == "test"][:60]
+    path = tmp_path_factory.mktemp("reuters") / "articles.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in picked))
+    return load_corpus(path)
+
+
+@pytest.fixture
+def train_settings(newsmon_home, tmp_path) -> Settings:
+    s = Settings(home=tmp_path / "home")
+    s.encoder.model = resolve_model(s.encoder.model, newsmon_home)  # the imported e5-small, shared
+    s.encoder.max_length = 64
+    t = s.training
+    t.top, t.n_neg = 100, 7
+    t.query_max_len = t.passage_max_len = 64
+    t.batch_size, t.train_group_size = 4, 4
+    return s
+
+
+def test_hard_negatives_are_real(train_settings, reuters_slice, tmp_path):
+    from training_jobs.nightly import mine
+
+    out = tmp_path / "hn.jsonl"
+    report = mine(train_settings, reuters_slice, out)
+    labels = {a.id: set(a.labels) for a in reuters_slice.articles}
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert report["queries_written"] == len(records) > 100
+    assert report["queries_written"] + report["without_positive"] + report["without_negative"] == report["articles"]
+    for r in records:
+        q = labels[r["query_id"]]
+        assert q & labels[r["pos_id"]], r["query_id"]
+        assert all(not (q & labels[n]) for n in r["neg_ids"])
+        assert 1 <= len(r["neg"]) <= 7 and r["query_id"] != r["pos_id"]
+    assert report["negatives_max"] <= 7 and len(report["data_sha256"]) == 64
+
+
+def test_finetune_tune_and_rollout_gate_both_ways(train_settings, reuters_slice, tmp_path):
+    from shared.classifier import Classifier
+    from training_jobs.finetune import finetune
+    from training_jobs.nightly import mine, optuna_storage, tune
+    from training_jobs.rollout import degrade, read_promoted, rollout
+
+    s = train_settings
+    # production before the job: a knowledge memory built with the current model
+    clf = Classifier(s)
+    clf.add_articles(reuters_slice.split("train")[:50])
+    current_version = clf.model_version
+    clf.close()
+
+    hn = tmp_path / "hn.jsonl"
+    rep = mine(s, reuters_slice, hn)
+    cand = finetune(s, s.encoder.model, hn, tmp_path / "candidate", rep["data_sha256"], rep, max_steps=3)
+    manifest = json.loads((cand / "newsmon_model.json").read_text())
+    assert manifest["training_data_sha256"] == rep["data_sha256"]
+    assert manifest["hyperparameters"]["in_batch_negatives"] is False
+    assert manifest["hyperparameters"]["max_steps"] == 3
+
+    # Optuna study in SQLite (default) and in the real PostgreSQL on loopback
+    best = tune(s, reuters_slice, str(cand), trials=4)
+    assert 1 <= best["top_k"] <= 100 and best["trials"] == 4
+    assert len(optuna.load_study(study_name=best["study"], storage=optuna_storage(s)).trials) == 4
+    s_pg = s.model_copy(deep=True)
+    s_pg.training.optuna_storage = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
+    name = f"newsmon-rae-{cand.name}"
+    try:
+        optuna.delete_study(study_name=name, storage=s_pg.training.optuna_storage)
+    except KeyError:
+        pass
+    best_pg = tune(s_pg, reuters_slice, str(cand), trials=3)
+    assert len(optuna.load_study(study_name=name, storage=s_pg.training.optuna_storage).trials) == 3
+    optuna.delete_study(study_name=name, storage=s_pg.training.optuna_storage)
+    assert best_pg["storage"].endswith("/test")
+
+    # gate, refused: a deliberately degraded model; production untouched
+    bad = degrade(str(cand), tmp_path / "degraded")
+    d = rollout(s, str(bad), reuters_slice)
+    assert not d.promoted and d.reason.startswith("refused")
+    assert d.candidate["uF1"] < d.current["uF1"]
+    assert read_promoted(s) is None
+    after = Classifier(s)
+    assert after.model_version == current_version and after.memory("en").count() == 50
+    after.close()
+
+    # gate, promoted: the fine-tuned candidate (a few CPU steps: not worse within the tolerance)
+    s.training.tolerance = 0.05
+    d = rollout(s, str(cand), reuters_slice)
+    assert d.promoted, d.reason
+    rec = read_promoted(s)
+    assert rec["model_path"] == str(cand) and rec["model_version"] == d.candidate["model_version"]
+    assert d.reembedded == {"en": 50}
+    promoted = Classifier(s)  # new encoders follow the promotion, and its collection is filled
+    assert promoted.model_version == rec["model_version"] != current_version
+    assert promoted.memory("en").count(SearchFilter(labelled=True)) == 50
+    promoted.close()
+    log = [json.loads(x) for x in (Path(s.home) / "models" / "rollouts.jsonl").read_text().splitlines()]
+    assert [x["promoted"] for x in log] == [False, True]
+    shutil.rmtree(tmp_path / "degraded", ignore_errors=True)
