@@ -129,6 +129,14 @@ def shared_router(settings: Settings, model_version: str, dim: int) -> MemoryRou
         return router
 
 
+def close_all_routers() -> None:
+    """Close every router of this process (runtime shutdown)."""
+    with _ROUTERS_LOCK:
+        for router in _ROUTERS.values():
+            router.close()
+        _ROUTERS.clear()
+
+
 class Classifier:
     """Proposes labels for articles from the knowledge memory (RAE-XMC eq. 8).
 

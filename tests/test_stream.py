@@ -417,3 +417,53 @@ def test_sigkill_mid_batch_and_restart_loses_nothing(tansu, newsmon_home, tmp_pa
             proc = locals().get(p)
             if proc is not None and proc.poll() is None:
                 proc.kill()
+
+
+def test_workers_follow_a_promoted_model_without_loss(runtime_factory, corpus, tmp_path):
+    """The nightly job promotes a model while the workers run: they switch between batches, carry the
+    articles stored meanwhile into the new version's collection, and lose or double-commit nothing."""
+    import shutil
+
+    from shared.promotion import atomic_write_json, promoted_file
+
+    s, rt = runtime_factory(corpus.split("train")[:40], batch_max_messages=8)
+    old_version = rt.classifier.model_version
+    rt.start()
+    out = Collector(s, s.kafka.topic_proposals)
+    try:
+        first = corpus.split("train")[40:64]
+        publish_articles(s, first)
+        out.wait_for(lambda c: {a.id for a in first} <= set(c.proposals()), 180, "proposals before the promotion")
+        # a "new version": the same weights under another model id (the rollout gate has already approved it)
+        cand = tmp_path / "candidate"
+        shutil.copytree(rt.classifier.encoder.name_or_path, cand)
+        info = json.loads((cand / "newsmon_model.json").read_text())
+        info["model_id"] = "newsmon-ft-test-candidate"
+        (cand / "newsmon_model.json").write_text(json.dumps(info))
+        from shared.encoder import model_fingerprint
+
+        new_version = model_fingerprint(str(cand))
+        atomic_write_json(promoted_file(s), {"model_path": str(cand), "model_version": new_version})
+        second = corpus.split("train")[64:88]
+        publish_articles(s, second)
+        out.wait_for(lambda c: {a.id for a in second} <= set(c.proposals()), 300, "proposals after the promotion")
+        props = out.proposals()
+        assert {p[0].model_version for a in first for p in [props[a.id]]} == {old_version}
+        assert {p[-1].model_version for a in second[-8:] for p in [props[a.id]]} == {new_version}
+        time.sleep(1.0)
+        assert committed(s, s.kafka.classifier_group, s.kafka.topic_articles) == \
+            end_offsets(s, s.kafka.topic_articles)
+        worker = next(w for w in rt.workers if w.name == "classifier")
+        new_mem = worker.clf.memory("sl")
+        # the 40 memory articles and the 24 pending ones from before the switch were carried over
+        assert all(p is not None for p in new_mem.get([a.id for a in corpus.split("train")[:64]]))
+        # a decision now lands in the new version's collection
+        d = ModeratorDecision(article_id=first[0].id, moderator="ana", decided_at=datetime.now(timezone.utc),
+                              decisions=[LabelDecision(label="client:after-switch", action="added")])
+        publish(s, s.kafka.topic_decisions, [(d.kafka_key(), d.to_bytes())])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and new_mem.get([first[0].id])[0].labels != ("client:after-switch",):
+            time.sleep(0.1)
+        assert new_mem.get([first[0].id])[0].labels == ("client:after-switch",)
+    finally:
+        out.close()

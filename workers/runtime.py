@@ -70,10 +70,17 @@ class Runtime:
         if self.http is not None:
             self.http.shutdown()
             self.http = None
+        for w in self.workers:  # the classifier a worker switched to after a promotion
+            clf = getattr(w, "clf", None)
+            if clf is not None and clf is not self.classifier:
+                clf.encoder.close()
         if self.classifier is not None:
             self.classifier.close()
         elif self.router is not None:
             self.router.close()
+        from shared.classifier import close_all_routers
+
+        close_all_routers()
 
 
 def build_runtime(settings: Settings, roles=ROLES, classifier=None) -> Runtime:
