@@ -32,25 +32,28 @@ def models_dir(settings: Settings) -> Path:
     return Path(settings.home) / "models"
 
 
-def evaluate_model(settings: Settings, model: str, corpus) -> dict:
+def evaluate_model(settings: Settings, model: str, corpus, progress: bool = True) -> dict:
     """RAE-XMC (current k / tau / lambda / threshold) on the test split with ``model``; returns the
     ``all`` metrics (uF1, Acc, ...) and the ranking metrics."""
     from shared.evaluation import run_eval
 
     s = settings.model_copy(deep=True)
     s.encoder = settings.encoder.model_copy(update={"model": model})
-    report = run_eval(corpus, ["rae"], s, progress=False)
+    report = run_eval(corpus, ["rae"], s, progress=progress)
     m = report["methods"]["rae"]["metrics"]
     return {**m["all"], **m.get("ranking", {}), "model_version": report["encoder"]["model"]}
 
 
-def copy_missing(old_router, new_router, encoder, batch: int = 64) -> dict[str, int]:
+def copy_missing(old_router, new_router, encoder, batch: int = 64, progress: bool = False) -> dict[str, int]:
     """Re-embed (from the text kept in each payload) and upsert every point of ``old_router``'s collections
     that ``new_router``'s lack; labels, payload and status are kept. Returns points copied per language;
     points without a stored text are skipped (counted under ``<lang>:no_text``)."""
+    from tqdm import tqdm
+
     counts: dict[str, int] = {}
     for lang in old_router.languages():
         old, new = old_router.memory(lang), new_router.memory(lang)
+        bar = tqdm(total=old.count(), desc=f"re-embedding memory [{lang}]", unit="art", disable=not progress)
         buf = []
 
         def flush() -> None:
@@ -72,6 +75,7 @@ def copy_missing(old_router, new_router, encoder, batch: int = 64) -> dict[str, 
             buf.clear()
 
         for point in old.scroll():
+            bar.update(1)
             if not point.payload.get("text"):
                 counts[f"{lang}:no_text"] = counts.get(f"{lang}:no_text", 0) + 1
                 continue
@@ -79,6 +83,7 @@ def copy_missing(old_router, new_router, encoder, batch: int = 64) -> dict[str, 
             if len(buf) >= batch:
                 flush()
         flush()
+        bar.close()
     return counts
 
 
@@ -123,7 +128,7 @@ def rollout(settings: Settings, candidate_path: str, corpus) -> RolloutDecision:
         old_router = MemoryRouter(settings, old_enc.model_id, old_enc.dim)
         new_router = MemoryRouter(settings, new_enc.model_id, new_enc.dim)
         try:
-            reembedded = copy_missing(old_router, new_router, new_enc)
+            reembedded = copy_missing(old_router, new_router, new_enc, progress=True)
             if settings.memory.url:
                 _switch_aliases(settings, new_router)
         finally:
