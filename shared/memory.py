@@ -449,6 +449,13 @@ def _vector_of(raw: Any) -> np.ndarray | None:
     return np.asarray(raw, dtype=np.float32)
 
 
+def _memory_point(rec: Any, with_vectors: bool) -> MemoryPoint:
+    """A :class:`MemoryPoint` from an engine record (qdrant-edge or qdrant-client: ``.payload``, ``.vector``)."""
+    payload = rec.payload or {}
+    return MemoryPoint(article_id=payload.get(FIELD_ARTICLE_ID, ""), labels=_labels_of(payload),
+                       payload=_user_payload(payload), vector=_vector_of(rec.vector) if with_vectors else None)
+
+
 def _chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for start in range(0, len(seq), size):
         yield seq[start : start + size]
@@ -626,13 +633,7 @@ class EdgeMemory:
         unique_pids = list(dict.fromkeys(point_id(i) for i in ids_))
         for chunk in _chunks(unique_pids, _READ_BATCH):
             for rec in self._live.retrieve(list(chunk), True, bool(with_vectors)):
-                payload = rec.payload or {}
-                found[str(rec.id)] = MemoryPoint(
-                    article_id=payload.get(FIELD_ARTICLE_ID, ""),
-                    labels=_labels_of(payload),
-                    payload=_user_payload(payload),
-                    vector=_vector_of(rec.vector) if with_vectors else None,
-                )
+                found[str(rec.id)] = _memory_point(rec, with_vectors)
         return [found.get(point_id(i)) for i in ids_]
 
     def search(
@@ -667,10 +668,7 @@ class EdgeMemory:
             records, offset = self._live.scroll(qe.ScrollRequest(offset=offset, limit=batch, filter=flt,
                                                                  with_payload=True, with_vector=bool(with_vectors)))
             for rec in records:
-                payload = rec.payload or {}
-                yield MemoryPoint(article_id=payload.get(FIELD_ARTICLE_ID, ""), labels=_labels_of(payload),
-                                  payload=_user_payload(payload),
-                                  vector=_vector_of(rec.vector) if with_vectors else None)
+                yield _memory_point(rec, with_vectors)
             if offset is None or not records:
                 return
 
@@ -932,13 +930,7 @@ class QdrantServerMemory:
                     self.collection, ids=list(chunk), with_payload=True, with_vectors=bool(with_vectors)
                 )
                 for rec in records:
-                    payload = rec.payload or {}
-                    found[str(rec.id)] = MemoryPoint(
-                        article_id=payload.get(FIELD_ARTICLE_ID, ""),
-                        labels=_labels_of(payload),
-                        payload=_user_payload(payload),
-                        vector=_vector_of(rec.vector) if with_vectors else None,
-                    )
+                    found[str(rec.id)] = _memory_point(rec, with_vectors)
         return [found.get(point_id(i)) for i in ids_]
 
     def search(
@@ -973,10 +965,7 @@ class QdrantServerMemory:
                 records, offset = self._live.scroll(self.collection, scroll_filter=flt, limit=batch, offset=offset,
                                                     with_payload=True, with_vectors=bool(with_vectors))
             for rec in records:
-                payload = rec.payload or {}
-                yield MemoryPoint(article_id=payload.get(FIELD_ARTICLE_ID, ""), labels=_labels_of(payload),
-                                  payload=_user_payload(payload),
-                                  vector=_vector_of(rec.vector) if with_vectors else None)
+                yield _memory_point(rec, with_vectors)
             if offset is None or not records:
                 return
 
