@@ -37,7 +37,7 @@ def make_consumer(settings: Settings, group: str, topics: list[str], client_id: 
             "partition.assignment.strategy": "range,roundrobin"}
     conf.update(k.client_options)
     c = Consumer(conf)
-    c.subscribe(topics, on_assign=_on_assign(client_id), on_revoke=_on_revoke(client_id))
+    c.subscribe(topics, on_assign=_on_assign(client_id), on_revoke=_on_revoke(client_id, group))
     return c
 
 
@@ -47,9 +47,14 @@ def _on_assign(client_id):
     return cb
 
 
-def _on_revoke(client_id):
+def _on_revoke(client_id, group):
     def cb(consumer, partitions):
         log.info("partitions revoked", client=client_id, partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
+        for p in partitions:  # another member reports these from now on
+            try:
+                CONSUMER_LAG.remove(group, p.topic, str(p.partition))
+            except KeyError:
+                pass
     return cb
 
 
