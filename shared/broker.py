@@ -9,7 +9,6 @@ use the classic group protocol.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import time

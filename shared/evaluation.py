@@ -20,7 +20,7 @@ import scipy.sparse as sp
 import structlog
 
 from shared.config import RaeSettings, Settings
-from shared.data import Article, Corpus, load_corpus
+from shared.data import Article, Corpus
 from shared.metrics import evaluate, f1_by_frequency
 from shared.predictors import (MLKNN, LabelVocab, Retrieval, neighbour_counts, one_nn_scores,
                                rae_xmc_scores)
@@ -330,16 +330,3 @@ def write_outputs(report: dict, out_dir: Path) -> None:
     fig.tight_layout()
     fig.savefig(out_dir / "f1_by_frequency.png", dpi=110)
     plt.close(fig)
-
-
-def load_and_eval(data: Path, methods: Sequence[str], settings: Settings, tune: int = 0,
-                  out_dir: Path | None = None, limit: int | None = None) -> dict:
-    """Load a corpus (see :func:`shared.data.load_corpus`) and :func:`run_eval` it."""
-    corpus = load_corpus(data, limit=limit)
-    for bad in corpus.bad_lines[:20]:
-        log.warning("bad input line skipped", file=str(corpus.path), line=bad.line, reason=bad.reason)
-    report = run_eval(corpus, methods, settings, tune=tune, out_dir=out_dir)
-    report["corpus"]["bad_line_details"] = [{"line": b.line, "reason": b.reason} for b in corpus.bad_lines]
-    if out_dir is not None:
-        write_outputs(report, Path(out_dir))
-    return report
