@@ -160,11 +160,14 @@ def suggest(
         if lang and lang not in known:
             err.print(f"[yellow]note:[/yellow] no {lang!r} memory; searching {', '.join(known)} (cross-lingual)")
         t0 = time.perf_counter()
-        proposals, _ = clf.propose([text], [lang])
+        # score every label with support (threshold 0), then split at the configured threshold
+        everything = s.rae.model_copy(update={"threshold": 0.0})
+        proposals, _ = clf.propose([text], [lang], rae=everything)
         ms = 1000 * (time.perf_counter() - t0)
     finally:
         clf.close()
-    p = proposals[0]
+    candidates = proposals[0].labels
+    p = type(proposals[0])([x for x in candidates if x.score > s.rae.threshold])
     if as_json:
         print(json.dumps({"labels": [{"label": x.label, "score": x.score, "neighbours": [
             {"article_id": a, "similarity": sim} for a, sim in x.neighbours]} for x in p.labels],
@@ -172,6 +175,9 @@ def suggest(
         return
     if not p.labels:
         console.print(f"no label above the threshold {s.rae.threshold} ({ms:.0f} ms)")
+        if candidates:
+            best = ", ".join(f"{x.label} {x.score:.3f}" for x in candidates[:5])
+            console.print(f"best candidates below it: {best} (lower it with --threshold)")
         return
     table = Table(title=f"proposals ({ms:.0f} ms; k={s.rae.top_k}, tau={s.rae.tau}, threshold={s.rae.threshold})")
     table.add_column("label")

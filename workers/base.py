@@ -90,6 +90,7 @@ class BatchWorker:
         finally:
             producer.flush(10)
             consumer.close()
+            del producer
             HEALTH.unregister(self.name)
             log.info("worker stopped", worker=self.name, instance=self.instance)
 

@@ -146,6 +146,10 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
         rt.close()
         done.set()
         mod.join(5)
+        del producer  # release every client before the broker stops (no reconnect noise afterwards)
+        import gc
+
+        gc.collect()
         if not finished:
             raise RuntimeError(f"only {len(received)} of {len(test)} proposals within {timeout_s} s")
 
