@@ -286,12 +286,14 @@ def _corpus_or_fail(s):
 def train_mine(
     data: Annotated[Optional[Path], typer.Option(help="Corpus (default: NEWSMON_DATA).")] = None,
     out: Annotated[Path, typer.Option(help="FlagEmbedding JSONL to write.")] = Path("runs/hard_negatives.jsonl"),
+    source: Annotated[str, typer.Option(help="corpus (train split) or memory (labelled memory articles).")] = "corpus",
 ) -> None:
-    """Mine hard negatives on the train split with the current model (faiss top-500, 15 negatives)."""
+    """Mine hard negatives with the current model (faiss top-500, 15 negatives)."""
     from training_jobs.nightly import mine
 
     s = _settings(data=data)
-    print(json.dumps(mine(s, _corpus_or_fail(s), out, progress=True), indent=2))
+    corpus = _corpus_or_fail(s) if source == "corpus" else None
+    print(json.dumps(mine(s, corpus, out, progress=True, source=source), indent=2))
 
 
 @train_app.command("finetune")
@@ -346,6 +348,7 @@ def train_nightly(
     data: Annotated[Optional[Path], typer.Option(help="Corpus (default: NEWSMON_DATA).")] = None,
     max_steps: Annotated[Optional[int], typer.Option(help="Cap on optimiser steps (CPU budget).")] = None,
     trials: Annotated[Optional[int], typer.Option(help="Optuna trials (default NEWSMON_TRAINING__TUNE_TRIALS).")] = None,
+    source: Annotated[str, typer.Option(help="Training articles: corpus (train split) or memory.")] = "corpus",
 ) -> None:
     """Mine -> fine-tune -> tune -> rollout. Exits 0 when the candidate is promoted or refused; non-zero only
     when a stage fails."""
@@ -354,7 +357,7 @@ def train_nightly(
     from training_jobs.nightly import run_nightly
 
     s = _settings(data=data)
-    rep = run_nightly(s, _corpus_or_fail(s), max_steps=max_steps, trials=trials)
+    rep = run_nightly(s, _corpus_or_fail(s), max_steps=max_steps, trials=trials, source=source)
     print(json.dumps(asdict(rep), indent=2, default=float))
 
 

@@ -68,6 +68,15 @@ def test_finetune_tune_and_rollout_gate_both_ways(train_settings, reuters_slice,
     current_version = clf.model_version
     clf.close()
 
+    # mining from the knowledge memory itself: its labelled points, their stored vectors, no re-embedding
+    mem_rep = mine(s, None, tmp_path / "hn-memory.jsonl", source="memory")
+    assert mem_rep["articles"] == 50 and mem_rep["queries_written"] > 0
+    labels = {a.id: set(a.labels) for a in reuters_slice.articles}
+    for line in (tmp_path / "hn-memory.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        assert labels[r["query_id"]] & labels[r["pos_id"]]
+        assert all(not (labels[r["query_id"]] & labels[n]) for n in r["neg_ids"])
+
     hn = tmp_path / "hn.jsonl"
     rep = mine(s, reuters_slice, hn)
     cand = finetune(s, s.encoder.model, hn, tmp_path / "candidate", rep["data_sha256"], rep, max_steps=3)

@@ -1,5 +1,9 @@
 """``newsmon train nightly``: mine hard negatives -> fine-tune -> tune k / tau / lambda / threshold -> rollout.
 
+Training articles come from a labelled corpus's train split (``--source corpus``) or from the knowledge
+memory itself (``--source memory``: every labelled article, moderator decisions included, with the vectors
+already stored). Tuning and the rollout gate use the corpus's validation and test splits.
+
 Exit status: 0 when the job ran (whether the candidate was promoted or refused: a refusal is a decision, with
 its reason in ``<home>/models/rollouts.jsonl``); non-zero only when a stage failed.
 """
@@ -11,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import structlog
 
 from shared.config import Settings
@@ -37,22 +42,57 @@ def optuna_storage(settings: Settings) -> str:
     return f"sqlite:///{Path(settings.home) / 'optuna.db'}"
 
 
-def mine(settings: Settings, corpus, out_file: Path, progress: bool = False) -> dict:
-    """Embed the train split with the current model and write the hard-negative JSONL; returns the report
-    (with ``data_sha256``)."""
+def memory_training_set(settings: Settings) -> tuple[list[str], list[str], list[tuple], np.ndarray]:
+    """The labelled articles of the knowledge memory (every language collection of the current model version):
+    ids, texts (kept in the payloads), label sets and their stored ``(n, d)`` float32 vectors, so nothing is
+    re-embedded. Moderator decisions are in it: the nightly job learns from them."""
+    from shared.classifier import MemoryRouter, model_identity
+    from shared.memory import SearchFilter
+
+    version, dim = model_identity(settings)
+    router = MemoryRouter(settings, version, dim)
+    ids, texts, labels, vecs = [], [], [], []
+    try:
+        for lang in router.languages():
+            for p in router.memory(lang).scroll(SearchFilter(labelled=True), with_vectors=True):
+                if p.payload.get("text"):
+                    ids.append(p.article_id)
+                    texts.append(p.payload["text"])
+                    labels.append(p.labels)
+                    vecs.append(p.vector)
+    finally:
+        router.close()
+    return ids, texts, labels, (np.stack(vecs) if vecs else np.zeros((0, dim), dtype=np.float32))
+
+
+def mine(settings: Settings, corpus, out_file: Path, progress: bool = False, source: str = "corpus") -> dict:
+    """Write the hard-negative JSONL from the current model's embeddings; returns the report (with
+    ``data_sha256``).
+
+    Args:
+        source: ``corpus`` (the train split, embedded now) or ``memory`` (the labelled articles of the
+            knowledge memory, with their stored vectors).
+    """
     from shared.encoder import Encoder
     from shared.promotion import effective_encoder_settings
     from training_jobs.mining import mine_hard_negatives, write_jsonl
 
-    train = [a for a in corpus.split("train") if a.labels]
-    enc = Encoder(effective_encoder_settings(settings), settings.home)
-    try:
-        vecs = enc.encode([a.text for a in train], role="passage", progress=progress)
-    finally:
-        enc.close()
+    if source == "memory":
+        ids, texts, label_sets, vecs = memory_training_set(settings)
+    elif source == "corpus":
+        train = [a for a in corpus.split("train") if a.labels]
+        ids, texts, label_sets = [a.id for a in train], [a.text for a in train], [a.labels for a in train]
+        enc = Encoder(effective_encoder_settings(settings), settings.home)
+        try:
+            vecs = enc.encode(texts, role="passage", progress=progress)
+        finally:
+            enc.close()
+    else:
+        raise ValueError(f"source must be corpus or memory, got {source!r}")
+    if len(ids) < 2:
+        raise RuntimeError(f"too few labelled articles to mine from the {source} ({len(ids)})")
     t = settings.training
-    records, report = mine_hard_negatives([a.id for a in train], [a.text for a in train], [a.labels for a in train],
-                                          vecs, top=t.top, n_neg=t.n_neg)
+    records, report = mine_hard_negatives(ids, texts, label_sets, vecs, top=t.top, n_neg=t.n_neg)
     report.data_sha256 = write_jsonl(records, out_file)
     log.info("hard negatives mined", **report.as_dict())
     return report.as_dict()
@@ -72,7 +112,8 @@ def tune(settings: Settings, corpus, model: str, trials: int) -> dict:
     return {"study": name, "storage": optuna_storage(settings).split("@")[-1], **params}
 
 
-def run_nightly(settings: Settings, corpus, max_steps: int | None = None, trials: int | None = None) -> NightlyReport:
+def run_nightly(settings: Settings, corpus, max_steps: int | None = None, trials: int | None = None,
+                source: str = "corpus") -> NightlyReport:
     """The whole chain; see the module docstring."""
     from shared.encoder import resolve_model
     from shared.promotion import effective_encoder_settings
@@ -83,7 +124,7 @@ def run_nightly(settings: Settings, corpus, max_steps: int | None = None, trials
     work = models_dir(settings) / "nightly"
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    rep.mining = mine(settings, corpus, work / "hard_negatives.jsonl", progress=True)
+    rep.mining = mine(settings, corpus, work / "hard_negatives.jsonl", progress=True, source=source)
     rep.seconds["mining"] = time.perf_counter() - t0
     if rep.mining["queries_written"] == 0:
         raise RuntimeError("no training query has a positive: nothing to fine-tune on")

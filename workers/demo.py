@@ -146,7 +146,7 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
         rt.close()
         done.set()
         mod.join(5)
-        del producer  # release every client before the broker stops (no reconnect noise afterwards)
+        producer = None  # release every client before the broker stops (no reconnect noise afterwards)
         import gc
 
         gc.collect()
