@@ -37,6 +37,14 @@ def effective_encoder_settings(settings: Settings) -> EncoderSettings:
     return settings.encoder
 
 
+def settings_with_model(settings: Settings, model: str) -> Settings:
+    """A deep copy of ``settings`` whose encoder is ``model`` (a directory or id), for evaluating or tuning a
+    model that is not (yet) in production."""
+    s = settings.model_copy(deep=True)
+    s.encoder = settings.encoder.model_copy(update={"model": model})
+    return s
+
+
 def atomic_write_json(path: Path, data: dict) -> None:
     """Write JSON to ``path`` atomically (temp file + rename): readers never see half a record."""
     path.parent.mkdir(parents=True, exist_ok=True)

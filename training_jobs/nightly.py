@@ -102,9 +102,9 @@ def tune(settings: Settings, corpus, model: str, trials: int) -> dict:
     """Optuna search of k / tau / lambda / threshold on the validation split with ``model`` (study stored in
     :func:`optuna_storage`); returns the best params with the validation subset accuracy and micro-F1."""
     from shared.evaluation import run_eval
+    from shared.promotion import settings_with_model
 
-    s = settings.model_copy(deep=True)
-    s.encoder = settings.encoder.model_copy(update={"model": model})
+    s = settings_with_model(settings, model)
     name = f"newsmon-rae-{Path(model).name}"
     report = run_eval(corpus, ["rae"], s, tune=trials, progress=False, tune_storage=optuna_storage(settings),
                       study_name=name)

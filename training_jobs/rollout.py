@@ -23,7 +23,8 @@ import numpy as np
 import structlog
 
 from shared.config import Settings
-from shared.promotion import atomic_write_json, effective_encoder_settings, promoted_file, read_promoted
+from shared.promotion import (atomic_write_json, effective_encoder_settings, promoted_file, read_promoted,
+                               settings_with_model)
 
 log = structlog.get_logger(__name__)
 
@@ -37,8 +38,7 @@ def evaluate_model(settings: Settings, model: str, corpus, progress: bool = True
     ``all`` metrics (uF1, Acc, ...) and the ranking metrics."""
     from shared.evaluation import run_eval
 
-    s = settings.model_copy(deep=True)
-    s.encoder = settings.encoder.model_copy(update={"model": model})
+    s = settings_with_model(settings, model)
     report = run_eval(corpus, ["rae"], s, progress=progress)
     m = report["methods"]["rae"]["metrics"]
     return {**m["all"], **m.get("ranking", {}), "model_version": report["encoder"]["model"]}

@@ -105,7 +105,7 @@ class BatchWorker:
                 return
             log.warning("batch failed with healthy dependencies; handling messages one by one", error=str(exc))
             for m in msgs:
-                if outbox.acknowledged(m) or Outbox.key_of(m) in outbox.handled:
+                if Outbox.key_of(m) in outbox.handled:  # already dead-lettered or proposed
                     continue
                 try:
                     self.handle_batch([m], outbox)

@@ -188,6 +188,7 @@ class ClassifierWorker(BatchWorker):
         for i, (orig, _j, (lang, point)) in dups.items():
             if point.vector is not None:
                 rows.setdefault(lang, []).append((valid[i][1], point.vector, orig, valid[i][2]))
+        index = {valid[i][1].article_id: i for i in range(len(valid))}
         with self.clf.router.write_lock:
             for lang, items in rows.items():
                 mem = self.clf.memory(lang)
@@ -196,7 +197,6 @@ class ClassifierWorker(BatchWorker):
                         if p is None or (not p.labels and "decided_at" not in p.payload)]
                 if not keep:
                     continue
-                index = {valid[i][1].article_id: i for i in range(len(valid))}
                 mem.upsert(
                     [ev.article_id for ev, _v, _o, _t in keep],
                     np.stack([np.asarray(v, dtype=np.float32) for _e, v, _o, _t in keep]),
