@@ -34,9 +34,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 # -- helpers --------------------------------------------------------------------------------------------------
 def stream_settings(tansu, home: Path, tmp_path: Path, redis_url: str, **worker) -> Settings:
-    """Settings isolated per test: own topics, consumer groups, Redis namespace and memory directory."""
+    """Settings isolated per test: own topics, consumer groups, Redis namespace, memory directory and home
+    (promotion records live in the home); the imported model in the session home is shared."""
+    from shared.encoder import resolve_model
+
     ns = uuid.uuid4().hex[:8]
-    s = Settings(home=home)
+    s = Settings(home=tmp_path / "home")
+    s.encoder.model = resolve_model(s.encoder.model, home)
     k = s.kafka
     k.bootstrap_servers = tansu.bootstrap
     k.topic_articles, k.topic_proposals = f"articles-{ns}", f"label-proposals-{ns}"
@@ -342,6 +346,7 @@ def test_rebalance_second_classifier_joins_mid_stream(runtime_factory, corpus):
     from workers.classifier import ClassifierWorker
 
     s, rt = runtime_factory(batch_max_messages=4)
+    cache, rt.classifier.encoder.cache = rt.classifier.encoder.cache, None  # real embedding: the stream lasts
     rt.start()
     out = Collector(s, s.kafka.topic_proposals)
     articles = corpus.split("train")[150:270]
@@ -359,6 +364,9 @@ def test_rebalance_second_classifier_joins_mid_stream(runtime_factory, corpus):
             end_offsets(s, s.kafka.topic_articles)
     finally:
         out.close()
+        rt.stop.set()
+        rt.wait()
+        rt.classifier.encoder.cache = cache
 
 
 def test_sigkill_mid_batch_and_restart_loses_nothing(tansu, newsmon_home, tmp_path, redis_url, corpus, encoder):
@@ -374,7 +382,8 @@ def test_sigkill_mid_batch_and_restart_loses_nothing(tansu, newsmon_home, tmp_pa
     clf.close()  # releases the embedded memory for the worker process
     stream = (train[300:] + corpus.split("validation") + corpus.split("test"))[:1000]
     port = free_port()
-    env = {**os.environ, "NEWSMON_HOME": str(newsmon_home), "NEWSMON_MEMORY__PATH": str(s.memory.path),
+    env = {**os.environ, "NEWSMON_HOME": str(s.home), "NEWSMON_ENCODER__MODEL": s.encoder.model,
+           "NEWSMON_MEMORY__PATH": str(s.memory.path),
            "NEWSMON_ENCODER__MAX_LENGTH": "128", "NEWSMON_KAFKA__BOOTSTRAP_SERVERS": s.kafka.bootstrap_servers,
            "NEWSMON_KAFKA__TOPIC_ARTICLES": s.kafka.topic_articles,
            "NEWSMON_KAFKA__TOPIC_PROPOSALS": s.kafka.topic_proposals,
