@@ -74,7 +74,14 @@ class TansuBroker:
         deadline = time.monotonic() + self.start_timeout_s
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        # wait for the listener before creating a client: librdkafka logs every refused connection as FAIL
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log.connection.close": False})
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"tansu exited with {self.proc.returncode} (port {self.port})")
