@@ -37,10 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shared.data import Article, load_corpus  # noqa: E402
-from shared.dedup import (  # noqa: E402
+from newsmon.shared.data import Article, load_corpus
+from newsmon.shared.dedup import (
     DEFAULT_MIN_WORDS,
     DEFAULT_NUM_PERM,
     DEFAULT_SHINGLE_SIZE,

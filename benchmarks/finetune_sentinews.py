@@ -19,7 +19,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -37,13 +36,13 @@ def main() -> None:
 
     import torch
 
-    from shared.config import Settings
-    from shared.data import load_corpus
-    from shared.encoder import resolve_model
-    from shared.logs import configure_logging
-    from training_jobs.finetune import finetune
-    from training_jobs.nightly import mine
-    from training_jobs.rollout import evaluate_model
+    from newsmon.shared.config import Settings
+    from newsmon.shared.data import load_corpus
+    from newsmon.shared.encoder import resolve_model
+    from newsmon.shared.logs import configure_logging
+    from newsmon.training_jobs.finetune import finetune
+    from newsmon.training_jobs.nightly import mine
+    from newsmon.training_jobs.rollout import evaluate_model
 
     configure_logging("console", "WARNING")
     s = Settings()

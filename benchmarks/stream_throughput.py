@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -42,14 +41,14 @@ def main() -> None:
 
     from confluent_kafka import Consumer, Producer
 
-    from schemas.events import LabelProposal, parse_event
-    from shared.broker import TansuBroker
-    from shared.classifier import Classifier
-    from shared.config import Settings
-    from shared.data import load_corpus
-    from shared.logs import configure_logging
-    from workers.demo import article_event, decision_for
-    from workers.runtime import build_runtime
+    from newsmon.schemas.events import LabelProposal, parse_event
+    from newsmon.broker import TansuBroker
+    from newsmon.shared.classifier import Classifier
+    from newsmon.shared.config import Settings
+    from newsmon.shared.data import load_corpus
+    from newsmon.shared.logs import configure_logging
+    from newsmon.demo import article_event, decision_for
+    from newsmon.workers.runtime import build_runtime
 
     configure_logging("console", "WARNING")
     corpus = load_corpus(args.data)

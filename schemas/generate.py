@@ -1,8 +1,8 @@
 """Write (or check) the JSON Schema files of the event models.
 
-``python -m schemas.generate``          writes ``schemas/json/<ModelName>.schema.json`` for every model in
+``python -m newsmon.schemas.generate``          writes ``schemas/json/<ModelName>.schema.json`` for every model in
                                         ``EVENT_MODELS`` and removes stale ``*.schema.json`` files there.
-``python -m schemas.generate --check``  writes nothing; exits 1 listing missing, stale and unexpected files.
+``python -m newsmon.schemas.generate --check``  writes nothing; exits 1 listing missing, stale and unexpected files.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from schemas.events import EVENT_MODELS
+from newsmon.schemas.events import EVENT_MODELS
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "json"
 SUFFIX = ".schema.json"
@@ -61,7 +61,7 @@ def write(directory: Path = SCHEMA_DIR) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m schemas.generate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m newsmon.schemas.generate", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if any file is out of date")
     parser.add_argument("--dir", type=Path, default=SCHEMA_DIR, help=f"schema folder (default {SCHEMA_DIR})")
     args = parser.parse_args(argv)
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in problems:
             print(line, file=sys.stderr)
         if problems:
-            print("JSON Schemas out of date; run: python -m schemas.generate", file=sys.stderr)
+            print("JSON Schemas out of date; run: python -m newsmon.schemas.generate", file=sys.stderr)
             return 1
         print(f"JSON Schemas up to date ({len(EVENT_MODELS)} files in {args.dir})")
         return 0

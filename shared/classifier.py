@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from shared.config import RaeSettings, Settings
-from shared.data import Article
-from shared.predictors import LabelVocab, Proposal, Retrieval, explain, rae_xmc_scores
+from newsmon.shared.config import RaeSettings, Settings
+from newsmon.shared.data import Article
+from newsmon.shared.predictors import LabelVocab, Proposal, Retrieval, explain, rae_xmc_scores
 
 log = structlog.get_logger(__name__)
 
@@ -37,8 +37,8 @@ def model_identity(settings: Settings) -> tuple[str, int]:
     ``encoder.model``) without loading its weights."""
     from transformers import AutoConfig
 
-    from shared.encoder import model_fingerprint, resolve_model
-    from shared.promotion import effective_encoder_settings
+    from newsmon.shared.encoder import model_fingerprint, resolve_model
+    from newsmon.shared.promotion import effective_encoder_settings
 
     path = resolve_model(effective_encoder_settings(settings).model, settings.home)
     return model_fingerprint(path), int(AutoConfig.from_pretrained(path).hidden_size)
@@ -64,13 +64,13 @@ class MemoryRouter:
         self.closed = False
 
     def collection(self, lang: str) -> str:
-        from shared.memory import collection_name
+        from newsmon.shared.memory import collection_name
 
         return collection_name(self.settings.memory.collection_prefix, lang, self.model_version)
 
     def memory(self, lang: str):
         """The knowledge memory of one language (opened on first use)."""
-        from shared.memory import open_memory
+        from newsmon.shared.memory import open_memory
 
         with self._open_lock:
             if lang not in self._memories:
@@ -151,8 +151,8 @@ class Classifier:
     """
 
     def __init__(self, settings: Settings, encoder=None, router: MemoryRouter | None = None):
-        from shared.encoder import Encoder
-        from shared.promotion import effective_encoder_settings
+        from newsmon.shared.encoder import Encoder
+        from newsmon.shared.promotion import effective_encoder_settings
 
         self.settings = settings
         self.encoder = encoder or Encoder(effective_encoder_settings(settings), settings.home)
@@ -205,7 +205,7 @@ class Classifier:
     def retrieve(self, vectors: np.ndarray, langs: Sequence[str | None], top_k: int,
                  exclude: Sequence[str] = ()) -> Retrieval:
         """Top-k labelled neighbours of ``(m, d)`` float32 query vectors from each language's memory."""
-        from shared.memory import SearchFilter
+        from newsmon.shared.memory import SearchFilter
 
         flt = SearchFilter(labelled=True, exclude_ids=tuple(exclude))
         known = [lg for lg in self.languages() if self.memory(lg).count(SearchFilter(labelled=True)) > 0]

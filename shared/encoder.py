@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 import structlog
 
-from shared.config import BUNDLED_E5_SMALL, EncoderSettings
+from newsmon.shared.config import BUNDLED_E5_SMALL, EncoderSettings
 
 log = structlog.get_logger(__name__)
 
@@ -35,7 +35,7 @@ def resolve_model(spec: str, home: Path) -> str:
     if spec == BUNDLED_E5_SMALL:
         target = Path(home).expanduser() / "models" / "multilingual-e5-small"
         if not (target / "model.safetensors").exists():
-            from shared.e5_import import import_e5_small
+            from newsmon.shared.e5_import import import_e5_small
 
             log.info("importing the bundled multilingual-e5-small checkpoint", target=str(target))
             import_e5_small(target, overwrite=True)
@@ -130,7 +130,7 @@ class Encoder:
         import torch
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-        from shared.config import Settings
+        from newsmon.shared.config import Settings
 
         self.settings = settings or EncoderSettings()
         home = Path(home) if home is not None else Settings().home

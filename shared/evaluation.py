@@ -19,10 +19,10 @@ import numpy as np
 import scipy.sparse as sp
 import structlog
 
-from shared.config import RaeSettings, Settings
-from shared.data import Article, Corpus
-from shared.metrics import evaluate, f1_by_frequency
-from shared.predictors import (MLKNN, LabelVocab, Retrieval, neighbour_counts, one_nn_scores,
+from newsmon.shared.config import RaeSettings, Settings
+from newsmon.shared.data import Article, Corpus
+from newsmon.shared.metrics import evaluate, f1_by_frequency
+from newsmon.shared.predictors import (MLKNN, LabelVocab, Retrieval, neighbour_counts, one_nn_scores,
                                rae_xmc_scores)
 
 log = structlog.get_logger(__name__)
@@ -53,7 +53,7 @@ class MethodResult:
 def _retrieve(memories: dict, vectors: np.ndarray, langs: Sequence[str], top_k: int,
               exclude_self: Sequence[str] | None = None) -> Retrieval:
     """Search each article's language collection; ``exclude_self`` drops the query's own id (leave-one-out)."""
-    from shared.memory import SearchFilter
+    from newsmon.shared.memory import SearchFilter
 
     k = top_k + (1 if exclude_self is not None else 0)
     rows: list = [None] * len(langs)
@@ -152,8 +152,8 @@ def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: i
 
     dense = [m for m in methods if m in ("rae", "zshot", "mlknn")]
     if dense:
-        from shared.encoder import Encoder
-        from shared.memory import EdgeMemory, collection_name
+        from newsmon.shared.encoder import Encoder
+        from newsmon.shared.memory import EdgeMemory, collection_name
 
         t0 = time.perf_counter()
         enc = Encoder(settings.encoder, settings.home)
@@ -231,7 +231,7 @@ def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: i
     for kind in ("svm", "logreg"):
         if kind not in methods:
             continue
-        from shared.baselines import TfidfOneVsAll
+        from newsmon.shared.baselines import TfidfOneVsAll
 
         t0 = time.perf_counter()
         if progress:

@@ -12,7 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from shared.config import EncoderSettings, Settings
+from newsmon.shared.config import EncoderSettings, Settings
 
 
 def promoted_file(settings: Settings) -> Path:

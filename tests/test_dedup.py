@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from shared.dedup import (
+from newsmon.shared.dedup import (
     DEFAULT_THRESHOLD,
     NearDuplicateIndex,
     lsh_params,

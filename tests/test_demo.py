@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_demo_runs_end_to_end(sentinews_slice, newsmon_home):
     env = {**os.environ, "NEWSMON_HOME": str(newsmon_home), "NEWSMON_DATA": str(sentinews_slice)}
-    res = subprocess.run([sys.executable, "-m", "shared.cli", "demo", "--show", "5"], cwd=REPO, env=env,
+    res = subprocess.run([sys.executable, "-m", "newsmon.cli", "demo", "--show", "5"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = res.stdout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shared.config import settings_reference
+from newsmon.shared.config import settings_reference
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -49,7 +49,7 @@ def test_translation_closer_than_unrelated_slovene(encoder):
 
 
 def test_import_refuses_to_overwrite(tmp_path):
-    from shared.e5_import import import_e5_small
+    from newsmon.shared.e5_import import import_e5_small
 
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "keep.txt").write_text("mine")
@@ -59,7 +59,7 @@ def test_import_refuses_to_overwrite(tmp_path):
 
 
 def test_read_packed_rejects_other_files(tmp_path):
-    from shared.e5_import import ImportError_, read_packed
+    from newsmon.shared.e5_import import ImportError_, read_packed
 
     bad = tmp_path / "bad.bin"
     bad.write_bytes(b"GGUF" + b"\0" * 64)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared.config import PRODUCTION_MODEL, Settings, settings_reference
+from newsmon.shared.config import PRODUCTION_MODEL, Settings, settings_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "helm_check.py"

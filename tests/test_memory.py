@@ -1,8 +1,7 @@
-"""Tests for shared.memory: both adapters on real engines (qdrant-edge, qdrant-client local mode)."""
+"""Tests for newsmon.shared.memory: both adapters on real engines (qdrant-edge, qdrant-client local mode)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,11 +11,7 @@ import numpy as np
 import pytest
 from qdrant_client import QdrantClient
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # plain `pytest` without an installed package
-    sys.path.insert(0, str(REPO_ROOT))
-
-from shared.memory import (  # noqa: E402
+from newsmon.shared.memory import (
     EdgeMemory,
     KnowledgeMemory,
     KnowledgeMemoryError,
@@ -30,6 +25,7 @@ from shared.memory import (  # noqa: E402
     point_id,
 )
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 DIM = 8
 N_PARITY = 500
 D_PARITY = 64
@@ -332,7 +328,7 @@ def test_edge_lock_across_processes(tmp_path):
     script = textwrap.dedent(
         f"""
         import sys
-        from shared.memory import EdgeMemory, MemoryLockedError
+        from newsmon.shared.memory import EdgeMemory, MemoryLockedError
         try:
             EdgeMemory({str(tmp_path)!r}, "xproc", {DIM})
         except MemoryLockedError:
@@ -341,10 +337,8 @@ def test_edge_lock_across_processes(tmp_path):
         """
     )
     with EdgeMemory(tmp_path, "xproc", DIM):
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-        proc = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, env=env
-        )
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                              cwd=REPO_ROOT)
     assert proc.returncode == 42, proc.stderr
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from shared.predictors import MLKNN, LabelVocab, Retrieval, explain, neighbour_counts, one_nn_scores, rae_xmc_scores
+from newsmon.shared.predictors import MLKNN, LabelVocab, Retrieval, explain, neighbour_counts, one_nn_scores, rae_xmc_scores
 
 
 @dataclass

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from schemas import generate
-from schemas.events import (
+from newsmon.schemas import generate
+from newsmon.schemas.events import (
     EVENT_MODELS,
     ArticleEvent,
     InvalidEvent,
@@ -54,7 +54,7 @@ def test_committed_json_schemas_are_fresh():
     stale = [name for name, text in fresh.items()
              if not (generate.SCHEMA_DIR / name).exists()
              or (generate.SCHEMA_DIR / name).read_text(encoding="utf-8") != text]
-    assert not stale, f"stale or missing JSON Schemas {stale}; run: python -m schemas.generate"
+    assert not stale, f"stale or missing JSON Schemas {stale}; run: python -m newsmon.schemas.generate"
     assert generate.check() == []
 
 

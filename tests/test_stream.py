@@ -19,15 +19,16 @@ import numpy as np
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from schemas.events import (LabelDecision, LabelEvent, LabelProposal, ModeratorDecision, dead_letter_topic,
+from newsmon.schemas.events import (LabelDecision, LabelEvent, LabelProposal, ModeratorDecision, dead_letter_topic,
                             parse_event)
-from shared.broker import ensure_topics, free_port
-from shared.config import Settings
-from shared.data import load_corpus
-from shared.memory import MemoryUnavailableError
-from workers.demo import article_event
-from workers.observability import HEALTH
-from workers.runtime import build_runtime
+from newsmon.broker import free_port
+from newsmon.workers.topics import ensure_topics
+from newsmon.shared.config import Settings
+from newsmon.shared.data import load_corpus
+from newsmon.shared.memory import MemoryUnavailableError
+from newsmon.demo import article_event
+from newsmon.workers.observability import HEALTH
+from newsmon.workers.runtime import build_runtime
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 def stream_settings(tansu, home: Path, tmp_path: Path, redis_url: str, **worker) -> Settings:
     """Settings isolated per test: own topics, consumer groups, Redis namespace, memory directory and home
     (promotion records live in the home); the imported model in the session home is shared."""
-    from shared.encoder import resolve_model
+    from newsmon.shared.encoder import resolve_model
 
     ns = uuid.uuid4().hex[:8]
     s = Settings(home=tmp_path / "home")
@@ -150,7 +151,7 @@ def corpus(shared_data):
 @pytest.fixture
 def runtime_factory(tansu, newsmon_home, tmp_path, redis_url, encoder, corpus):
     """Build the memory from 150 real train articles and start both workers in this process."""
-    from shared.classifier import Classifier
+    from newsmon.shared.classifier import Classifier
 
     made = []
 
@@ -343,7 +344,7 @@ def test_memory_outage_pauses_commits_nothing_and_resumes(runtime_factory, corpu
 
 
 def test_rebalance_second_classifier_joins_mid_stream(runtime_factory, corpus):
-    from workers.classifier import ClassifierWorker
+    from newsmon.workers.classifier import ClassifierWorker
 
     s, rt = runtime_factory(batch_max_messages=4)
     cache, rt.classifier.encoder.cache = rt.classifier.encoder.cache, None  # real embedding: the stream lasts
@@ -372,7 +373,7 @@ def test_rebalance_second_classifier_joins_mid_stream(runtime_factory, corpus):
 def test_sigkill_mid_batch_and_restart_loses_nothing(tansu, newsmon_home, tmp_path, redis_url, corpus, encoder):
     """1,000 real articles in, a proposal for every one out, while the classifier process is SIGKILLed
     mid-batch and restarted; repeats only with the same key. Also checks /metrics, /healthz and /readyz."""
-    from shared.classifier import Classifier
+    from newsmon.shared.classifier import Classifier
 
     s = stream_settings(tansu, newsmon_home, tmp_path, redis_url, batch_max_messages=32)
     s.encoder.max_length = 128  # keeps 1,000 articles quick on 2 cores
@@ -394,7 +395,7 @@ def test_sigkill_mid_batch_and_restart_loses_nothing(tansu, newsmon_home, tmp_pa
            "NEWSMON_WORKER__REDIS_URL": redis_url, "NEWSMON_WORKER__REDIS_NAMESPACE": s.worker.redis_namespace,
            "NEWSMON_WORKER__HTTP_PORT": str(port), "NEWSMON_WORKER__HTTP_HOST": "127.0.0.1",
            "NEWSMON_LOG_FORMAT": "json"}
-    cmd = [sys.executable, "-m", "shared.cli", "worker", "classifier"]
+    cmd = [sys.executable, "-m", "newsmon.cli", "worker", "classifier"]
     log1 = open(tmp_path / "worker1.log", "wb")
     out = Collector(s, s.kafka.topic_proposals)
     try:
@@ -433,7 +434,7 @@ def test_workers_follow_a_promoted_model_without_loss(runtime_factory, corpus, t
     articles stored meanwhile into the new version's collection, and lose or double-commit nothing."""
     import shutil
 
-    from shared.promotion import atomic_write_json, promoted_file
+    from newsmon.shared.promotion import atomic_write_json, promoted_file
 
     s, rt = runtime_factory(corpus.split("train")[:40], batch_max_messages=8)
     old_version = rt.classifier.model_version
@@ -449,7 +450,7 @@ def test_workers_follow_a_promoted_model_without_loss(runtime_factory, corpus, t
         info = json.loads((cand / "newsmon_model.json").read_text())
         info["model_id"] = "newsmon-ft-test-candidate"
         (cand / "newsmon_model.json").write_text(json.dumps(info))
-        from shared.encoder import model_fingerprint
+        from newsmon.shared.encoder import model_fingerprint
 
         new_version = model_fingerprint(str(cand))
         atomic_write_json(promoted_file(s), {"model_path": str(cand), "model_version": new_version})

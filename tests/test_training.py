@@ -10,10 +10,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from shared.config import Settings
-from shared.data import load_corpus
-from shared.encoder import resolve_model
-from shared.memory import SearchFilter
+from newsmon.shared.config import Settings
+from newsmon.shared.data import load_corpus
+from newsmon.shared.encoder import resolve_model
+from newsmon.shared.memory import SearchFilter
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def train_settings(newsmon_home, tmp_path) -> Settings:
 
 
 def test_hard_negatives_are_real(train_settings, reuters_slice, tmp_path):
-    from training_jobs.nightly import mine
+    from newsmon.training_jobs.nightly import mine
 
     out = tmp_path / "hn.jsonl"
     report = mine(train_settings, reuters_slice, out)
@@ -56,10 +56,10 @@ def test_hard_negatives_are_real(train_settings, reuters_slice, tmp_path):
 
 
 def test_finetune_tune_and_rollout_gate_both_ways(train_settings, reuters_slice, tmp_path):
-    from shared.classifier import Classifier
-    from training_jobs.finetune import finetune
-    from training_jobs.nightly import mine, optuna_storage, tune
-    from training_jobs.rollout import degrade, read_promoted, rollout
+    from newsmon.shared.classifier import Classifier
+    from newsmon.training_jobs.finetune import finetune
+    from newsmon.training_jobs.nightly import mine, optuna_storage, tune
+    from newsmon.training_jobs.rollout import degrade, read_promoted, rollout
 
     s = train_settings
     # production before the job: a knowledge memory built with the current model

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import structlog
 
-from shared.config import Settings
+from newsmon.shared.config import Settings
 
 log = structlog.get_logger(__name__)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from shared.config import Settings
+from newsmon.shared.config import Settings
 
 log = structlog.get_logger(__name__)
 
@@ -46,8 +46,8 @@ def memory_training_set(settings: Settings) -> tuple[list[str], list[str], list[
     """The labelled articles of the knowledge memory (every language collection of the current model version):
     ids, texts (kept in the payloads), label sets and their stored ``(n, d)`` float32 vectors, so nothing is
     re-embedded. Moderator decisions are in it: the nightly job learns from them."""
-    from shared.classifier import MemoryRouter, model_identity
-    from shared.memory import SearchFilter
+    from newsmon.shared.classifier import MemoryRouter, model_identity
+    from newsmon.shared.memory import SearchFilter
 
     version, dim = model_identity(settings)
     router = MemoryRouter(settings, version, dim)
@@ -73,9 +73,9 @@ def mine(settings: Settings, corpus, out_file: Path, progress: bool = False, sou
         source: ``corpus`` (the train split, embedded now) or ``memory`` (the labelled articles of the
             knowledge memory, with their stored vectors).
     """
-    from shared.encoder import Encoder
-    from shared.promotion import effective_encoder_settings
-    from training_jobs.mining import mine_hard_negatives, write_jsonl
+    from newsmon.shared.encoder import Encoder
+    from newsmon.shared.promotion import effective_encoder_settings
+    from newsmon.training_jobs.mining import mine_hard_negatives, write_jsonl
 
     if source == "memory":
         ids, texts, label_sets, vecs = memory_training_set(settings)
@@ -101,8 +101,8 @@ def mine(settings: Settings, corpus, out_file: Path, progress: bool = False, sou
 def tune(settings: Settings, corpus, model: str, trials: int) -> dict:
     """Optuna search of k / tau / lambda / threshold on the validation split with ``model`` (study stored in
     :func:`optuna_storage`); returns the best params with the validation subset accuracy and micro-F1."""
-    from shared.evaluation import run_eval
-    from shared.promotion import settings_with_model
+    from newsmon.shared.evaluation import run_eval
+    from newsmon.shared.promotion import settings_with_model
 
     s = settings_with_model(settings, model)
     name = f"newsmon-rae-{Path(model).name}"
@@ -115,10 +115,10 @@ def tune(settings: Settings, corpus, model: str, trials: int) -> dict:
 def run_nightly(settings: Settings, corpus, max_steps: int | None = None, trials: int | None = None,
                 source: str = "corpus") -> NightlyReport:
     """The whole chain; see the module docstring."""
-    from shared.encoder import resolve_model
-    from shared.promotion import effective_encoder_settings
-    from training_jobs.finetune import finetune
-    from training_jobs.rollout import models_dir, rollout
+    from newsmon.shared.encoder import resolve_model
+    from newsmon.shared.promotion import effective_encoder_settings
+    from newsmon.training_jobs.finetune import finetune
+    from newsmon.training_jobs.rollout import models_dir, rollout
 
     rep = NightlyReport()
     work = models_dir(settings) / "nightly"

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from shared.config import Settings
-from shared.promotion import (atomic_write_json, effective_encoder_settings, promoted_file, read_promoted,
+from newsmon.shared.config import Settings
+from newsmon.shared.promotion import (atomic_write_json, effective_encoder_settings, promoted_file, read_promoted,
                                settings_with_model)
 
 log = structlog.get_logger(__name__)
@@ -36,7 +36,7 @@ def models_dir(settings: Settings) -> Path:
 def evaluate_model(settings: Settings, model: str, corpus, progress: bool = True) -> dict:
     """RAE-XMC (current k / tau / lambda / threshold) on the test split with ``model``; returns the
     ``all`` metrics (uF1, Acc, ...) and the ranking metrics."""
-    from shared.evaluation import run_eval
+    from newsmon.shared.evaluation import run_eval
 
     s = settings_with_model(settings, model)
     report = run_eval(corpus, ["rae"], s, progress=progress)
@@ -105,12 +105,12 @@ def rollout(settings: Settings, candidate_path: str, corpus) -> RolloutDecision:
     ``training.tolerance``: re-embed the memory into the candidate's collections, switch aliases (server),
     write ``promoted.json``. Otherwise production is left untouched. Both outcomes are logged to
     ``rollouts.jsonl``; a refusal is not an error."""
-    from shared.classifier import MemoryRouter
-    from shared.encoder import Encoder
+    from newsmon.shared.classifier import MemoryRouter
+    from newsmon.shared.encoder import Encoder
 
     tol = settings.training.tolerance
     current_enc = effective_encoder_settings(settings)
-    from shared.encoder import resolve_model
+    from newsmon.shared.encoder import resolve_model
 
     current_path = resolve_model(current_enc.model, settings.home)
     cur = evaluate_model(settings, current_path, corpus)

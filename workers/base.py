@@ -20,10 +20,10 @@ import structlog
 from confluent_kafka import Message
 from tenacity import Retrying, stop_after_attempt, wait_exponential
 
-from shared.config import Settings
-from workers.kafka_io import (Outbox, commit_acknowledged, dead_letter, make_consumer, make_producer,
+from newsmon.shared.config import Settings
+from newsmon.workers.kafka_io import (Outbox, commit_acknowledged, dead_letter, make_consumer, make_producer,
                               real_messages, record_lag, rewind_to)
-from workers.observability import HEALTH
+from newsmon.workers.observability import HEALTH
 
 log = structlog.get_logger(__name__)
 

@@ -20,15 +20,15 @@ import numpy as np
 import structlog
 from confluent_kafka import Message
 
-from schemas.events import (ArticleEvent, InvalidEvent, LabelProposal, NeighbourRef, ProposedLabel, Timings,
+from newsmon.schemas.events import (ArticleEvent, InvalidEvent, LabelProposal, NeighbourRef, ProposedLabel, Timings,
                             parse_event)
-from shared.classifier import TEXT_PAYLOAD_CHARS, Classifier
-from shared.config import Settings
-from shared.memory import SearchFilter
-from workers.base import BatchWorker, DependencyDown
-from workers.kafka_io import Outbox, dead_letter
-from workers.labels import LabelRegistry
-from workers.observability import ARTICLES, BATCH_SECONDS, BATCH_SIZE, PROPOSALS_PER_ARTICLE
+from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS, Classifier
+from newsmon.shared.config import Settings
+from newsmon.shared.memory import SearchFilter
+from newsmon.workers.base import BatchWorker, DependencyDown
+from newsmon.workers.kafka_io import Outbox, dead_letter
+from newsmon.workers.labels import LabelRegistry
+from newsmon.workers.observability import ARTICLES, BATCH_SECONDS, BATCH_SIZE, PROPOSALS_PER_ARTICLE
 
 log = structlog.get_logger(__name__)
 
@@ -57,7 +57,7 @@ class ClassifierWorker(BatchWorker):
         """Between batches: when the nightly job promoted another model, load it, copy into its collections
         the points stored since the memory was re-embedded (pending articles, later decisions), and use it
         from the next batch on. Returns whether the model changed."""
-        from shared.promotion import read_promoted
+        from newsmon.shared.promotion import read_promoted
 
         if not self.settings.encoder.follow_promoted:
             return False
@@ -66,7 +66,7 @@ class ClassifierWorker(BatchWorker):
         if version is None or version == self._promotion_seen or version == self.clf.model_version:
             self._promotion_seen = version
             return False
-        from training_jobs.rollout import copy_missing
+        from newsmon.training_jobs.rollout import copy_missing
 
         started = time.perf_counter()
         new = Classifier(self.settings)

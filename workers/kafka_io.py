@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 import structlog
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from schemas.events import dead_letter_headers, dead_letter_topic
-from shared.config import Settings
-from workers.observability import CONSUMER_LAG, DEAD_LETTERS
+from newsmon.schemas.events import dead_letter_headers, dead_letter_topic
+from newsmon.shared.config import Settings
+from newsmon.workers.observability import CONSUMER_LAG, DEAD_LETTERS
 
 log = structlog.get_logger(__name__)
 

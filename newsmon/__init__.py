@@ -1,0 +1,15 @@
+"""newsmon: streaming label proposals for news articles (RAE-XMC over a Qdrant knowledge memory).
+
+One import root, in layers that only import downwards:
+
+* ``newsmon.schemas`` (folder ``schemas/``): the Kafka wire events and their JSON Schema files;
+* ``newsmon.shared`` (folder ``shared/``): the method and its adapters (encoder, knowledge memory,
+  predictors, evaluation, near-duplicate detection, settings);
+* ``newsmon.training_jobs`` (``training_jobs/``) and ``newsmon.workers`` (``workers/``): the nightly job and
+  the stream processes, which never import each other;
+* ``newsmon`` itself (this folder): the command line, the demo and the Tansu broker helper.
+
+``tests/test_layers.py`` checks the layers and the size limits.
+"""
+
+__version__ = "0.1.0"
