@@ -1,20 +1,23 @@
 """The classifier service object: encoder + knowledge memory (one collection per language and model version)
-+ simplified RAE-XMC. Used by the CLI (``memory build``, ``suggest``) and by the workers.
++ simplified RAE-XMC. Used by the CLI (``memory build``, ``suggest``) and by the classifier worker.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import structlog
+from tqdm import tqdm
 
 from newsmon.shared.config import RaeSettings, Settings
 from newsmon.shared.data import Article
+from newsmon.shared.encoder import Encoder, model_fingerprint, resolve_model
+from newsmon.shared.memory import KnowledgeMemory, MemoryRouter, Neighbour, SearchFilter, shared_router
 from newsmon.shared.predictors import LabelVocab, Proposal, Retrieval, explain, rae_xmc_scores
+from newsmon.shared.promotion import effective_encoder_settings
 
 log = structlog.get_logger(__name__)
 
@@ -35,106 +38,10 @@ class BuildReport:
 def model_identity(settings: Settings) -> tuple[str, int]:
     """(model version, embedding dimension) of the encoder in production (the promoted one, else
     ``encoder.model``) without loading its weights."""
-    from transformers import AutoConfig
-
-    from newsmon.shared.encoder import model_fingerprint, resolve_model
-    from newsmon.shared.promotion import effective_encoder_settings
+    from transformers import AutoConfig  # deferred: transformers takes seconds to import
 
     path = resolve_model(effective_encoder_settings(settings).model, settings.home)
     return model_fingerprint(path), int(AutoConfig.from_pretrained(path).hidden_size)
-
-
-class MemoryRouter:
-    """The knowledge memories of one model version: one collection per language, opened on first use.
-
-    The memory of language ``lang`` is the collection ``<prefix>_<lang>_<model version>`` (embedded engine
-    under ``settings.memory_path`` or the Qdrant server at ``settings.memory.url``). ``write_lock`` serialises
-    read-modify-write updates of points between the workers of this process.
-    """
-
-    def __init__(self, settings: Settings, model_version: str, dim: int):
-        import threading
-
-        self.settings = settings
-        self.model_version = model_version
-        self.dim = dim
-        self._memories: dict = {}
-        self._open_lock = threading.Lock()
-        self.write_lock = threading.RLock()
-        self.closed = False
-
-    def collection(self, lang: str) -> str:
-        from newsmon.shared.memory import collection_name
-
-        return collection_name(self.settings.memory.collection_prefix, lang, self.model_version)
-
-    def memory(self, lang: str):
-        """The knowledge memory of one language (opened on first use)."""
-        from newsmon.shared.memory import open_memory
-
-        with self._open_lock:
-            if lang not in self._memories:
-                m = self.settings.memory
-                self._memories[lang] = open_memory(url=m.url, api_key=m.api_key, path=self.settings.memory_path,
-                                                   collection=self.collection(lang), dim=self.dim)
-            return self._memories[lang]
-
-    def languages(self) -> list[str]:
-        """Languages that have a collection of this model version."""
-        prefix = self.settings.memory.collection_prefix
-        suffix = self.collection("xx")[len(f"{prefix}_xx"):]
-        if self.settings.memory.url:
-            from qdrant_client import QdrantClient
-
-            client = QdrantClient(url=self.settings.memory.url, api_key=self.settings.memory.api_key)
-            try:
-                names = [c.name for c in client.get_collections().collections]
-            finally:
-                client.close()
-        else:
-            root = Path(self.settings.memory_path)
-            names = [p.name for p in root.iterdir() if p.is_dir()] if root.exists() else []
-        pat = re.compile(rf"^{re.escape(prefix)}_([a-z]{{2}}){re.escape(suffix)}$")
-        return sorted({m.group(1) for n in names if (m := pat.match(n))} | set(self._memories))
-
-    def find(self, article_id: str, with_vectors: bool = False):
-        """``(lang, MemoryPoint)`` of an article in any language collection, or None."""
-        for lang in self.languages():
-            point = self.memory(lang).get([article_id], with_vectors=with_vectors)[0]
-            if point is not None:
-                return lang, point
-        return None
-
-    def close(self) -> None:
-        with self._open_lock:
-            for m in self._memories.values():
-                m.close()
-            self._memories.clear()
-            self.closed = True
-
-
-_ROUTERS: dict[tuple, "MemoryRouter"] = {}
-_ROUTERS_LOCK = __import__("threading").Lock()
-
-
-def shared_router(settings: Settings, model_version: str, dim: int) -> MemoryRouter:
-    """One :class:`MemoryRouter` per memory location and model version in this process: the embedded engine
-    allows one open handle per collection directory, so workers of one process must share it."""
-    key = (settings.memory.url or str(Path(settings.memory_path).resolve()), settings.memory.collection_prefix,
-           model_version)
-    with _ROUTERS_LOCK:
-        router = _ROUTERS.get(key)
-        if router is None or router.closed:
-            router = _ROUTERS[key] = MemoryRouter(settings, model_version, dim)
-        return router
-
-
-def close_all_routers() -> None:
-    """Close every router of this process (runtime shutdown)."""
-    with _ROUTERS_LOCK:
-        for router in _ROUTERS.values():
-            router.close()
-        _ROUTERS.clear()
 
 
 class Classifier:
@@ -142,7 +49,8 @@ class Classifier:
 
     Args:
         settings: encoder, memory and RAE-XMC settings.
-        encoder: an already loaded :class:`shared.encoder.Encoder` (default: load one from settings).
+        encoder: an already loaded :class:`newsmon.shared.encoder.Encoder` (default: load the production one).
+        router: the memories of the encoder's model version (default: this process's shared router).
 
     The memory of language ``lang`` is the collection ``<prefix>_<lang>_<model version>`` (embedded engine
     under ``settings.memory_path`` or the Qdrant server at ``settings.memory.url``). An article whose language
@@ -150,10 +58,7 @@ class Classifier:
     retrieval).
     """
 
-    def __init__(self, settings: Settings, encoder=None, router: MemoryRouter | None = None):
-        from newsmon.shared.encoder import Encoder
-        from newsmon.shared.promotion import effective_encoder_settings
-
+    def __init__(self, settings: Settings, encoder: Encoder | None = None, router: MemoryRouter | None = None):
         self.settings = settings
         self.encoder = encoder or Encoder(effective_encoder_settings(settings), settings.home)
         self.model_version = self.encoder.model_id
@@ -161,9 +66,10 @@ class Classifier:
 
     # -- memory -------------------------------------------------------------------------------------
     def collection(self, lang: str) -> str:
+        """The collection name of ``lang`` for this model version."""
         return self.router.collection(lang)
 
-    def memory(self, lang: str):
+    def memory(self, lang: str) -> KnowledgeMemory:
         """The knowledge memory of one language (opened on first use)."""
         return self.router.memory(lang)
 
@@ -176,10 +82,6 @@ class Classifier:
 
         Idempotent: an article id already present is overwritten with the new vector, labels and payload.
         """
-        import time
-
-        from tqdm import tqdm
-
         done: dict[str, int] = {}
         embed_s = upsert_s = 0.0
         bar = tqdm(total=len(articles), desc="memory build", unit="art", disable=not progress)
@@ -204,27 +106,47 @@ class Classifier:
     # -- proposals ----------------------------------------------------------------------------------
     def retrieve(self, vectors: np.ndarray, langs: Sequence[str | None], top_k: int,
                  exclude: Sequence[str] = ()) -> Retrieval:
-        """Top-k labelled neighbours of ``(m, d)`` float32 query vectors from each language's memory."""
-        from newsmon.shared.memory import SearchFilter
+        """Top-k labelled neighbours of ``(m, d)`` float32 query vectors from each language's memory.
 
+        An article's own language is searched first (one batched search per language). A language without
+        labelled articles (its search finds nothing and its count is 0, or it has no collection) is searched
+        in every language that has some (cross-lingual retrieval); the hits are merged by similarity.
+        """
         flt = SearchFilter(labelled=True, exclude_ids=tuple(exclude))
-        known = [lg for lg in self.languages() if self.memory(lg).count(SearchFilter(labelled=True)) > 0]
-        rows: list = [[] for _ in langs]
+        existing = set(self.router.languages())
+        labelled_langs: list[str] | None = None
+        rows: list[list[Neighbour]] = [[] for _ in langs]
         for lang in sorted({lg or "" for lg in langs}):
             idx = [i for i, lg in enumerate(langs) if (lg or "") == lang]
-            targets = [lang] if lang in known else known
-            merged: list[list] = [[] for _ in idx]
-            for t in targets:
-                for pos, hits in enumerate(self.memory(t).search(vectors[idx], top_k, flt)):
-                    merged[pos].extend(hits)
+            hits: list[list[Neighbour]] | None = None
+            if lang in existing:
+                hits = self.memory(lang).search(vectors[idx], top_k, flt)
+                if not any(hits) and not self.router.has_labelled(lang):
+                    hits = None  # no labelled article in this language yet
+            if hits is None:
+                if labelled_langs is None:
+                    labelled_langs = [lg for lg in sorted(existing) if self.router.has_labelled(lg)]
+                hits = self._search_merged(labelled_langs, vectors[idx], top_k, flt)
             for pos, i in enumerate(idx):
-                rows[i] = sorted(merged[pos], key=lambda n: -n.similarity)[:top_k]
+                rows[i] = sorted(hits[pos], key=lambda n: -n.similarity)[:top_k]
         return Retrieval.from_neighbours(rows, top_k)
+
+    def _search_merged(self, langs: Sequence[str], vectors: np.ndarray, top_k: int,
+                       flt: SearchFilter) -> list[list[Neighbour]]:
+        """Per query row, the hits of every language in ``langs`` (unsorted; the caller merges them)."""
+        merged: list[list[Neighbour]] = [[] for _ in range(len(vectors))]
+        for lang in langs:
+            for pos, hits in enumerate(self.memory(lang).search(vectors, top_k, flt)):
+                merged[pos].extend(hits)
+        return merged
 
     def propose(self, texts: Sequence[str], langs: Sequence[str | None] | None = None,
                 rae: RaeSettings | None = None, vectors: np.ndarray | None = None,
-                exclude: Sequence[str] = (), relabel=None) -> tuple[list[Proposal], np.ndarray]:
-        """Label proposals for ``m`` articles.
+                exclude: Sequence[str] = (),
+                relabel: Callable[[tuple[str, ...]], tuple[str, ...]] | None = None
+                ) -> tuple[list[Proposal], np.ndarray]:
+        """Label proposals for ``m`` articles: retrieve, then score with RAE-XMC (eq. 8) and keep the labels
+        with ``p > threshold``.
 
         Args:
             texts: article texts; langs: ISO 639-1 per article (None: search every language);

@@ -75,3 +75,17 @@ def tansu():
 
     with TansuBroker() as broker:
         yield broker
+
+
+@pytest.fixture
+def memory_classifier(tmp_path, encoder):
+    """A classifier on the session encoder with its own embedded knowledge memory in a temp dir."""
+    from newsmon.shared.classifier import Classifier
+    from newsmon.shared.config import Settings
+    from newsmon.shared.memory import MemoryRouter
+
+    s = Settings(home=tmp_path / "home")
+    s.memory.path = tmp_path / "memory"
+    clf = Classifier(s, encoder=encoder, router=MemoryRouter(s, encoder.model_id, encoder.dim))
+    yield clf
+    clf.router.close()  # the session encoder stays open

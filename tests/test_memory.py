@@ -17,6 +17,7 @@ from newsmon.shared.memory import (
     KnowledgeMemoryError,
     MemoryLockedError,
     MemoryPoint,
+    MemoryRouter,
     MemoryUnavailableError,
     QdrantServerMemory,
     SearchFilter,
@@ -389,3 +390,77 @@ def test_scroll_returns_every_point(make_memory):
     assert all(p.vector is not None and p.vector.shape == (DIM,) for p in got)
     labelled = list(mem.scroll(SearchFilter(labelled=True)))
     assert len(labelled) == 350 and all(p.labels == ("x",) for p in labelled)
+
+
+# ---------------------------------------------------------------------------
+# the router: collections per language, one server client, the language list once per batch
+
+
+def _router_settings(tmp_path, url=None):
+    from newsmon.shared.config import Settings
+
+    s = Settings(home=tmp_path / "home")
+    s.memory.path = tmp_path / "memory"
+    s.memory.url = url
+    return s
+
+
+def test_router_uses_one_server_client_for_every_collection_and_listing(tmp_path, monkeypatch):
+    import newsmon.shared.memory.router as router_mod
+
+    made: list = []
+
+    class Client(QdrantClient):
+        closed = False
+
+        def close(self, *args, **kwargs):
+            Client.closed = True
+            super().close(*args, **kwargs)
+
+    def connect(url, api_key):
+        made.append(url)
+        return Client(":memory:")  # qdrant-client's local mode speaks the server API
+
+    monkeypatch.setattr(router_mod, "connect", connect)
+    router = MemoryRouter(_router_settings(tmp_path, url="http://qdrant.test:6333"), "v1", DIM)
+    router.memory("sl").upsert(["a"], np.ones((1, DIM)), [["x"]])
+    router.memory("en").upsert(["b"], np.ones((1, DIM)), [["y"]])
+    for _ in range(3):
+        assert router.languages(refresh=True) == ["en", "sl"]
+    assert router.find_many(["b", "a"]) == {"a": ("sl", router.memory("sl").get(["a"])[0]),
+                                            "b": ("en", router.memory("en").get(["b"])[0])}
+    assert made == ["http://qdrant.test:6333"]
+    router.close()
+    assert Client.closed and router.closed
+
+
+def test_router_lists_language_collections_once_per_batch(tmp_path):
+    s = _router_settings(tmp_path)
+    router, other = MemoryRouter(s, "v1", DIM), MemoryRouter(s, "v1", DIM)
+    try:
+        assert router.languages() == []
+        other.memory("en").upsert(["b"], np.ones((1, DIM)), [["y"]])  # another writer creates a collection
+        assert router.languages() == []  # the list of this batch
+        router.new_batch()
+        assert router.languages() == ["en"]
+        router.memory("sl")  # a collection opened here is always listed
+        assert router.languages() == ["en", "sl"]
+    finally:
+        router.close()
+        other.close()
+
+
+def test_router_find_many_one_get_per_language(tmp_path):
+    router = MemoryRouter(_router_settings(tmp_path), "v1", DIM)
+    try:
+        rng = np.random.default_rng(7)
+        router.memory("sl").upsert(["a", "both"], _unit(rng, 2, DIM), [["x"], ["sl-label"]])
+        router.memory("en").upsert(["b", "both"], _unit(rng, 2, DIM), [["y"], ["en-label"]])
+        found = router.find_many(["a", "b", "both", "missing", "a"], with_vectors=True)
+        assert set(found) == {"a", "b", "both"}
+        assert found["a"][0] == "sl" and found["b"][0] == "en"
+        assert found["both"][0] == "en" and found["both"][1].labels == ("en-label",)  # first language wins
+        assert found["a"][1].vector.shape == (DIM,)
+        assert router.find("missing") is None and router.find("a")[0] == "sl"
+    finally:
+        router.close()

@@ -18,7 +18,16 @@ from pathlib import Path
 import numpy as np
 import structlog
 
+from newsmon.shared.classifier import model_identity
 from newsmon.shared.config import Settings
+from newsmon.shared.data import Corpus
+from newsmon.shared.encoder import Encoder, resolve_model
+from newsmon.shared.evaluation import run_eval
+from newsmon.shared.memory import MemoryRouter, SearchFilter
+from newsmon.shared.promotion import effective_encoder_settings, settings_with_model
+from newsmon.training_jobs.finetune import finetune
+from newsmon.training_jobs.mining import mine_hard_negatives, write_jsonl
+from newsmon.training_jobs.rollout import models_dir, rollout
 
 log = structlog.get_logger(__name__)
 
@@ -46,9 +55,6 @@ def memory_training_set(settings: Settings) -> tuple[list[str], list[str], list[
     """The labelled articles of the knowledge memory (every language collection of the current model version):
     ids, texts (kept in the payloads), label sets and their stored ``(n, d)`` float32 vectors, so nothing is
     re-embedded. Moderator decisions are in it: the nightly job learns from them."""
-    from newsmon.shared.classifier import MemoryRouter, model_identity
-    from newsmon.shared.memory import SearchFilter
-
     version, dim = model_identity(settings)
     router = MemoryRouter(settings, version, dim)
     ids, texts, labels, vecs = [], [], [], []
@@ -65,7 +71,7 @@ def memory_training_set(settings: Settings) -> tuple[list[str], list[str], list[
     return ids, texts, labels, (np.stack(vecs) if vecs else np.zeros((0, dim), dtype=np.float32))
 
 
-def mine(settings: Settings, corpus, out_file: Path, progress: bool = False, source: str = "corpus") -> dict:
+def mine(settings: Settings, corpus: Corpus | None, out_file: Path, progress: bool = False, source: str = "corpus") -> dict:
     """Write the hard-negative JSONL from the current model's embeddings; returns the report (with
     ``data_sha256``).
 
@@ -73,10 +79,6 @@ def mine(settings: Settings, corpus, out_file: Path, progress: bool = False, sou
         source: ``corpus`` (the train split, embedded now) or ``memory`` (the labelled articles of the
             knowledge memory, with their stored vectors).
     """
-    from newsmon.shared.encoder import Encoder
-    from newsmon.shared.promotion import effective_encoder_settings
-    from newsmon.training_jobs.mining import mine_hard_negatives, write_jsonl
-
     if source == "memory":
         ids, texts, label_sets, vecs = memory_training_set(settings)
     elif source == "corpus":
@@ -98,12 +100,9 @@ def mine(settings: Settings, corpus, out_file: Path, progress: bool = False, sou
     return report.as_dict()
 
 
-def tune(settings: Settings, corpus, model: str, trials: int) -> dict:
+def tune(settings: Settings, corpus: Corpus, model: str, trials: int) -> dict:
     """Optuna search of k / tau / lambda / threshold on the validation split with ``model`` (study stored in
     :func:`optuna_storage`); returns the best params with the validation subset accuracy and micro-F1."""
-    from newsmon.shared.evaluation import run_eval
-    from newsmon.shared.promotion import settings_with_model
-
     s = settings_with_model(settings, model)
     name = f"newsmon-rae-{Path(model).name}"
     report = run_eval(corpus, ["rae"], s, tune=trials, progress=False, tune_storage=optuna_storage(settings),
@@ -112,14 +111,9 @@ def tune(settings: Settings, corpus, model: str, trials: int) -> dict:
     return {"study": name, "storage": optuna_storage(settings).split("@")[-1], **params}
 
 
-def run_nightly(settings: Settings, corpus, max_steps: int | None = None, trials: int | None = None,
+def run_nightly(settings: Settings, corpus: Corpus, max_steps: int | None = None, trials: int | None = None,
                 source: str = "corpus") -> NightlyReport:
     """The whole chain; see the module docstring."""
-    from newsmon.shared.encoder import resolve_model
-    from newsmon.shared.promotion import effective_encoder_settings
-    from newsmon.training_jobs.finetune import finetune
-    from newsmon.training_jobs.rollout import models_dir, rollout
-
     rep = NightlyReport()
     work = models_dir(settings) / "nightly"
     work.mkdir(parents=True, exist_ok=True)

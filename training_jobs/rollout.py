@@ -15,76 +15,36 @@ Qdrant server.
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
 import structlog
 
 from newsmon.shared.config import Settings
-from newsmon.shared.promotion import (atomic_write_json, effective_encoder_settings, promoted_file, read_promoted,
-                               settings_with_model)
+from newsmon.shared.data import Corpus
+from newsmon.shared.encoder import Encoder, resolve_model
+from newsmon.shared.evaluation import run_eval
+from newsmon.shared.memory import MemoryRouter, copy_missing
+from newsmon.shared.promotion import (atomic_write_json, effective_encoder_settings, promoted_file,
+                                      read_promoted, settings_with_model)
 
 log = structlog.get_logger(__name__)
 
 
 def models_dir(settings: Settings) -> Path:
+    """``<home>/models``: fine-tuned candidates, the promotion record and the rollout log."""
     return Path(settings.home) / "models"
 
 
-def evaluate_model(settings: Settings, model: str, corpus, progress: bool = True) -> dict:
+def evaluate_model(settings: Settings, model: str, corpus: Corpus, progress: bool = True) -> dict:
     """RAE-XMC (current k / tau / lambda / threshold) on the test split with ``model``; returns the
     ``all`` metrics (uF1, Acc, ...) and the ranking metrics."""
-    from newsmon.shared.evaluation import run_eval
-
     s = settings_with_model(settings, model)
     report = run_eval(corpus, ["rae"], s, progress=progress)
     m = report["methods"]["rae"]["metrics"]
     return {**m["all"], **m.get("ranking", {}), "model_version": report["encoder"]["model"]}
-
-
-def copy_missing(old_router, new_router, encoder, batch: int = 64, progress: bool = False) -> dict[str, int]:
-    """Re-embed (from the text kept in each payload) and upsert every point of ``old_router``'s collections
-    that ``new_router``'s lack; labels, payload and status are kept. Returns points copied per language;
-    points without a stored text are skipped (counted under ``<lang>:no_text``)."""
-    from tqdm import tqdm
-
-    counts: dict[str, int] = {}
-    for lang in old_router.languages():
-        old, new = old_router.memory(lang), new_router.memory(lang)
-        bar = tqdm(total=old.count(), desc=f"re-embedding memory [{lang}]", unit="art", disable=not progress)
-        buf = []
-
-        def flush() -> None:
-            if not buf:
-                return
-            exists = new.get([p.article_id for p in buf], with_vectors=True)
-            todo = [p for p, e in zip(buf, exists) if e is None]
-            if todo:
-                vecs = encoder.encode([p.payload["text"] for p in todo], role="passage")
-                new.upsert([p.article_id for p in todo], vecs, [p.labels for p in todo], [p.payload for p in todo])
-                counts[lang] = counts.get(lang, 0) + len(todo)
-            # decisions applied to the old collection after the new one was filled: carry the labels over
-            stale = [(p, e) for p, e in zip(buf, exists) if e is not None and
-                     (e.labels != p.labels or e.payload.get("decided_at") != p.payload.get("decided_at"))]
-            if stale:
-                new.upsert([p.article_id for p, _ in stale], np.stack([e.vector for _, e in stale]),
-                           [p.labels for p, _ in stale], [p.payload for p, _ in stale])
-                counts[f"{lang}:relabelled"] = counts.get(f"{lang}:relabelled", 0) + len(stale)
-            buf.clear()
-
-        for point in old.scroll():
-            bar.update(1)
-            if not point.payload.get("text"):
-                counts[f"{lang}:no_text"] = counts.get(f"{lang}:no_text", 0) + 1
-                continue
-            buf.append(point)
-            if len(buf) >= batch:
-                flush()
-        flush()
-        bar.close()
-    return counts
 
 
 @dataclass
@@ -100,18 +60,13 @@ class RolloutDecision:
     decided_at: str
 
 
-def rollout(settings: Settings, candidate_path: str, corpus) -> RolloutDecision:
+def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutDecision:
     """Compare the candidate with the current model; when micro-F1 and subset accuracy are not worse beyond
     ``training.tolerance``: re-embed the memory into the candidate's collections, switch aliases (server),
     write ``promoted.json``. Otherwise production is left untouched. Both outcomes are logged to
     ``rollouts.jsonl``; a refusal is not an error."""
-    from newsmon.shared.classifier import MemoryRouter
-    from newsmon.shared.encoder import Encoder
-
     tol = settings.training.tolerance
     current_enc = effective_encoder_settings(settings)
-    from newsmon.shared.encoder import resolve_model
-
     current_path = resolve_model(current_enc.model, settings.home)
     cur = evaluate_model(settings, current_path, corpus)
     cand = evaluate_model(settings, candidate_path, corpus)
@@ -156,29 +111,23 @@ def rollout(settings: Settings, candidate_path: str, corpus) -> RolloutDecision:
     return decision
 
 
-def _switch_aliases(settings: Settings, router) -> None:
+def _switch_aliases(settings: Settings, router: MemoryRouter) -> None:
     """Point ``<prefix>_<lang>`` at the new version's collection of each language (Qdrant server)."""
-    from qdrant_client import QdrantClient, models
+    from qdrant_client import models  # deferred: 1-2 s import, server mode only
 
-    client = QdrantClient(url=settings.memory.url, api_key=settings.memory.api_key)
-    try:
-        ops = []
-        for lang in router.languages():
-            alias = f"{settings.memory.collection_prefix}_{lang}"
-            ops.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias)))
-            ops.append(models.CreateAliasOperation(create_alias=models.CreateAlias(
-                collection_name=router.collection(lang), alias_name=alias)))
-        client.update_collection_aliases(change_aliases_operations=ops)
-    finally:
-        client.close()
+    ops = []
+    for lang in router.languages(refresh=True):
+        alias = f"{settings.memory.collection_prefix}_{lang}"
+        ops.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias)))
+        ops.append(models.CreateAliasOperation(create_alias=models.CreateAlias(
+            collection_name=router.collection(lang), alias_name=alias)))
+    router.server_client().update_collection_aliases(change_aliases_operations=ops)
 
 
 def degrade(model_path: str, out_dir: Path, noise: float = 0.5, seed: int = 0) -> Path:
     """A deliberately worse copy of a model (Gaussian noise on every weight matrix), for gate drills."""
-    import shutil
-
-    import torch
-    from safetensors.torch import load_file, save_file
+    import torch  # deferred: seconds to import; only gate drills use this
+    from safetensors.torch import load_file, save_file  # deferred: needs torch
 
     shutil.copytree(model_path, out_dir, dirs_exist_ok=True)
     g = torch.Generator().manual_seed(seed)
@@ -194,5 +143,4 @@ def degrade(model_path: str, out_dir: Path, noise: float = 0.5, seed: int = 0) -
     return out_dir
 
 
-__all__ = ["RolloutDecision", "copy_missing", "degrade", "effective_encoder_settings", "evaluate_model",
-           "promoted_file", "read_promoted", "rollout"]
+__all__ = ["RolloutDecision", "degrade", "evaluate_model", "models_dir", "promoted_file", "read_promoted", "rollout"]

@@ -24,7 +24,7 @@ from newsmon.schemas.events import (ArticleEvent, InvalidEvent, LabelProposal, N
                             parse_event)
 from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS, Classifier
 from newsmon.shared.config import Settings
-from newsmon.shared.memory import SearchFilter
+from newsmon.shared.memory import SearchFilter, copy_missing
 from newsmon.workers.base import BatchWorker, DependencyDown
 from newsmon.workers.kafka_io import Outbox, dead_letter
 from newsmon.workers.labels import LabelRegistry
@@ -66,8 +66,6 @@ class ClassifierWorker(BatchWorker):
         if version is None or version == self._promotion_seen or version == self.clf.model_version:
             self._promotion_seen = version
             return False
-        from newsmon.training_jobs.rollout import copy_missing
-
         started = time.perf_counter()
         new = Classifier(self.settings)
         copied = copy_missing(self.clf.router, new.router, new.encoder)
@@ -81,7 +79,7 @@ class ClassifierWorker(BatchWorker):
     # -- health -----------------------------------------------------------------------------------
     def probe(self) -> bool:
         try:
-            for lang in self.clf.languages()[:1]:
+            for lang in self.clf.router.languages(refresh=True)[:1]:
                 self.clf.memory(lang).count(SearchFilter(labelled=True))
             self.registry.snapshot()
             self.dedup.count()
@@ -94,6 +92,7 @@ class ClassifierWorker(BatchWorker):
     def handle_batch(self, msgs: list[Message], outbox: Outbox) -> None:
         self.call("model switch", self.maybe_switch_model)
         w = self.settings.worker
+        self.clf.router.new_batch()  # the language collections are listed again, at most once for this batch
         t_start = time.perf_counter()
         BATCH_SIZE.observe(len(msgs))
         valid: list[tuple[Message, ArticleEvent, str]] = []

@@ -27,8 +27,9 @@ import structlog
 from confluent_kafka import Message
 
 from newsmon.schemas.events import InvalidEvent, LabelEvent, ModeratorDecision, parse_event
-from newsmon.shared.classifier import MemoryRouter
+from newsmon.shared.classifier import model_identity
 from newsmon.shared.config import Settings
+from newsmon.shared.memory import MemoryRouter, shared_router
 from newsmon.workers.base import BatchWorker
 from newsmon.workers.kafka_io import Outbox, dead_letter
 from newsmon.workers.labels import LabelRegistry
@@ -53,7 +54,7 @@ class MemoryUpdaterWorker(BatchWorker):
 
     def probe(self) -> bool:
         try:
-            for lang in self.router.languages()[:1]:
+            for lang in self.router.languages(refresh=True)[:1]:
                 self.router.memory(lang).count()
             self.registry.snapshot()
             return True
@@ -65,7 +66,6 @@ class MemoryUpdaterWorker(BatchWorker):
         """Follow a promotion: write decisions into the promoted model's collections from now on."""
         if not self.settings.encoder.follow_promoted:
             return
-        from newsmon.shared.classifier import model_identity, shared_router
         from newsmon.shared.promotion import read_promoted
 
         rec = read_promoted(self.settings)
@@ -77,6 +77,7 @@ class MemoryUpdaterWorker(BatchWorker):
 
     def handle_batch(self, msgs: list[Message], outbox: Outbox) -> None:
         self.call("model switch", self.maybe_switch_model)
+        self.router.new_batch()  # the language collections are listed again, at most once for this batch
         k = self.settings.kafka
         for m in msgs:
             if Outbox.key_of(m) in outbox.handled:

@@ -78,7 +78,7 @@ class Runtime:
             self.classifier.close()
         elif self.router is not None:
             self.router.close()
-        from newsmon.shared.classifier import close_all_routers
+        from newsmon.shared.memory import close_all_routers
 
         close_all_routers()
 
@@ -90,7 +90,8 @@ def build_runtime(settings: Settings, roles=ROLES, classifier=None) -> Runtime:
         classifier: an already loaded :class:`shared.classifier.Classifier` to share (the demo builds the
             memory with it first).
     """
-    from newsmon.shared.classifier import Classifier, model_identity, shared_router
+    from newsmon.shared.classifier import Classifier, model_identity
+    from newsmon.shared.memory import shared_router
     from newsmon.shared.dedup import NearDuplicateIndex
     from newsmon.workers.classifier import ClassifierWorker
     from newsmon.workers.labels import open_registry

@@ -1,0 +1,30 @@
+"""Knowledge memory: a vector store of labelled news articles (RAE-XMC's "memory").
+
+Every stored point is one article: a dense embedding (cosine distance), the article's label set and a
+free-form JSON payload. The retrieval-augmented predictor searches it for the nearest labelled neighbours of
+a new article and votes their labels; pending (not yet labelled) articles are kept in the same collection with
+an empty label set and become useful once labelled via :meth:`KnowledgeMemory.set_labels`.
+
+* :mod:`.base` -- the interface (:class:`KnowledgeMemory`), value types, errors, names and argument checks;
+* :mod:`.common` -- what both adapters do the same way (:class:`~.common.QdrantAdapter`);
+* :mod:`.edge` -- :class:`EdgeMemory`, the embedded default: Qdrant's own engine in-process
+  (``qdrant-edge-py``), persistent in ``path/collection``, one open handle per directory
+  (a second open raises :class:`MemoryLockedError`);
+* :mod:`.server` -- :class:`QdrantServerMemory`, a Qdrant server through ``qdrant-client`` (also its local
+  mode, which the tests use);
+* :mod:`.router` -- :func:`open_memory` (a server when a URL is given, else the embedded engine),
+  :class:`MemoryRouter` (one collection per language and model version), :func:`copy_missing`.
+"""
+
+from newsmon.shared.memory.base import (ARTICLE_NAMESPACE, KnowledgeMemory, KnowledgeMemoryError,
+                                        MemoryLockedError, MemoryPoint, MemoryUnavailableError, Neighbour,
+                                        SearchFilter, collection_name, point_id)
+from newsmon.shared.memory.edge import EdgeMemory
+from newsmon.shared.memory.router import (MemoryRouter, close_all_routers, copy_missing, open_memory,
+                                          shared_router)
+from newsmon.shared.memory.server import QdrantServerMemory
+
+__all__ = ["ARTICLE_NAMESPACE", "EdgeMemory", "KnowledgeMemory", "KnowledgeMemoryError", "MemoryLockedError",
+           "MemoryPoint", "MemoryRouter", "MemoryUnavailableError", "Neighbour", "QdrantServerMemory",
+           "SearchFilter", "close_all_routers", "collection_name", "copy_missing", "open_memory", "point_id",
+           "shared_router"]

@@ -1,0 +1,195 @@
+"""What both Qdrant adapters do the same way, written once: argument checks, payloads, chunking, filters,
+and the upsert / delete / set_labels / get / search / count / scroll flow.
+
+:class:`QdrantAdapter` implements :class:`~newsmon.shared.memory.base.KnowledgeMemory` on top of a handful of
+engine primitives that each adapter (:mod:`.edge`, :mod:`.server`) provides: filter conditions, one write /
+delete / payload / retrieve / query / count / scroll call, and a guard that maps the engine's transient errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import numpy as np
+
+from newsmon.shared.memory.base import (FIELD_LANG, FIELD_N_LABELS, QUERY_BATCH, READ_BATCH, WRITE_BATCH,
+                                        KnowledgeMemoryError, MemoryPoint, Neighbour, SearchFilter,
+                                        check_filter, check_ids, check_label_sets, check_payloads, check_top_k,
+                                        check_vectors, chunks, full_payload, label_payload, memory_point,
+                                        neighbour, point_id)
+
+
+class QdrantAdapter:
+    """Shared implementation of the knowledge-memory interface over one Qdrant collection.
+
+    Subclasses set ``collection``, ``dim`` and ``_handle`` (the engine object; ``None`` once closed) and
+    implement the primitives below. Every primitive handles one request of at most ``WRITE_BATCH`` points,
+    ``READ_BATCH`` ids or ``QUERY_BATCH`` queries.
+    """
+
+    collection: str
+    dim: int
+    _handle: Any = None
+
+    # -- engine primitives ------------------------------------------------------------------------------
+    def _match(self, key: str, value: str) -> Any:
+        """Condition: payload ``key`` equals ``value``."""
+        raise NotImplementedError
+
+    def _range(self, key: str, gte: float | None = None, lt: float | None = None) -> Any:
+        """Condition: numeric payload ``key`` in ``[gte, lt)``."""
+        raise NotImplementedError
+
+    def _has_id(self, pids: list[str]) -> Any:
+        """Condition: the point id is one of ``pids``."""
+        raise NotImplementedError
+
+    def _make_filter(self, must: list, must_not: list) -> Any:
+        """The engine filter of the conditions (``None`` lists are left out)."""
+        raise NotImplementedError
+
+    def _write(self, points: Sequence[tuple[str, list[float], dict]]) -> None:
+        """Upsert ``(point id, vector, full payload)`` triples."""
+        raise NotImplementedError
+
+    def _delete(self, pids: Sequence[str]) -> None:
+        """Delete points by point id."""
+        raise NotImplementedError
+
+    def _set_payloads(self, items: Sequence[tuple[str, dict]]) -> None:
+        """Overwrite the given payload fields of ``(point id, fields)`` pairs."""
+        raise NotImplementedError
+
+    def _retrieve(self, pids: Sequence[str], with_vectors: bool) -> list:
+        """Engine records (``.id``, ``.payload``, ``.vector``) of the stored ones among ``pids``."""
+        raise NotImplementedError
+
+    def _query(self, queries: np.ndarray, k: int, flt: Any) -> list[list]:
+        """Per query row, the top-``k`` hits (``.payload``, ``.score``), best first."""
+        raise NotImplementedError
+
+    def _count(self, flt: Any) -> int:
+        """Exact number of points matching ``flt``."""
+        raise NotImplementedError
+
+    def _scroll_page(self, flt: Any, limit: int, offset: Any, with_vectors: bool) -> tuple[list, Any]:
+        """One page of records and the next offset (``None`` at the end)."""
+        raise NotImplementedError
+
+    def _guard(self, what: str) -> AbstractContextManager:
+        """Context that maps the engine's transient errors of operation ``what`` (default: none)."""
+        return nullcontext()
+
+    # -- shared flow ------------------------------------------------------------------------------------
+    @property
+    def _live(self) -> Any:
+        handle = getattr(self, "_handle", None)
+        if handle is None:
+            raise KnowledgeMemoryError(f"{self!r} is closed")
+        return handle
+
+    def _filter(self, flt: SearchFilter | None) -> Any:
+        """The engine filter of a :class:`SearchFilter` (``None`` when it restricts nothing)."""
+        flt = check_filter(flt)
+        if flt is None:
+            return None
+        must: list[Any] = []
+        must_not: list[Any] = []
+        if flt.lang is not None:
+            must.append(self._match(FIELD_LANG, flt.lang))
+        if flt.labelled is True:
+            must.append(self._range(FIELD_N_LABELS, gte=1))
+        elif flt.labelled is False:
+            must.append(self._range(FIELD_N_LABELS, lt=1))
+        if flt.exclude_ids:
+            ids = check_ids(flt.exclude_ids, what="exclude_ids")
+            must_not.append(self._has_id(sorted({point_id(i) for i in ids})))
+        if not must and not must_not:
+            return None
+        return self._make_filter(must or None, must_not or None)
+
+    def upsert(self, ids: Sequence[str], vectors: np.ndarray, labels: Sequence[Sequence[str]],
+               payloads: Sequence[dict] | None = None) -> None:
+        """See :meth:`KnowledgeMemory.upsert`. ``vectors``: ``(n, d)`` float; 512 points per request."""
+        ids_ = check_ids(ids, unique=True)
+        vecs = check_vectors(vectors, self.dim, n=len(ids_))
+        label_sets = check_label_sets(labels, len(ids_))
+        pls = check_payloads(payloads, ids_)
+        points = [(point_id(aid), vecs[k].tolist(), full_payload(aid, label_sets[k], pls[k]))
+                  for k, aid in enumerate(ids_)]
+        with self._guard("upsert"):
+            for chunk in chunks(points, WRITE_BATCH):
+                self._write(list(chunk))
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """See :meth:`KnowledgeMemory.delete`. Unknown ids are ignored."""
+        ids_ = check_ids(ids)
+        with self._guard("delete"):
+            for chunk in chunks([point_id(i) for i in ids_], WRITE_BATCH):
+                self._delete(list(chunk))
+
+    def set_labels(self, ids: Sequence[str], labels: Sequence[Sequence[str]]) -> None:
+        """See :meth:`KnowledgeMemory.set_labels`. Raises ``KeyError`` for unknown ids (nothing changed)."""
+        ids_ = check_ids(ids)
+        label_sets = check_label_sets(labels, len(ids_))
+        missing = [aid for aid, p in zip(ids_, self.get(ids_)) if p is None]
+        if missing:
+            raise KeyError(f"set_labels: ids not in {self.collection!r}: {missing[:20]}")
+        items = [(point_id(aid), label_payload(ls)) for aid, ls in zip(ids_, label_sets)]
+        with self._guard("set_labels"):
+            for chunk in chunks(items, WRITE_BATCH):
+                self._set_payloads(list(chunk))
+
+    def get(self, ids: Sequence[str], with_vectors: bool = False) -> list[MemoryPoint | None]:
+        """See :meth:`KnowledgeMemory.get`; vectors are ``(d,) float32``, unit-normalised."""
+        ids_ = check_ids(ids)
+        found: dict[str, MemoryPoint] = {}
+        unique_pids = list(dict.fromkeys(point_id(i) for i in ids_))
+        with self._guard("get"):
+            for chunk in chunks(unique_pids, READ_BATCH):
+                for rec in self._retrieve(list(chunk), bool(with_vectors)):
+                    found[str(rec.id)] = memory_point(rec, with_vectors)
+        return [found.get(point_id(i)) for i in ids_]
+
+    def search(self, vectors: np.ndarray, top_k: int, filter: SearchFilter | None = None) -> list[list[Neighbour]]:
+        """See :meth:`KnowledgeMemory.search`. ``vectors``: ``(m, d)`` float; one batched query per 64 rows."""
+        k = check_top_k(top_k)
+        qs = check_vectors(vectors, self.dim)
+        flt = self._filter(filter)
+        out: list[list[Neighbour]] = []
+        with self._guard("search"):
+            for chunk in chunks(qs, QUERY_BATCH):
+                for hits in self._query(chunk, k, flt):
+                    out.append([neighbour(h.payload, h.score) for h in hits])
+        return out
+
+    def count(self, filter: SearchFilter | None = None) -> int:
+        """See :meth:`KnowledgeMemory.count` (exact)."""
+        flt = self._filter(filter)
+        with self._guard("count"):
+            return int(self._count(flt))
+
+    def scroll(self, filter: SearchFilter | None = None, with_vectors: bool = False,
+               batch: int = 256) -> Iterator[MemoryPoint]:
+        """See :meth:`KnowledgeMemory.scroll`."""
+        flt = self._filter(filter)
+        offset = None
+        while True:
+            with self._guard("scroll"):
+                records, offset = self._scroll_page(flt, batch, offset, bool(with_vectors))
+            for rec in records:
+                yield memory_point(rec, with_vectors)
+            if offset is None or not records:
+                return
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the engine handle. Idempotent."""
+        raise NotImplementedError

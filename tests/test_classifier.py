@@ -1,0 +1,40 @@
+"""The classifier's retrieval: an article's own language first, every labelled language when its own has no
+labelled article yet (cross-lingual), on the real embedded Qdrant engine."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_retrieve_own_language_first_then_cross_lingual(memory_classifier):
+    classifier = memory_classifier
+    d = classifier.encoder.dim
+    rng = np.random.default_rng(0)
+    sl, en = _unit(rng, 6, d), _unit(rng, 4, d)
+    sl_ids, en_ids = [f"sl{i}" for i in range(6)], [f"en{i}" for i in range(4)]
+    classifier.memory("sl").upsert(sl_ids, sl, [["a"]] * 6, [{"lang": "sl"}] * 6)
+    classifier.memory("en").upsert(en_ids, en, [["b"]] * 4, [{"lang": "en"}] * 4)
+    classifier.memory("de").upsert(["de0"], _unit(rng, 1, d), [[]], [{"lang": "de"}])  # pending only
+    q = np.stack([sl[0], en[0], en[1], sl[2], sl[3]])
+    r = classifier.retrieve(q, ["sl", "en", "hr", "de", None], top_k=10)
+    assert set(r.ids[0][:6]) == set(sl_ids) and list(r.ids[0][6:]) == [""] * 4  # its own language only
+    assert set(r.ids[1][:4]) == set(en_ids) and list(r.ids[1][4:]) == [""] * 6
+    for row, first in ((2, "en1"), (3, "sl2"), (4, "sl3")):  # no collection / pending only / no language
+        assert r.ids[row][0] == first and set(r.ids[row]) == set(sl_ids) | set(en_ids)
+        assert list(r.sims[row]) == sorted(r.sims[row], reverse=True)
+
+
+def test_retrieve_known_language_with_every_neighbour_excluded_stays_empty(memory_classifier):
+    classifier = memory_classifier
+    d = classifier.encoder.dim
+    rng = np.random.default_rng(1)
+    v = _unit(rng, 2, d)
+    classifier.memory("sl").upsert(["only"], v[:1], [["a"]], [{"lang": "sl"}])
+    classifier.memory("en").upsert(["other"], v[1:], [["b"]], [{"lang": "en"}])
+    r = classifier.retrieve(v[:1], ["sl"], top_k=3, exclude=["only"])
+    assert list(r.ids[0]) == ["", "", ""]  # sl has a labelled article: no cross-lingual fallback
