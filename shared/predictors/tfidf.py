@@ -2,7 +2,7 @@
 
 As in the RAE-XMC paper's comparison: word uni- and bigram TF-IDF (sublinear tf), one binary classifier per
 label (``OneVsRestClassifier``) with ``LinearSVC`` (proposed where the decision value > 0) or
-``LogisticRegression`` (proposed where the probability > 0.5).
+``LogisticRegression`` (proposed where the probability > 0.5). Registered as ``svm`` and ``logreg``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.multiclass import OneVsRestClassifier
 from sklearn.svm import LinearSVC
 
+from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
 
 @dataclass
 class TfidfOneVsAll:
@@ -64,3 +65,41 @@ class TfidfOneVsAll:
     def threshold(self) -> float:
         """Decision threshold on :meth:`scores`."""
         return 0.0 if self.kind == "svm" else 0.5
+
+
+class _TfidfPredictor(Predictor):
+    """TF-IDF + one-vs-all linear model on the article texts (no embeddings, no memory)."""
+
+    kind: Literal["svm", "logreg"] = "svm"
+
+    def __init__(self, max_features: int = 200_000, n_jobs: int = 2) -> None:
+        self.model = TfidfOneVsAll(kind=self.kind, max_features=max_features, n_jobs=n_jobs)
+
+    def fit(self, train: TrainingSet) -> "_TfidfPredictor":
+        """One binary classifier per label with at least one training article."""
+        self.model.fit(list(train.texts), train.labels)
+        return self
+
+    def scores(self, queries: QueryBatch) -> np.ndarray:
+        return self.model.scores(list(queries.texts))
+
+    def decide(self, scores: np.ndarray) -> np.ndarray:
+        return scores > self.model.threshold
+
+
+@register
+class TfidfSvmPredictor(_TfidfPredictor):
+    """TF-IDF + one-vs-all LinearSVC; proposed where the decision value is > 0."""
+
+    name = "svm"
+    display_name = "TF-IDF + SVM"
+    kind = "svm"
+
+
+@register
+class TfidfLogRegPredictor(_TfidfPredictor):
+    """TF-IDF + one-vs-all logistic regression; proposed where the probability is > 0.5."""
+
+    name = "logreg"
+    display_name = "TF-IDF + LogReg"
+    kind = "logreg"

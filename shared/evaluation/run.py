@@ -1,0 +1,164 @@
+"""Offline evaluation: every registered predictor on a labelled corpus, reported like RAE-XMC's Table 7.
+
+The train split is the knowledge memory (and the training set of the text baselines); the validation split is
+used only by ``tune`` (methods with ``tunable``: RAE-XMC); every figure is on the test split. :func:`run_eval`
+is a loop over the requested methods of :mod:`newsmon.shared.predictors`: fit on the train split, score the
+test split, apply the method's decision rule, compute the metrics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import structlog
+
+from newsmon.shared.config import Settings
+from newsmon.shared.data import Article, Corpus
+from newsmon.shared.evaluation.neighbours import retrieve_neighbours
+from newsmon.shared.evaluation.report import ratios_to_svm, write_outputs
+from newsmon.shared.metrics import FREQUENT_MIN, RARE_MAX, evaluate, f1_by_frequency
+from newsmon.shared.predictors import LabelVocab, Predictor, QueryBatch, TrainingSet, available, predictor_class
+
+log = structlog.get_logger(__name__)
+
+#: Neighbours retrieved when a method is tuned: the top of --tune's search space for k.
+TUNE_TOP_K_MAX = 100
+
+
+class EvalInputError(ValueError):
+    """The corpus or the options cannot be evaluated (unknown method, a missing split)."""
+
+
+@dataclass
+class Labels:
+    """The gold labels of the three splits over one vocabulary (train labels first).
+
+    Attributes:
+        vocab: ``L`` labels; train / val / test: ``(n, L)`` 0/1 CSR (val None without validation articles);
+        train_counts: ``(L,)`` training occurrences per label; n_train_labels: labels seen in training.
+    """
+
+    vocab: LabelVocab
+    train: sp.csr_matrix
+    val: sp.csr_matrix | None
+    test: sp.csr_matrix
+    train_counts: np.ndarray
+    n_train_labels: int
+
+
+def _resize(m, n_cols: int):
+    """A CSR label matrix widened to ``n_cols`` columns (the vocabulary grew after it was encoded)."""
+    return sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], n_cols))
+
+
+def label_matrices(train: Sequence[Article], val: Sequence[Article], test: Sequence[Article]) -> Labels:
+    """Encode the splits' labels; labels seen only in validation / test get columns after the train labels."""
+    vocab = LabelVocab(lb for a in train for lb in a.labels)
+    n_train_labels = len(vocab)
+    Y_train = vocab.encode([a.labels for a in train])
+    Y_val = vocab.encode([a.labels for a in val]) if val else None
+    Y_test = vocab.encode([a.labels for a in test])
+    L = len(vocab)
+    counts = np.zeros(L)
+    Y_train = _resize(Y_train, L)
+    counts[:n_train_labels] = np.asarray(Y_train.sum(axis=0)).ravel()[:n_train_labels]
+    return Labels(vocab, Y_train, _resize(Y_val, L) if Y_val is not None else None, _resize(Y_test, L), counts,
+                  n_train_labels)
+
+
+def _method_entry(name: str, labels: Labels, scores: np.ndarray, pred: np.ndarray, seconds: float,
+                  params: dict) -> dict:
+    """One method's report entry: metrics (see :func:`newsmon.shared.metrics.evaluate`), F1 per frequency
+    bucket, seconds and parameters."""
+    return {"name": name, "metrics": evaluate(labels.test, pred, scores, labels.train_counts), "seconds": seconds,
+            "params": params, "f1_by_frequency": f1_by_frequency(labels.test, pred, labels.train_counts)}
+
+
+def _predictors(methods: Sequence[str], settings: Settings, mlknn_k: int) -> list[Predictor]:
+    """The requested predictors in registry order, with their parameters from ``settings``.
+
+    Raises:
+        EvalInputError: an unknown method.
+    """
+    unknown = set(methods) - set(available())
+    if unknown:
+        raise EvalInputError(f"unknown methods {sorted(unknown)}; choose from {','.join(available())}")
+    overrides = {"mlknn": {"k": mlknn_k}}
+    return [predictor_class(n).from_settings(settings, **overrides.get(n, {})) for n in available() if n in methods]
+
+
+def _splits(corpus: Corpus, tune: int) -> tuple[list[Article], list[Article], list[Article]]:
+    train, val, test = corpus.split("train"), corpus.split("validation"), corpus.split("test")
+    if not train or not test:
+        raise EvalInputError(f"{corpus.path}: need train and test articles (found {len(train)} / {len(test)})")
+    if tune and not val:
+        raise EvalInputError("--tune needs validation articles")
+    return train, val, test
+
+
+def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: int = 0,
+             mlknn_k: int = 10, out_dir: Path | None = None, progress: bool = True,
+             tune_storage: str | None = None, study_name: str | None = None) -> dict:
+    """Evaluate ``methods`` (registered predictor names, see :func:`newsmon.shared.predictors.available`) on
+    ``corpus``; returns the JSON-able report (``corpus``, ``methods``, ``timings``, ``encoder`` when a method
+    retrieves, ``label_groups``, ``ratio_to_svm``).
+
+    Args:
+        tune: Optuna trials for each tunable method (0: off); its tuned copy is reported as ``<name>_tuned``.
+        mlknn_k: ML-KNN's k; tune_storage / study_name: Optuna storage URL and study name (None: in memory).
+
+    Raises:
+        EvalInputError: an unknown method, or a corpus without train or test articles.
+    """
+    predictors = _predictors(methods, settings, mlknn_k)
+    train, val, test = _splits(corpus, tune)
+    started = time.perf_counter()
+    labels = label_matrices(train, val, test)
+    report: dict = {"corpus": corpus.summary(), "methods": {}, "timings": {}}
+    train_set = TrainingSet([a.text for a in train], labels.train, labels.vocab)
+    test_q = QueryBatch([a.text for a in test], [a.lang for a in test])
+    val_q = QueryBatch([a.text for a in val], [a.lang for a in val])
+    dense = [p for p in predictors if p.needs_retrieval]
+    if dense:
+        tuning = bool(tune) and any(p.tunable for p in dense)
+        top_k = max([p.neighbours_needed() for p in dense] + ([TUNE_TOP_K_MAX] if tuning else []))
+        loo_k = max((p.neighbours_needed() for p in dense if p.needs_training_retrieval), default=0)
+        nb = retrieve_neighbours(settings, train, test, val, top_k, tuning, loo_k or None, progress, report)
+        train_set.retrieval = nb.train_loo
+        test_q.vectors, test_q.retrieval = nb.test_vecs, nb.test
+        val_q.vectors, val_q.retrieval = nb.val_vecs, nb.validation
+    for p in predictors:
+        _evaluate_one(p, train_set, test_q, val_q, labels, report, tune, progress,
+                      {"storage": tune_storage, "study_name": study_name})
+    report["timings"]["total_s"] = time.perf_counter() - started
+    c = labels.train_counts
+    report["label_groups"] = {"frequent": int((c >= FREQUENT_MIN).sum()), "rare": int((c <= RARE_MAX).sum()),
+                              "all": int(len(labels.vocab))}
+    report["ratio_to_svm"] = ratios_to_svm(report["methods"])
+    if out_dir is not None:
+        write_outputs(report, Path(out_dir))
+    return report
+
+
+def _evaluate_one(p: Predictor, train_set: TrainingSet, test_q: QueryBatch, val_q: QueryBatch, labels: Labels,
+                  report: dict, tune: int, progress: bool, study: dict) -> None:
+    """Fit, score and decide with one predictor (and its tuned copy when ``tune`` and it is tunable); add the
+    entries to ``report["methods"]``."""
+    t0 = time.perf_counter()
+    if progress:
+        log.info(f"evaluating {p.display_name}", labels=labels.n_train_labels)
+    p.fit(train_set)
+    scores = p.scores(test_q)
+    report["methods"][p.name] = _method_entry(p.display_name, labels, scores, p.decide(scores),
+                                              time.perf_counter() - t0, p.params)
+    if tune and p.tunable:
+        t0 = time.perf_counter()
+        tuned, found = p.tune(val_q, labels.val, tune, **study)
+        scores = tuned.scores(test_q)
+        report["methods"][f"{p.name}_tuned"] = _method_entry(f"{p.display_name} (tuned)", labels, scores,
+                                                             tuned.decide(scores), time.perf_counter() - t0, found)

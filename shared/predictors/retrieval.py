@@ -1,0 +1,153 @@
+"""What every neighbour-based predictor works on: a growing label vocabulary, the top-K neighbours of a batch
+of articles (:class:`Retrieval`), and proposals that carry the neighbours behind each label (:func:`explain`).
+
+The live classifier and the offline evaluation both build a :class:`Retrieval` from the knowledge memory and
+score it with the same functions (:func:`~newsmon.shared.predictors.rae_xmc.rae_xmc_scores`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+
+class LabelVocab:
+    """A growing mapping label <-> column index (labels are free strings; new labels appear every week)."""
+
+    def __init__(self, labels: Iterable[str] = ()):
+        self.labels: list[str] = []
+        self.index: dict[str, int] = {}
+        self.extend(labels)
+
+    def extend(self, labels: Iterable[str]) -> None:
+        """Add unseen labels at the end (existing columns keep their index)."""
+        for lb in labels:
+            if lb not in self.index:
+                self.index[lb] = len(self.labels)
+                self.labels.append(lb)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def encode(self, label_sets: Sequence[Iterable[str]], grow: bool = True) -> sp.csr_matrix:
+        """Label sets -> ``(n, L)`` 0/1 CSR matrix (float32). Unknown labels are added when ``grow``,
+        ignored otherwise."""
+        rows, cols = [], []
+        for i, labels in enumerate(label_sets):
+            for lb in labels:
+                if lb not in self.index:
+                    if not grow:
+                        continue
+                    self.extend([lb])
+                rows.append(i)
+                cols.append(self.index[lb])
+        data = np.ones(len(rows), dtype=np.float32)
+        m = sp.csr_matrix((data, (rows, cols)), shape=(len(label_sets), len(self)), dtype=np.float32)
+        m.sum_duplicates()
+        m.data[:] = 1.0
+        return m
+
+
+@dataclass
+class Retrieval:
+    """The top-K neighbours of ``m`` query articles.
+
+    Attributes:
+        ids: ``(m, K)`` object array of neighbour article ids (``""`` where fewer than K were found).
+        sims: ``(m, K)`` float32 cosine similarities, descending per row (``-inf`` where missing).
+        labels: ``m`` lists of ``K`` label tuples (empty tuple where missing).
+    """
+
+    ids: np.ndarray
+    sims: np.ndarray
+    labels: list[list[tuple[str, ...]]]
+
+    @classmethod
+    def from_neighbours(cls, neighbours: Sequence[Sequence], top_k: int | None = None) -> "Retrieval":
+        """Build from the memory's search result: ``m`` lists of objects with ``article_id``,
+        ``similarity`` and ``labels`` (e.g. :class:`newsmon.shared.memory.Neighbour`), each sorted by
+        similarity."""
+        k = top_k or max((len(n) for n in neighbours), default=0)
+        m = len(neighbours)
+        ids = np.full((m, k), "", dtype=object)
+        sims = np.full((m, k), -np.inf, dtype=np.float32)
+        labels: list[list[tuple[str, ...]]] = []
+        for i, row in enumerate(neighbours):
+            row = list(row)[:k]
+            for j, nb in enumerate(row):
+                ids[i, j] = nb.article_id
+                sims[i, j] = nb.similarity
+            labels.append([tuple(nb.labels) for nb in row] + [()] * (k - len(row)))
+        return cls(ids, sims, labels)
+
+    @property
+    def k(self) -> int:
+        return self.sims.shape[1]
+
+    def label_matrix(self, vocab: LabelVocab) -> sp.csr_matrix:
+        """``(m * K, L)`` CSR 0/1 label rows of the neighbours (row ``i * K + j`` = neighbour j of query i)."""
+        flat = [labels for row in self.labels for labels in row]
+        return vocab.encode(flat)
+
+    def head(self, k: int) -> "Retrieval":
+        """The first ``k`` neighbours of each query."""
+        return Retrieval(self.ids[:, :k], self.sims[:, :k], [row[:k] for row in self.labels])
+
+
+def aggregate(weights: np.ndarray, label_rows: sp.csr_matrix, K: int, n_labels: int) -> np.ndarray:
+    """``sum_j weights[i, j] * Y[i*K + j]`` for every query i -> ``(m, L)`` float32 (one sparse product).
+
+    Args:
+        weights: ``(m, k)`` weights of each query's first ``k <= K`` neighbours.
+        label_rows: ``(m * K, L')`` 0/1 label rows (:meth:`Retrieval.label_matrix`); widened to ``n_labels``.
+    """
+    m, k = weights.shape
+    rows = np.repeat(np.arange(m), k)
+    cols = (np.arange(m)[:, None] * K + np.arange(k)[None, :]).reshape(-1)
+    W = sp.csr_matrix((weights.reshape(-1), (rows, cols)), shape=(m, label_rows.shape[0]))
+    Y = label_rows
+    if Y.shape[1] < n_labels:
+        Y = sp.csr_matrix((Y.data, Y.indices, Y.indptr), shape=(Y.shape[0], n_labels))
+    return np.asarray((W @ Y).todense(), dtype=np.float32)
+
+
+@dataclass
+class LabelScore:
+    """One proposed label with its score and the neighbours (article id, cosine similarity) behind it."""
+
+    label: str
+    score: float
+    neighbours: list[tuple[str, float]]
+
+
+@dataclass
+class Proposal:
+    """The labels proposed for one article, best first."""
+
+    labels: list[LabelScore]
+
+    @property
+    def label_set(self) -> set[str]:
+        return {x.label for x in self.labels}
+
+
+def explain(retrieval: Retrieval, scores: np.ndarray, vocab: LabelVocab, threshold: float,
+            k: int | None = None, max_neighbours: int = 5) -> list[Proposal]:
+    """Turn ``(m, L)`` scores into :class:`Proposal` objects: labels with ``score > threshold``, each with
+    up to ``max_neighbours`` of the first ``k`` neighbours that carry it (most similar first)."""
+    k = k or retrieval.k
+    out = []
+    for i in range(scores.shape[0]):
+        cols = np.flatnonzero(scores[i] > threshold)
+        cols = cols[np.argsort(-scores[i, cols], kind="stable")]
+        items = []
+        for c in cols:
+            lb = vocab.labels[c]
+            support = [(str(retrieval.ids[i, j]), float(retrieval.sims[i, j])) for j in range(min(k, retrieval.k))
+                       if lb in retrieval.labels[i][j]][:max_neighbours]
+            items.append(LabelScore(lb, float(scores[i, c]), support))
+        out.append(Proposal(items))
+    return out
