@@ -464,7 +464,7 @@ def test_workers_follow_a_promoted_model_without_loss(runtime_factory, corpus, t
         assert committed(s, s.kafka.classifier_group, s.kafka.topic_articles) == \
             end_offsets(s, s.kafka.topic_articles)
         worker = next(w for w in rt.workers if w.name == "classifier")
-        new_mem = worker.clf.memory("sl")
+        new_mem = worker.pipeline.classifier.memory("sl")
         # the 40 memory articles and the 24 pending ones from before the switch were carried over
         assert all(p is not None for p in new_mem.get([a.id for a in corpus.split("train")[:64]]))
         # a decision now lands in the new version's collection

@@ -1,13 +1,21 @@
-"""The consume -> handle -> produce -> commit loop shared by the workers.
+"""The consume -> handle -> produce -> commit loop shared by the workers, and their error policy.
 
 Per micro-batch (up to ``batch_max_messages`` or ``batch_max_ms``): ``handle_batch`` produces every output
-through an :class:`~workers.kafka_io.Outbox`; the outbox is flushed; offsets are committed up to the first
-message not fully acknowledged, which is consumed again. When a dependency (Qdrant, Redis, the model) keeps
-failing after ``retry_attempts`` tenacity retries, the worker commits nothing for the unfinished messages,
-pauses its partitions, reports not-ready, probes the dependency every ``pause_backoff_s`` seconds (while
-polling, so it stays in the consumer group), then resumes from the first unfinished message. A failure
-that does not come from a dependency (the probe succeeds) is isolated by handling the batch's messages one
-by one; a message that still fails alone goes to the dead-letter topic with the error as its reason.
+through an :class:`~newsmon.workers.kafka_io.Outbox`; the outbox is flushed; offsets are committed up to the
+first message not fully acknowledged, which is consumed again.
+
+Error policy (all of it here, so that it changes in one place):
+
+1. **Bad input** (a message that cannot be handled because of its own content: invalid JSON or schema, too
+   large, a decision on an unknown article): :meth:`BatchWorker.reject` sends it, bytes untouched, to the
+   dead-letter topic with the reason; the worker carries on.
+2. **Dependency calls** (Qdrant, Redis, the model) go through :meth:`ErrorPolicy.call`: ``retry_attempts``
+   tenacity retries with exponential backoff, then :class:`DependencyDown`.
+3. **A failed batch** (:meth:`BatchWorker._process`): when the dependency probe fails too, the worker commits
+   nothing for the unfinished messages, pauses its partitions, reports not-ready, probes every
+   ``pause_backoff_s`` seconds (while polling, so it stays in the consumer group), then resumes from the first
+   unfinished message. When the probe succeeds, the failure is not the dependency's: the batch's messages are
+   handled one by one, and a message that still fails alone is rejected as in 1, with the error as its reason.
 """
 
 from __future__ import annotations
@@ -15,14 +23,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import structlog
-from confluent_kafka import Message
+from confluent_kafka import Consumer, Message, Producer
 from tenacity import Retrying, stop_after_attempt, wait_exponential
 
-from newsmon.shared.config import Settings
+from newsmon.shared.config import Settings, WorkerSettings
 from newsmon.workers.kafka_io import (Outbox, commit_acknowledged, dead_letter, make_consumer, make_producer,
-                              real_messages, record_lag, rewind_to)
+                                      real_messages, record_lag, rewind_to)
 from newsmon.workers.observability import HEALTH
 
 log = structlog.get_logger(__name__)
@@ -32,8 +41,43 @@ class DependencyDown(RuntimeError):
     """A dependency call still failed after its retries."""
 
 
+class ErrorPolicy:
+    """How the workers call their dependencies: retries with exponential backoff, then :class:`DependencyDown`.
+
+    Args:
+        settings: ``retry_attempts`` (tries per call) of the worker settings.
+    """
+
+    def __init__(self, settings: WorkerSettings) -> None:
+        self.settings = settings  # read at each call: settings may change while a worker runs
+
+    def call(self, what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` with tenacity retries (exponential backoff 0.2 s .. 2 s).
+
+        Raises:
+            DependencyDown: the last try failed too (``what`` and the error in the message, the error chained).
+        """
+        try:
+            for attempt in Retrying(stop=stop_after_attempt(self.settings.retry_attempts),
+                                    wait=wait_exponential(multiplier=0.2, max=2.0), reraise=True):
+                with attempt:
+                    return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001
+            raise DependencyDown(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def probe_ok(worker: str, check: Callable[[], None]) -> bool:
+    """Run a dependency check; True when it raised nothing (a failure is logged, not raised)."""
+    try:
+        check()
+        return True
+    except Exception as exc:  # noqa: BLE001
+        log.info("probe failed", worker=worker, error=f"{type(exc).__name__}: {exc}")
+        return False
+
+
 class BatchWorker:
-    """Base class: subclasses set ``name``, ``group``, ``topics`` and implement ``handle_batch`` and ``probe``."""
+    """Base class: subclasses set ``name`` and implement ``handle_batch`` and ``probe``."""
 
     name = "worker"
 
@@ -42,6 +86,7 @@ class BatchWorker:
         self.group = group
         self.topics = topics
         self.instance = instance or f"{self.name}-{threading.get_ident() % 100000}"
+        self.policy = ErrorPolicy(settings.worker)
         self.batches = 0
 
     # -- to implement -----------------------------------------------------------------------------
@@ -57,17 +102,14 @@ class BatchWorker:
         """True when the dependencies answer."""
         return True
 
-    # -- helpers ----------------------------------------------------------------------------------
-    def call(self, what: str, fn: Callable, *args, **kwargs):
-        """Call a dependency with tenacity retries (exponential backoff); raise DependencyDown at the end."""
-        w = self.settings.worker
-        try:
-            for attempt in Retrying(stop=stop_after_attempt(w.retry_attempts),
-                                    wait=wait_exponential(multiplier=0.2, max=2.0), reraise=True):
-                with attempt:
-                    return fn(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001
-            raise DependencyDown(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+    # -- the error policy's entry points ------------------------------------------------------------
+    def call(self, what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        """A dependency call under the error policy (:meth:`ErrorPolicy.call`)."""
+        return self.policy.call(what, fn, *args, **kwargs)
+
+    def reject(self, outbox: Outbox, msg: Message, reason: str) -> None:
+        """Bad input: send ``msg`` to its dead-letter topic with ``reason`` (it counts as handled)."""
+        dead_letter(outbox, msg, reason, self.instance)
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -94,7 +136,8 @@ class BatchWorker:
             HEALTH.unregister(self.name)
             log.info("worker stopped", worker=self.name, instance=self.instance)
 
-    def _process(self, consumer, producer, msgs: list[Message], stop: threading.Event) -> None:
+    def _process(self, consumer: Consumer, producer: Producer, msgs: list[Message], stop: threading.Event) -> None:
+        """One batch under the error policy: pause on a dependency down, else isolate the failing message."""
         outbox = Outbox(producer)
         try:
             self.handle_batch(msgs, outbox)
@@ -111,7 +154,7 @@ class BatchWorker:
                     self.handle_batch([m], outbox)
                 except DependencyDown as exc1:
                     if self.probe():
-                        dead_letter(outbox, m, f"processing failed: {exc1}", self.instance)
+                        self.reject(outbox, m, f"processing failed: {exc1}")
                     else:
                         outbox.wait()
                         self._pause(consumer, msgs, outbox, str(exc1), stop)
@@ -119,12 +162,12 @@ class BatchWorker:
         outbox.wait()
         commit_acknowledged(consumer, msgs, outbox)
 
-    def _pause(self, consumer, msgs: list[Message], outbox: Outbox, reason: str, stop: threading.Event) -> None:
+    def _pause(self, consumer: Consumer, msgs: list[Message], outbox: Outbox, reason: str,
+               stop: threading.Event) -> None:
         """Commit the acknowledged prefix, pause, probe until healthy, resume at the first unfinished message."""
         unfinished = [m for m in msgs if not outbox.acknowledged(m)]
         commit_acknowledged(consumer, msgs, outbox)  # stops, per partition, at the first unfinished one
-        assigned = consumer.assignment()
-        consumer.pause(assigned)
+        consumer.pause(consumer.assignment())
         HEALTH.set_ready(self.name, f"paused: {reason[:200]}")
         log.error("dependency down: consumption paused, nothing committed for unfinished messages",
                   worker=self.name, reason=reason, unfinished=len(unfinished))

@@ -15,6 +15,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
+import redis
+
 
 class LabelRegistry:
     """In-process registry. ``apply(labels)`` maps a label set through renames and drops retired labels."""
@@ -70,8 +72,6 @@ class RedisLabelRegistry(LabelRegistry):
 
     def __init__(self, url: str, namespace: str = "newsmon:labels") -> None:
         super().__init__()
-        import redis
-
         self.r = redis.Redis.from_url(url)
         self.ns = namespace
 
@@ -96,9 +96,8 @@ class RedisLabelRegistry(LabelRegistry):
                     pipe.hdel(key, new)
                     pipe.execute()
                     return
-                except Exception as exc:  # WatchError: retry
-                    if type(exc).__name__ != "WatchError":
-                        raise
+                except redis.WatchError:  # the hash changed between WATCH and EXEC: try again
+                    continue
 
     def snapshot(self) -> tuple[dict[str, str], frozenset[str]]:
         with self.r.pipeline(transaction=False) as pipe:

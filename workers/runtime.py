@@ -9,11 +9,22 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from http.server import ThreadingHTTPServer
 
 import structlog
 
+from newsmon.shared.classifier import Classifier, model_identity
 from newsmon.shared.config import Settings
+from newsmon.shared.dedup import NearDuplicateIndex
+from newsmon.shared.memory import MemoryRouter, close_all_routers, shared_router
+from newsmon.workers.base import BatchWorker
+from newsmon.workers.classifier import ClassifierWorker
+from newsmon.workers.labels import LabelRegistry, open_registry
+from newsmon.workers.memory_updater import MemoryUpdaterWorker
+from newsmon.workers.observability import serve_http
+from newsmon.workers.topics import ensure_topics
 
 log = structlog.get_logger(__name__)
 
@@ -25,20 +36,17 @@ class Runtime:
     """The workers of one process and what they share."""
 
     settings: Settings
-    workers: list = field(default_factory=list)
-    classifier: object | None = None
-    router: object | None = None
-    registry: object | None = None
-    dedup: object | None = None
-    threads: list = field(default_factory=list)
+    workers: list[BatchWorker] = field(default_factory=list)
+    classifier: Classifier | None = None
+    router: MemoryRouter | None = None
+    registry: LabelRegistry | None = None
+    dedup: NearDuplicateIndex | None = None
+    threads: list[threading.Thread] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
-    http: object | None = None
+    http: ThreadingHTTPServer | None = None
 
     def start(self) -> "Runtime":
         """Start every worker in its own thread (and the HTTP endpoint when ``worker.http_port`` is set)."""
-        from newsmon.workers.topics import ensure_topics
-        from newsmon.workers.observability import serve_http
-
         k = self.settings.kafka
         if k.create_topics:
             ensure_topics(k.client_config(), k.all_topics(), partitions=k.topic_partitions)
@@ -50,7 +58,7 @@ class Runtime:
             self.threads.append(t)
         return self
 
-    def _run_one(self, worker) -> None:
+    def _run_one(self, worker: BatchWorker) -> None:
         try:
             worker.run(self.stop)
         except Exception:  # noqa: BLE001
@@ -71,32 +79,25 @@ class Runtime:
             self.http.shutdown()
             self.http = None
         for w in self.workers:  # the classifier a worker switched to after a promotion
-            clf = getattr(w, "clf", None)
-            if clf is not None and clf is not self.classifier:
-                clf.encoder.close()
+            if isinstance(w, ClassifierWorker) and w.pipeline.classifier is not self.classifier:
+                w.pipeline.classifier.encoder.close()
         if self.classifier is not None:
             self.classifier.close()
         elif self.router is not None:
             self.router.close()
-        from newsmon.shared.memory import close_all_routers
-
         close_all_routers()
 
 
-def build_runtime(settings: Settings, roles=ROLES, classifier=None) -> Runtime:
+def build_runtime(settings: Settings, roles: Sequence[str] = ROLES, classifier: Classifier | None = None) -> Runtime:
     """Create the shared objects and the workers of ``roles``.
 
     Args:
-        classifier: an already loaded :class:`shared.classifier.Classifier` to share (the demo builds the
-            memory with it first).
-    """
-    from newsmon.shared.classifier import Classifier, model_identity
-    from newsmon.shared.memory import shared_router
-    from newsmon.shared.dedup import NearDuplicateIndex
-    from newsmon.workers.classifier import ClassifierWorker
-    from newsmon.workers.labels import open_registry
-    from newsmon.workers.memory_updater import MemoryUpdaterWorker
+        classifier: an already loaded :class:`newsmon.shared.classifier.Classifier` to share (the demo builds
+            the memory with it first).
 
+    Raises:
+        ValueError: an unknown role.
+    """
     unknown = set(roles) - set(ROLES)
     if unknown:
         raise ValueError(f"unknown worker roles {sorted(unknown)}; choose from {', '.join(ROLES)}")
@@ -117,7 +118,7 @@ def build_runtime(settings: Settings, roles=ROLES, classifier=None) -> Runtime:
     return rt
 
 
-def run_until_signalled(settings: Settings, roles=ROLES) -> None:
+def run_until_signalled(settings: Settings, roles: Sequence[str] = ROLES) -> None:
     """Production entry point: run ``roles`` until SIGTERM / SIGINT, then finish the batch, commit, close."""
     rt = build_runtime(settings, roles)
 

@@ -1,0 +1,275 @@
+"""The article path, one method per stage, in order:
+
+``validate`` -> ``near_duplicates`` -> ``embed`` -> ``retrieve_and_score`` -> ``store_pending`` -> ``emit``
+
+:class:`ArticlePipeline` is the classifier worker's service object; the worker
+(:mod:`newsmon.workers.classifier`) only moves messages, offsets and errors. Every dependency call goes through
+the ``call`` it is given (the worker's error policy, :meth:`newsmon.workers.base.ErrorPolicy.call`).
+
+Per batch the knowledge memory is hit by: one ``get`` per language for the near-copies found (none when there
+are none), one batched ``search`` per language of the batch (plus counts only for a language without labelled
+articles), and one ``get`` and one ``upsert`` per language for the pending points. The language collections
+are listed at most once per batch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import structlog
+from confluent_kafka import Message
+
+from newsmon.schemas.events import (ArticleEvent, InvalidEvent, LabelProposal, NeighbourRef, ProposedLabel,
+                                    Timings, parse_event)
+from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS, Classifier
+from newsmon.shared.config import Settings
+from newsmon.shared.dedup import NearDuplicateIndex
+from newsmon.shared.memory import MemoryPoint, SearchFilter, copy_missing
+from newsmon.shared.promotion import read_promoted
+from newsmon.workers.labels import LabelRegistry
+from newsmon.workers.observability import BATCH_SECONDS, BATCH_SIZE
+
+log = structlog.get_logger(__name__)
+
+
+def call_directly(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """The trivial error policy: call ``fn`` once (outside a worker)."""
+    return fn(*args, **kwargs)
+
+
+@dataclass
+class Duplicate:
+    """The earlier article an incoming one is a near-copy of (MinHash LSH), as stored in the memory."""
+
+    original_id: str
+    jaccard: float
+    lang: str
+    point: MemoryPoint
+
+
+@dataclass
+class ArticleItem:
+    """One valid article of a batch and what the stages found for it.
+
+    Attributes:
+        msg: the consumed message; event: the parsed event; text: title + body cut to ``max_text_chars``;
+        duplicate: set by ``near_duplicates``; vector: ``(d,)`` float32 query embedding (set by ``embed``);
+        labels: the proposed labels (set by ``retrieve_and_score``).
+    """
+
+    msg: Message
+    event: ArticleEvent
+    text: str
+    duplicate: Duplicate | None = None
+    vector: np.ndarray | None = None
+    labels: list[ProposedLabel] = field(default_factory=list)
+
+
+@dataclass
+class ArticleBatch:
+    """The valid articles of one micro-batch; ``size`` counts every consumed message; ``seconds`` the stages."""
+
+    size: int
+    items: list[ArticleItem]
+    started: float = field(default_factory=time.perf_counter)
+    seconds: dict[str, float] = field(default_factory=lambda: {"dedup": 0.0, "embed": 0.0, "search_score": 0.0})
+
+    @property
+    def fresh(self) -> list[ArticleItem]:
+        """The articles that are not near-copies (they need the model)."""
+        return [it for it in self.items if it.duplicate is None]
+
+
+class ArticlePipeline:
+    """The article path of the classifier worker: a method per stage (see the module docstring).
+
+    Args:
+        settings: all settings; classifier: encoder + memory router (replaced when a model is promoted);
+        dedup: the near-duplicate index (Redis-backed when replicas share it); registry: the label registry
+        (renames, retired labels); call: how dependency calls are made (the worker's error policy).
+    """
+
+    def __init__(self, settings: Settings, classifier: Classifier, dedup: NearDuplicateIndex,
+                 registry: LabelRegistry, call: Callable = call_directly):
+        self.settings = settings
+        self.classifier = classifier
+        self.dedup = dedup
+        self.registry = registry
+        self.call = call
+        self._promotion_seen: str | None = None
+
+    # -- between batches --------------------------------------------------------------------------
+    def follow_promotion(self) -> bool:
+        """When the nightly job promoted another model: load it, copy into its collections the points stored
+        since the memory was re-embedded (pending articles, later decisions), and use it from this batch on.
+        Returns whether the model changed."""
+        if not self.settings.encoder.follow_promoted:
+            return False
+        rec = read_promoted(self.settings)
+        version = rec.get("model_version") if rec else None
+        if version is None or version == self._promotion_seen or version == self.classifier.model_version:
+            self._promotion_seen = version
+            return False
+        started = time.perf_counter()
+        new = Classifier(self.settings)
+        copied = copy_missing(self.classifier.router, new.router, new.encoder)
+        old, self.classifier = self.classifier, new
+        old.encoder.close()
+        self._promotion_seen = version
+        log.info("switched to the promoted model", old=old.model_version, new=new.model_version,
+                 caught_up=copied, seconds=round(time.perf_counter() - started, 1))
+        return True
+
+    def check_dependencies(self) -> None:
+        """Touch the memory, the label registry and the near-duplicate index; raises when one is down."""
+        clf = self.classifier
+        for lang in clf.router.languages(refresh=True)[:1]:
+            clf.memory(lang).count(SearchFilter(labelled=True))
+        self.registry.snapshot()
+        self.dedup.count()
+
+    # -- the stages -------------------------------------------------------------------------------
+    def validate(self, msgs: list[Message]) -> tuple[ArticleBatch, list[tuple[Message, str]]]:
+        """Parse every message as an :class:`ArticleEvent`. Returns the batch of valid articles and the
+        rejected messages with their reason (too large, invalid JSON, schema violation, unknown
+        ``schema_version``, empty text). No dependency is called."""
+        w = self.settings.worker
+        BATCH_SIZE.observe(len(msgs))
+        batch = ArticleBatch(size=len(msgs), items=[])
+        rejected: list[tuple[Message, str]] = []
+        for m in msgs:
+            raw = m.value()
+            if raw is not None and len(raw) > w.max_message_bytes:
+                rejected.append((m, f"too large: {len(raw)} bytes > worker.max_message_bytes {w.max_message_bytes}"))
+                continue
+            try:
+                ev = parse_event(ArticleEvent, raw)
+            except InvalidEvent as exc:
+                rejected.append((m, str(exc.reason)))
+                continue
+            batch.items.append(ArticleItem(m, ev, ev.text[:w.max_text_chars]))
+        return batch, rejected
+
+    def near_duplicates(self, batch: ArticleBatch) -> None:
+        """Check each article against the near-duplicate index (adding the new ones), then read the originals
+        found from the memory (one ``get`` per language); an article whose original is stored becomes a
+        :class:`Duplicate` and needs no model call."""
+        t0 = time.perf_counter()
+        self.classifier.router.new_batch()  # the language collections are listed again, once for this batch
+        hits = {}
+        for it in batch.items:
+            hit = self.call("near-duplicate index", self.dedup.check_and_add, it.event.article_id, it.text)
+            if hit is not None:
+                hits[id(it)] = hit
+        if hits:
+            originals = self.call("memory", self.classifier.router.find_many, [h[0] for h in hits.values()], True)
+            for it in batch.items:
+                hit = hits.get(id(it))
+                if hit is not None and hit[0] in originals:
+                    lang, point = originals[hit[0]]
+                    it.duplicate = Duplicate(hit[0], hit[1], lang, point)
+        batch.seconds["dedup"] = time.perf_counter() - t0
+
+    def embed(self, batch: ArticleBatch) -> None:
+        """Embed the articles that are not near-copies (``query`` role), one encoder call per batch."""
+        fresh = batch.fresh
+        if not fresh:
+            return
+        t0 = time.perf_counter()
+        vectors = self.call("encoder", self.classifier.encoder.encode, [it.text for it in fresh], "query")
+        for it, v in zip(fresh, vectors):
+            it.vector = v
+        batch.seconds["embed"] = time.perf_counter() - t0
+
+    def retrieve_and_score(self, batch: ArticleBatch) -> None:
+        """Propose labels: RAE-XMC over the retrieved neighbours for fresh articles (neighbour labels mapped
+        through the label registry), the original's labels for near-copies (confirmed ones when moderated,
+        else the original's proposal; scored by the estimated Jaccard)."""
+        snapshot = self.call("label registry", self.registry.snapshot)
+
+        def relabel(labels):
+            return self.registry.apply(labels, snapshot)
+
+        fresh = batch.fresh
+        if fresh:
+            t0 = time.perf_counter()
+            props, _ = self.call("memory search", self.classifier.propose, [it.text for it in fresh],
+                                 [it.event.lang for it in fresh], vectors=np.stack([it.vector for it in fresh]),
+                                 exclude=[it.event.article_id for it in fresh], relabel=relabel)
+            batch.seconds["search_score"] = time.perf_counter() - t0
+            for it, p in zip(fresh, props):
+                it.labels = [ProposedLabel(label=x.label, score=float(x.score), neighbours=[
+                    NeighbourRef(article_id=a, similarity=float(np.clip(s, -1, 1))) for a, s in x.neighbours])
+                    for x in p.labels]
+        for it in batch.items:
+            d = it.duplicate
+            if d is not None:
+                labels = d.point.labels if d.point.labels else tuple(d.point.payload.get("proposed_labels", ()))
+                it.labels = [ProposedLabel(label=lb, score=float(d.jaccard),
+                                           neighbours=[NeighbourRef(article_id=d.original_id,
+                                                                    similarity=float(d.jaccard))])
+                             for lb in relabel(labels)]
+
+    def store_pending(self, batch: ArticleBatch) -> None:
+        """Keep each article's embedding in the memory as a pending point (no labels, the proposal in its
+        payload) before its proposal is produced, so a moderator decision never needs the model. Articles
+        already moderated (labelled, or with a decision) are left as they are."""
+        self.call("memory write", self._write_pending, batch)
+
+    def _write_pending(self, batch: ArticleBatch) -> None:
+        rows: dict[str, list[tuple[ArticleItem, np.ndarray, str | None]]] = {}
+        for it in batch.fresh:
+            rows.setdefault(it.event.lang, []).append((it, it.vector, None))
+        for it in batch.items:  # a near-copy reuses its original's vector
+            d = it.duplicate
+            if d is not None and d.point.vector is not None:
+                rows.setdefault(d.lang, []).append((it, d.point.vector, d.original_id))
+        with self.classifier.router.write_lock:
+            for lang, entries in rows.items():
+                mem = self.classifier.memory(lang)
+                existing = mem.get([it.event.article_id for it, _v, _o in entries])
+                keep = [e for e, p in zip(entries, existing)
+                        if p is None or (not p.labels and "decided_at" not in p.payload)]
+                if keep:
+                    mem.upsert([it.event.article_id for it, _v, _o in keep],
+                               np.stack([np.asarray(v, dtype=np.float32) for _i, v, _o in keep]),
+                               [() for _ in keep], [_pending_payload(lang, it, orig) for it, _v, orig in keep])
+
+    def emit(self, batch: ArticleBatch) -> list[tuple[Message, LabelProposal]]:
+        """The :class:`LabelProposal` of every valid article, with its consumed message, in batch order."""
+        now = datetime.now(timezone.utc)
+        total_ms = 1000 * (time.perf_counter() - batch.started)
+        sec = batch.seconds
+        out = []
+        for it in batch.items:
+            _ts_type, ts = it.msg.timestamp()
+            queue_ms = max(0.0, now.timestamp() * 1000 - ts) if ts and ts > 0 else 0.0
+            lang = it.duplicate.lang if it.duplicate else it.event.lang
+            out.append((it.msg, LabelProposal(
+                article_id=it.event.article_id, labels=it.labels,
+                duplicate_of=it.duplicate.original_id if it.duplicate else None,
+                model_version=self.classifier.model_version, memory_version=self.classifier.collection(lang),
+                timings=Timings(batch_size=batch.size, queue_ms=queue_ms, dedup_ms=1000 * sec["dedup"],
+                                embed_ms=1000 * sec["embed"], search_ms=1000 * sec["search_score"], score_ms=0.0,
+                                total_ms=total_ms),
+                produced_at=now)))
+        return out
+
+    def observe(self, batch: ArticleBatch) -> None:
+        """Record the batch's stage timings (``newsmon_batch_seconds``), after its proposals were produced."""
+        for stage in ("dedup", "embed", "search_score"):
+            BATCH_SECONDS.labels(stage).observe(batch.seconds[stage])
+        BATCH_SECONDS.labels("total").observe(time.perf_counter() - batch.started)
+
+
+def _pending_payload(lang: str, it: ArticleItem, duplicate_of: str | None) -> dict:
+    """The payload of a pending point: where the article came from, its text and the proposed labels."""
+    ev = it.event
+    return {"lang": lang, "status": "pending", "title": ev.title, "outlet": ev.outlet, "country": ev.country,
+            "published_at": ev.published_at.isoformat(), "duplicate_of": duplicate_of,
+            "text": it.text[:TEXT_PAYLOAD_CHARS], "proposed_labels": [x.label for x in it.labels]}
