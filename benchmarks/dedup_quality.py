@@ -29,11 +29,9 @@ from __future__ import annotations
 import argparse
 import random
 import re
-import sys
 import time
 import uuid
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 

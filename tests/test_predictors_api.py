@@ -98,7 +98,8 @@ def test_mlknn_through_the_interface_uses_the_leave_one_out_neighbours():
 
 @pytest.mark.parametrize("name, threshold", [("svm", 0.0), ("logreg", 0.5)])
 def test_tfidf_baselines_through_the_interface(name, threshold):
-    texts = [f"vlada parlament reforma zakon {i}" for i in range(6)] + [f"tekma gol igrišče zmaga {i}" for i in range(6)]
+    texts = [f"vlada parlament reforma zakon {i}" for i in range(6)]
+    texts += [f"tekma gol igrišče zmaga {i}" for i in range(6)]
     vocab = LabelVocab(["politics", "sport", "never"])
     train = TrainingSet(texts, vocab.encode([("politics",)] * 6 + [("sport",)] * 6), vocab)
     p = get_predictor(name).fit(train)

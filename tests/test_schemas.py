@@ -7,8 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from newsmon.schemas import generate
-from newsmon.schemas.events import (
+from newsmon.schemas import (
     EVENT_MODELS,
     ArticleEvent,
     InvalidEvent,
@@ -21,6 +20,7 @@ from newsmon.schemas.events import (
     Timings,
     dead_letter_headers,
     dead_letter_topic,
+    generate,
     parse_event,
 )
 

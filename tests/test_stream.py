@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from newsmon.schemas.events import (LabelDecision, LabelEvent, LabelProposal, ModeratorDecision, dead_letter_topic,
-                            parse_event)
 from newsmon.broker import free_port
+from newsmon.schemas import (LabelDecision, LabelEvent, LabelProposal, ModeratorDecision, dead_letter_topic,
+                             parse_event)
 from newsmon.workers.topics import ensure_topics
 from newsmon.shared.config import Settings
 from newsmon.shared.data import load_corpus

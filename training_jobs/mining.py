@@ -53,7 +53,7 @@ def knn(vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     Returns:
         (similarities ``(n, k)`` float32, indices ``(n, k)`` int64), best first; -1 where fewer than k exist.
     """
-    import faiss
+    import faiss  # deferred: faiss-cpu or faiss-gpu (an extra); only mining needs it
 
     x = np.ascontiguousarray(vectors, dtype=np.float32)
     index = faiss.IndexFlatIP(x.shape[1])

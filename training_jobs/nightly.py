@@ -71,7 +71,8 @@ def memory_training_set(settings: Settings) -> tuple[list[str], list[str], list[
     return ids, texts, labels, (np.stack(vecs) if vecs else np.zeros((0, dim), dtype=np.float32))
 
 
-def mine(settings: Settings, corpus: Corpus | None, out_file: Path, progress: bool = False, source: str = "corpus") -> dict:
+def mine(settings: Settings, corpus: Corpus | None, out_file: Path, progress: bool = False,
+         source: str = "corpus") -> dict:
     """Write the hard-negative JSONL from the current model's embeddings; returns the report (with
     ``data_sha256``).
 

@@ -26,7 +26,7 @@ from typing import Literal
 import structlog
 from confluent_kafka import Message
 
-from newsmon.schemas.events import LabelEvent, ModeratorDecision, parse_event
+from newsmon.schemas import LabelEvent, ModeratorDecision, parse_event
 from newsmon.shared.classifier import model_identity
 from newsmon.shared.config import Settings
 from newsmon.shared.memory import MemoryRouter, shared_router

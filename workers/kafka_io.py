@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import structlog
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from newsmon.schemas.events import dead_letter_headers, dead_letter_topic
+from newsmon.schemas import dead_letter_headers, dead_letter_topic
 from newsmon.shared.config import Settings
 from newsmon.workers.observability import CONSUMER_LAG, DEAD_LETTERS
 

@@ -12,7 +12,7 @@ import time
 
 from confluent_kafka import Message
 
-from newsmon.schemas.events import InvalidEvent, LabelEvent
+from newsmon.schemas import InvalidEvent, LabelEvent
 from newsmon.shared.config import Settings
 from newsmon.shared.memory import MemoryRouter
 from newsmon.workers.base import BatchWorker, probe_ok

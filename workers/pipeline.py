@@ -24,8 +24,8 @@ import numpy as np
 import structlog
 from confluent_kafka import Message
 
-from newsmon.schemas.events import (ArticleEvent, InvalidEvent, LabelProposal, NeighbourRef, ProposedLabel,
-                                    Timings, parse_event)
+from newsmon.schemas import (ArticleEvent, InvalidEvent, LabelProposal, NeighbourRef, ProposedLabel, Timings,
+                             parse_event)
 from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS, Classifier
 from newsmon.shared.config import Settings
 from newsmon.shared.dedup import NearDuplicateIndex

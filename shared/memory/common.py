@@ -14,11 +14,66 @@ from typing import Any
 
 import numpy as np
 
-from newsmon.shared.memory.base import (FIELD_LANG, FIELD_N_LABELS, QUERY_BATCH, READ_BATCH, WRITE_BATCH,
-                                        KnowledgeMemoryError, MemoryPoint, Neighbour, SearchFilter,
-                                        check_filter, check_ids, check_label_sets, check_payloads, check_top_k,
-                                        check_vectors, chunks, full_payload, label_payload, memory_point,
-                                        neighbour, point_id)
+from newsmon.shared.memory.base import (FIELD_ARTICLE_ID, FIELD_LABELS, FIELD_LANG, FIELD_N_LABELS,
+                                        INTERNAL_FIELDS, QUERY_BATCH, READ_BATCH, WRITE_BATCH, KnowledgeMemoryError,
+                                        MemoryPoint, Neighbour, SearchFilter, check_filter, check_ids,
+                                        check_label_sets, check_payloads, check_top_k, check_vectors, point_id)
+
+
+# -- payloads and records ----------------------------------------------------------------------------------
+
+
+def full_payload(aid: str, labels: list[str], payload: dict) -> dict:
+    """The stored payload: the caller's fields plus ``article_id``, ``labels`` and ``n_labels``."""
+    full = {k: v for k, v in payload.items() if k not in INTERNAL_FIELDS}
+    full[FIELD_ARTICLE_ID] = aid
+    full[FIELD_LABELS] = list(labels)
+    full[FIELD_N_LABELS] = len(labels)
+    return full
+
+
+def label_payload(labels: list[str]) -> dict:
+    """The payload fields that :meth:`KnowledgeMemory.set_labels` overwrites."""
+    return {FIELD_LABELS: list(labels), FIELD_N_LABELS: len(labels)}
+
+
+def _user_payload(payload: dict | None) -> dict:
+    return {k: v for k, v in (payload or {}).items() if k not in INTERNAL_FIELDS}
+
+
+def _labels_of(payload: dict | None) -> tuple[str, ...]:
+    return tuple((payload or {}).get(FIELD_LABELS) or ())
+
+
+def _vector_of(raw: Any) -> np.ndarray | None:
+    """Engine record vector (list, or {"": list} for the default vector) -> ``(d,) float32``."""
+    if raw is None:
+        return None
+    if isinstance(raw, dict):
+        raw = raw.get("", next(iter(raw.values()), None))
+        if raw is None:
+            return None
+    return np.asarray(raw, dtype=np.float32)
+
+
+def memory_point(rec: Any, with_vectors: bool) -> MemoryPoint:
+    """A :class:`MemoryPoint` from an engine record (qdrant-edge or qdrant-client: ``.payload``, ``.vector``)."""
+    payload = rec.payload or {}
+    return MemoryPoint(article_id=payload.get(FIELD_ARTICLE_ID, ""), labels=_labels_of(payload),
+                       payload=_user_payload(payload), vector=_vector_of(rec.vector) if with_vectors else None)
+
+
+def neighbour(payload: dict | None, score: float) -> Neighbour:
+    """A :class:`Neighbour` from a search hit's payload and score (cosine similarity)."""
+    payload = payload or {}
+    return Neighbour(article_id=payload.get(FIELD_ARTICLE_ID, ""), similarity=float(score),
+                     labels=_labels_of(payload), payload=_user_payload(payload))
+
+
+def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    """Consecutive slices of ``seq`` of at most ``size`` items."""
+    for start in range(0, len(seq), size):
+        yield seq[start : start + size]
 
 
 class QdrantAdapter:

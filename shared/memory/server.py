@@ -39,7 +39,7 @@ def _transient(exc: BaseException, what: str) -> MemoryUnavailableError | None:
                                                UnexpectedResponse)
 
     try:
-        from qdrant_client.common.client_exceptions import ResourceExhaustedResponse
+        from qdrant_client.common.client_exceptions import ResourceExhaustedResponse  # deferred: newer clients only
     except ImportError:  # pragma: no cover - older clients
         ResourceExhaustedResponse = ()  # type: ignore[assignment,misc]
 

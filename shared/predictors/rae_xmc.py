@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.metrics import accuracy_score, f1_score
 
 from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
 from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval, aggregate
@@ -131,6 +130,7 @@ def tune_rae(val_retrieval: Retrieval, Y_val, vocab: LabelVocab, n_trials: int, 
         (best params as RaeSettings fields, best subset accuracy, micro-F1 of the best trial).
     """
     import optuna  # deferred: 0.5-1 s import, only --tune and the nightly job need it
+    from sklearn.metrics import accuracy_score, f1_score  # deferred: scikit-learn takes 1-2 s; tuning only
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     Yt = np.asarray(Y_val.todense()).astype(bool)

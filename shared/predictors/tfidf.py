@@ -13,11 +13,6 @@ from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
-from joblib import parallel_config
-from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.linear_model import LogisticRegression
-from sklearn.multiclass import OneVsRestClassifier
-from sklearn.svm import LinearSVC
 
 from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
 
@@ -34,6 +29,13 @@ class TfidfOneVsAll:
 
     def fit(self, texts: Sequence[str], Y: sp.csr_matrix) -> "TfidfOneVsAll":
         """Fit on ``n`` texts and their ``(n, L)`` 0/1 labels."""
+        # deferred: scikit-learn takes 1-2 s to import; the live classifier imports this module only to register it
+        from joblib import parallel_config
+        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.multiclass import OneVsRestClassifier
+        from sklearn.svm import LinearSVC
+
         self.vectorizer = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), min_df=2,
                                           max_features=self.max_features, dtype=np.float32)
         X = self.vectorizer.fit_transform(texts)

@@ -1,0 +1,46 @@
+"""The ``newsmon`` command line (typer): one module per command group, wired together here.
+
+``newsmon eval``, ``memory build|stats``, ``suggest``, ``train nightly|mine|finetune|tune|rollout``,
+``model import-e5-small``, ``settings``, ``worker``, ``demo``. Settings come from ``NEWSMON_*`` environment
+variables (see ``newsmon settings``); options given here override them.
+"""
+
+from __future__ import annotations
+
+import os
+
+# before any module below imports huggingface_hub / tokenizers, which read these at import time
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the hub is unreachable from our machines; never wait on it
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import typer  # noqa: E402
+
+from newsmon.cli import classify, evaluate, run, setup, train  # noqa: E402
+
+app = typer.Typer(help="newsmon: label proposals for news articles (RAE-XMC over a Qdrant knowledge memory).",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+memory_app = typer.Typer(help="Knowledge memory: build and inspect.", no_args_is_help=True)
+model_app = typer.Typer(help="Encoder checkpoints.", no_args_is_help=True)
+train_app = typer.Typer(help="The nightly training job and its stages.", no_args_is_help=True)
+app.add_typer(memory_app, name="memory")
+app.add_typer(model_app, name="model")
+app.add_typer(train_app, name="train")
+
+app.command("settings")(setup.show_settings)
+model_app.command("import-e5-small")(setup.import_e5_small_cmd)
+memory_app.command("build")(classify.memory_build)
+memory_app.command("stats")(classify.memory_stats)
+app.command("suggest")(classify.suggest)
+app.command("eval")(evaluate.eval_cmd)
+app.command("worker")(run.worker_cmd)
+app.command("demo")(run.demo_cmd)
+train_app.command("mine")(train.train_mine)
+train_app.command("finetune")(train.train_finetune)
+train_app.command("tune")(train.train_tune)
+train_app.command("rollout")(train.train_rollout)
+train_app.command("nightly")(train.train_nightly)
+
+
+def main() -> None:  # pragma: no cover
+    """Run the command line."""
+    app()

@@ -1,0 +1,5 @@
+"""``python -m newsmon.cli``: the ``newsmon`` command."""
+
+from newsmon.cli import main
+
+main()

@@ -1,0 +1,45 @@
+"""Helpers of the CLI commands: settings from the environment with overrides, errors, consoles."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from newsmon.shared.config import Settings
+from newsmon.shared.data import Corpus, load_corpus
+from newsmon.shared.logs import configure_logging
+
+console = Console()
+err = Console(stderr=True)
+
+
+def settings_from_env(**overrides: Any) -> Settings:
+    """The settings from ``NEWSMON_*`` variables, with the given overrides (``section__field=value``; None is
+    ignored), logging configured."""
+    s = Settings()
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        section, _, name = key.partition("__")
+        if name:
+            setattr(getattr(s, section), name, value)
+        else:
+            setattr(s, section, value)
+    configure_logging(s.log_format)
+    return s
+
+
+def fail(msg: str, code: int = 2) -> NoReturn:
+    """Print ``error: msg`` to stderr and exit with ``code``."""
+    err.print(f"[red]error:[/red] {msg}")
+    raise typer.Exit(code)
+
+
+def corpus_or_fail(s: Settings, limit: int | None = None) -> Corpus:
+    """The corpus at ``s.data``; exits with a clear error when there is none."""
+    try:
+        return load_corpus(s.data, limit=limit)
+    except FileNotFoundError as exc:
+        fail(str(exc))

@@ -1,0 +1,85 @@
+"""Reading a Kafka message value as an event: :func:`parse_event`, and :class:`InvalidEvent` with a short reason."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from newsmon.schemas.events import SCHEMA_VERSION, Event, show_value
+
+__all__ = ["InvalidEvent", "parse_event"]
+
+_MAX_ERRORS_SHOWN = 3
+
+
+class InvalidEvent(ValueError):
+    """A message that is not a valid event. ``reason`` says why, in one short human-readable line."""
+
+    def __init__(self, reason: str, model: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.model = model
+
+
+def parse_event(model_cls: type[Event], raw: bytes | bytearray | memoryview | None) -> Event:
+    """Parse one Kafka message value into ``model_cls``.
+
+    Raises:
+        InvalidEvent: the value is empty or null, not UTF-8, not JSON, not a JSON object, has a missing or
+            unknown ``schema_version``, or fails validation (the first few errors, with field paths).
+    """
+    name = model_cls.__name__
+    if raw is None or len(raw) == 0:
+        raise InvalidEvent("empty message", name)
+    try:
+        text = bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidEvent(f"not UTF-8: invalid byte at position {exc.start}", name) from None
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise InvalidEvent(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", name) from None
+    except ValueError as exc:
+        raise InvalidEvent(f"invalid JSON: {exc}", name) from None
+    if not isinstance(obj, dict):
+        raise InvalidEvent(f"not a JSON object: got {_json_type(obj)}", name)
+    if "schema_version" not in obj:
+        raise InvalidEvent(f"missing schema_version; this worker reads {SCHEMA_VERSION}", name)
+    version = obj["schema_version"]
+    if type(version) is not int or version != SCHEMA_VERSION:
+        raise InvalidEvent(f"unsupported schema_version {show_value(version)}; this worker reads {SCHEMA_VERSION}",
+                           name)
+    try:
+        return model_cls.model_validate(obj)
+    except ValidationError as exc:
+        raise InvalidEvent(f"invalid {name}: {_summarise(exc)}", name) from None
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not valid JSON")
+
+
+def _summarise(exc: ValidationError) -> str:
+    errors = exc.errors(include_url=False, include_input=False)
+    parts = []
+    for err in errors[:_MAX_ERRORS_SHOWN]:
+        path = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{path}: {err['msg']}" if path else err["msg"])
+    more = len(errors) - _MAX_ERRORS_SHOWN
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return type(value).__name__

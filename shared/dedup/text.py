@@ -1,0 +1,73 @@
+"""Text normalisation and word shingles for near-duplicate detection (see :mod:`newsmon.shared.dedup`)."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+#: Version of :func:`normalize_text`; part of the stored index configuration (a change needs a new index).
+NORMALISATION_VERSION = 1
+
+# Serbian Cyrillic (Vuk's alphabet) -> Gaj's Latin, plus the Macedonian letters (ѓ ќ ѕ and the accented ѐ ѝ).
+# Lower case only: normalize_text case-folds first.
+_CYRILLIC_TO_LATIN = {
+    "а": "a", "б": "b", "в": "v", "г": "g", "д": "d", "ђ": "đ", "е": "e", "ж": "ž", "з": "z", "и": "i",
+    "ј": "j", "к": "k", "л": "l", "љ": "lj", "м": "m", "н": "n", "њ": "nj", "о": "o", "п": "p", "р": "r",
+    "с": "s", "т": "t", "ћ": "ć", "у": "u", "ф": "f", "х": "h", "ц": "c", "ч": "č", "џ": "dž", "ш": "š",
+    "ѓ": "gj", "ќ": "kj", "ѕ": "dz", "ѐ": "e", "ѝ": "i",
+}
+_TRANSLIT_TABLE = str.maketrans(_CYRILLIC_TO_LATIN)
+_NON_WORD = re.compile(r"[\W_]+")
+
+
+def normalize_text(text: str) -> str:
+    """Canonical form of a text for shingling.
+
+    Steps: Unicode NFKC (compatibility forms and decomposed diacritics -> composed: ``ﬁ`` -> ``fi``, ``c`` +
+    combining caron -> ``č``), case folding (``str.casefold``: ``ß`` -> ``ss``), Serbian/Macedonian Cyrillic ->
+    Latin (а->a ... ч->č, ћ->ć, ђ->đ, ш->š, ж->ž, љ->lj, њ->nj, џ->dž; ѓ->gj, ќ->kj, ѕ->dz, ј->j), every run of
+    punctuation, symbols, underscores and whitespace -> one space, stripped.
+
+    Serbian written in Cyrillic and in Latin gives the same string. Diacritics are kept (``č`` != ``c``); letters
+    of other Cyrillic alphabets (ы, я, ...) are kept as they are.
+
+    Args:
+        text: any text (``str``); an empty text gives ``""``.
+
+    Returns:
+        The normalised text: lower-case words separated by single spaces.
+    """
+    text = unicodedata.normalize("NFKC", text).casefold().translate(_TRANSLIT_TABLE)
+    return _NON_WORD.sub(" ", text).strip()
+
+
+_LATIN_DIGRAPHS = {"lj": "љ", "nj": "њ", "dž": "џ"}
+_LATIN_TO_CYRILLIC = {lat: cyr for cyr, lat in _CYRILLIC_TO_LATIN.items() if len(lat) == 1 and cyr not in "ѐѝ"}
+_LATIN_RE = re.compile(r"lj|nj|dž|[a-pr-vzčćđšž]", re.IGNORECASE)  # not q w x y
+
+
+def serbian_latin_to_cyrillic(text: str) -> str:
+    """Serbian Latin -> Serbian Cyrillic, letter by letter (lj, nj, dž as one letter; case kept).
+
+    Letters outside Gaj's alphabet (q, w, x, y) stay Latin. Used by the tests and the benchmark to make
+    transliterated near-copies; :func:`normalize_text` maps the result back to the Latin spelling.
+    """
+    def repl(m: re.Match) -> str:
+        s = m.group(0)
+        low = s.lower()
+        cyr = _LATIN_DIGRAPHS.get(low) or _LATIN_TO_CYRILLIC[low]
+        return cyr.upper() if s[0].isupper() else cyr
+
+    return _LATIN_RE.sub(repl, unicodedata.normalize("NFC", text))
+
+
+def shingles(words: list[str], size: int) -> set[bytes]:
+    """The set of contiguous ``size``-word shingles of ``words`` (UTF-8 bytes, words joined by a space).
+
+    A text shorter than ``size`` words gives one shingle (all its words); no words give the empty set.
+    """
+    if not words:
+        return set()
+    if len(words) <= size:
+        return {" ".join(words).encode("utf-8")}
+    return {" ".join(words[i:i + size]).encode("utf-8") for i in range(len(words) - size + 1)}

@@ -1,0 +1,165 @@
+"""The code's shape, checked rather than hoped: one import root (``newsmon.*``), layers that only import
+downwards, and small modules and functions."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: Repository folder -> the package it is installed as.
+PACKAGES = {"schemas": "newsmon.schemas", "shared": "newsmon.shared", "training_jobs": "newsmon.training_jobs",
+            "workers": "newsmon.workers", "newsmon": "newsmon"}
+#: Layer -> the layers it may import. The wire (schemas) and the method and adapters (shared) at the bottom,
+#: offline jobs and stream processes above them (never each other), the CLI and the demo on top.
+MAY_IMPORT = {
+    "newsmon.schemas": {"newsmon.schemas"},
+    "newsmon.shared": {"newsmon.shared"},
+    "newsmon.training_jobs": {"newsmon.training_jobs", "newsmon.shared", "newsmon.schemas"},
+    "newsmon.workers": {"newsmon.workers", "newsmon.shared", "newsmon.schemas"},
+    "newsmon": {"newsmon", "newsmon.workers", "newsmon.training_jobs", "newsmon.shared", "newsmon.schemas"},
+}
+#: The folder names that must never be imported as top-level packages.
+BARE_NAMES = {"schemas", "shared", "training_jobs", "workers"}
+#: Size limits of the package's code (lines, docstrings and comments included).
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def layer_of(module: str) -> str | None:
+    """The layer of a ``newsmon`` module name (the longest matching package), or None outside newsmon."""
+    if module != "newsmon" and not module.startswith("newsmon."):
+        return None
+    return max((p for p in MAY_IMPORT if module == p or module.startswith(p + ".")), key=len)
+
+
+def module_files() -> list[tuple[str, Path]]:
+    """``(module name, file)`` of every module of the package."""
+    out = []
+    for folder, package in PACKAGES.items():
+        for path in sorted((REPO / folder).rglob("*.py")):
+            parts = list(path.relative_to(REPO / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out.append((".".join([package, *parts]), path))
+    return out
+
+
+def imported_modules(module: str, source: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """``(line, absolute module name)`` of every import in ``source``: module level, in functions, in
+    ``if TYPE_CHECKING`` blocks; relative imports resolved against ``module``."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            out.append((node.lineno, target))
+    return out
+
+
+def violations(module: str, source: str, is_package: bool = False) -> list[str]:
+    """Imports in ``source`` (of ``module``) that go up the layers or use a bare folder name."""
+    own = layer_of(module)
+    bad = []
+    for line, target in imported_modules(module, source, is_package):
+        if target.split(".")[0] in BARE_NAMES:
+            bad.append(f"{module}:{line} imports {target} (use newsmon.{target})")
+            continue
+        layer = layer_of(target)
+        if layer is not None and layer not in MAY_IMPORT[own]:
+            bad.append(f"{module}:{line} ({own}) imports {target} ({layer})")
+    return bad
+
+
+def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``name (lines)`` of the functions and methods in ``source`` longer than ``limit`` lines."""
+    return [f"{node.name} ({node.end_lineno - node.lineno + 1} lines)" for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > limit]
+
+
+def test_every_package_is_found():
+    modules = dict(module_files())
+    assert {"newsmon.cli", "newsmon.shared.memory.base", "newsmon.workers.pipeline",
+            "newsmon.training_jobs.rollout", "newsmon.schemas.events", "newsmon.shared.predictors.base"} <= set(modules)
+
+
+def test_layers_only_import_downwards():
+    bad = []
+    for module, path in module_files():
+        bad += violations(module, path.read_text(encoding="utf-8"), path.name == "__init__.py")
+    assert not bad, "imports against the layers:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("module, source", [
+    ("newsmon.shared.memory.router", "from newsmon.training_jobs.rollout import rollout\n"),
+    ("newsmon.shared.classifier", "def f():\n    import newsmon.workers.base\n"),
+    ("newsmon.workers.classifier", "from newsmon.training_jobs import rollout\n"),
+    ("newsmon.training_jobs.nightly", "def f():\n    from newsmon.workers.runtime import build_runtime\n"),
+    ("newsmon.schemas.events", "from newsmon.shared.config import Settings\n"),
+    ("newsmon.shared.memory.edge", "from ...cli import app\n"),
+    ("newsmon.workers.pipeline", "from shared.memory import SearchFilter\n"),
+])
+def test_the_layer_check_catches_an_upward_import(module, source):
+    assert violations(module, source), source
+
+
+def test_downward_and_relative_imports_pass():
+    assert violations("newsmon.cli.train", "from newsmon.training_jobs.nightly import mine\n") == []
+    assert violations("newsmon.workers.pipeline", "from ..shared.memory import SearchFilter\n") == []
+    assert violations("newsmon.shared.memory", "from .base import point_id\n", is_package=True) == []
+
+
+def test_modules_and_functions_are_small():
+    too_long = []
+    for module, path in module_files():
+        source = path.read_text(encoding="utf-8")
+        n = len(source.splitlines())
+        if n > MAX_MODULE_LINES:
+            too_long.append(f"{module}: {n} lines > {MAX_MODULE_LINES}")
+        too_long += [f"{module}.{f} > {MAX_FUNCTION_LINES}" for f in long_functions(source)]
+    assert not too_long, "\n".join(too_long)
+
+
+def test_the_size_check_catches_a_long_function():
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    assert long_functions(f"def f():\n{body}") == [f"f ({MAX_FUNCTION_LINES + 1} lines)"]
+    assert long_functions(f"def f():\n{body[: body.rindex('    x')]}") == []
+
+
+@pytest.mark.parametrize("bare", sorted(BARE_NAMES))
+def test_bare_folder_names_are_not_importable_even_from_the_repository_root(bare):
+    res = subprocess.run([sys.executable, "-c", f"import {bare}"], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode != 0
+    assert "ImportError" in res.stderr and f"newsmon.{bare}" in res.stderr, res.stderr[-2000:]
+    ok = subprocess.run([sys.executable, "-c", f"import newsmon.{bare}"], cwd=REPO, capture_output=True, text=True,
+                        timeout=120)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+
+
+def test_the_distribution_installs_only_newsmon():
+    dist = metadata.distribution("newsmon")
+    assert (dist.read_text("top_level.txt") or "").split() == ["newsmon"]
+    scripts = [e.value for e in dist.entry_points if e.group == "console_scripts" and e.name == "newsmon"]
+    assert scripts == ["newsmon.cli:app"]
+
+
+def test_every_package_folder_is_installed():
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    packages = {module for module, path in module_files() if path.name == "__init__.py"}
+    assert set(config["packages"]) == packages, "list every package folder in pyproject [tool.setuptools] packages"
+    assert config["package-dir"] == {package: folder for folder, package in PACKAGES.items()}
