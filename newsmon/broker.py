@@ -63,6 +63,7 @@ class TansuBroker:
 
     @property
     def bootstrap(self) -> str:
+        """``127.0.0.1:<port>``, the ``bootstrap.servers`` of the clients."""
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> "TansuBroker":

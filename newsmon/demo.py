@@ -71,6 +71,7 @@ class DemoModerator:
     shown: int = 0
 
     def run(self) -> None:
+        """Consume proposals until ``done`` is set (the thread's target)."""
         k = self.settings.kafka
         consumer = Consumer({**k.client_config(), "group.id": "newsmon-demo-moderator",
                              "auto.offset.reset": "earliest", "session.timeout.ms": 6000,

@@ -61,6 +61,7 @@ def write(directory: Path = SCHEMA_DIR) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (see the module docstring); returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m newsmon.schemas.generate", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if any file is out of date")
     parser.add_argument("--dir", type=Path, default=SCHEMA_DIR, help=f"schema folder (default {SCHEMA_DIR})")
