@@ -530,6 +530,7 @@ def test_api_deployment_and_service(rendered):
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["NEWSMON_API__HOST"] == "0.0.0.0" and env["NEWSMON_API__PORT"] == "8080"
+    assert env["NEWSMON_ENCODER__CACHE"] == "false"  # no SQLite cache shared by replicas over a network volume
     # the bearer token reaches the API from the Secret, never as a plain value
     assert [e["secretRef"]["name"] for e in c["envFrom"] if "secretRef" in e] == ["newsmon-secret"]
     _, secret = config_data(docs)
