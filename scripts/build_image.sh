@@ -73,7 +73,7 @@ if [[ "$BASE_IMAGE" == "$DEFAULT_BASE" ]] && ! image_exists "$BASE_IMAGE"; then
     buildah add "$ctr" "$OUT/base.tar" / > /dev/null
     buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         --env LANG=C.UTF-8 --cmd /bin/bash \
-        --label org.opencontainers.image.description="Debian bookworm minbase + python3, python3-venv, ca-certificates (mmdebstrap)" \
+        --label org.opencontainers.image.description="Debian bookworm minbase + python3, python3-venv, ca-certificates" \
         "$ctr"
     buildah commit --quiet "$ctr" "$BASE_IMAGE" > /dev/null
     mnt_cleanup; trap - EXIT
@@ -128,7 +128,8 @@ fi
 seconds=$((SECONDS - t0))
 
 # --- 3. report --------------------------------------------------------------------------------------------
-id=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || buildah inspect --type image --format '{{.FromImageID}}' "$IMAGE")
+id=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null \
+     || buildah inspect --type image --format '{{.FromImageID}}' "$IMAGE")
 size=$(podman image inspect --format '{{.Size}}' "$IMAGE" 2>/dev/null || echo 0)
 python3 - "$OUT/image.json" "$IMAGE" "$id" "$size" "$seconds" "$BASE_IMAGE" "$VERSION" "$REVISION" \
     "$TORCH_VERSION+$TORCH_VARIANT" <<'EOF'

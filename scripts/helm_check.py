@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Render the Helm chart helm/newsmon with a real Helm engine and validate every manifest.
 
-    python scripts/helm_check.py [--out build/helm] [--image REF] [--kube-version 1.37.0 ...] [--case NAME=FILE[,FILE...]]
+    python scripts/helm_check.py [--out build/helm] [--image REF] [--kube-version 1.37.0 ...]
+                                 [--case NAME=FILE[,FILE...]]
 
 What it does:
 
@@ -312,7 +313,8 @@ def main(argv: list[str]) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"engine": f"helm-python-sdk {helm.helm_c_version()} (Helm {helm.helm_sdk_version()})",
               "validator": f"kubernetes-validate {metadata.version('kubernetes-validate')}",
-              "kube_versions": args.kube_versions, "image": args.image, "release": RELEASE, "namespace": NAMESPACE, "cases": {}}
+              "kube_versions": args.kube_versions, "image": args.image, "release": RELEASE, "namespace": NAMESPACE,
+              "cases": {}}
     t0 = time.monotonic()
     errors: list[str] = []
     for name, files in cases.items():

@@ -87,7 +87,8 @@ def pod_specs(docs, jobs=True):
 
 def config_data(docs):
     cm = one(docs, "ConfigMap", "newsmon-config")["data"]
-    secret = {k: base64.b64decode(v).decode() for k, v in (one(docs, "Secret", "newsmon-secret").get("data") or {}).items()}
+    data = one(docs, "Secret", "newsmon-secret").get("data") or {}  # no data at all: null
+    secret = {k: base64.b64decode(v).decode() for k, v in data.items()}
     return cm, secret
 
 
