@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Render the Helm chart helm/newsmon with a real Helm engine and validate every manifest.
 
-    python scripts/helm_check.py [--out build/helm] [--kube-version 1.37.0 ...] [--case NAME=FILE[,FILE...]]
+    python scripts/helm_check.py [--out build/helm] [--image REF] [--kube-version 1.37.0 ...]
+                                 [--case NAME=FILE[,FILE...]]
 
 What it does:
 
@@ -10,15 +11,20 @@ What it does:
    and ``kubernetes-validate`` (the Kubernetes OpenAPI JSON schemas, bundled), then re-runs itself there.
    Later runs reuse it (a stamp file records the pinned requirements).
 2. For each case (default: ``default`` = values.yaml alone, ``gpu`` = values-gpu.yaml, ``full`` =
-   ci/full-values.yaml, which turns every optional part on): ``helm lint --strict`` and the equivalent of
-   ``helm template newsmon helm/newsmon -n newsmon -f FILE``.
+   ci/full-values.yaml, which turns every optional part on, ``embedded`` = ci/embedded-values.yaml, one pod
+   without a Qdrant server): ``helm lint --strict`` and the equivalent of
+   ``helm template newsmon helm/newsmon -n newsmon -f FILE``, with ``image.repository`` and ``image.tag`` set to
+   the image that ``make image`` builds (``--image``, default ``$NEWSMON_IMAGE`` or
+   ``localhost/newsmon:<version in pyproject.toml>``, the tag of scripts/build_image.sh) unless the case's
+   values name an image themselves.
 3. Validates every rendered manifest against the Kubernetes schemas of each ``--kube-version`` (default: 1.27,
    the oldest the chart supports, and 1.37, the newest bundled) in strict mode (unknown fields are errors).
    ``helm lint --strict`` runs with the newest. Kinds from CRDs have no schema there: the ServiceMonitor
    (monitoring.coreos.com/v1) is checked against a structural schema of the fields the chart emits
    (see ``CRD_SCHEMAS``); any other kind without a schema is an error.
-4. Writes ``<out>/<case>.yaml`` (all manifests, like ``helm template``) and ``<out>/report.json``, and exits
-   non-zero when a case fails to render, lint or validate.
+4. Writes ``<out>/<case>.yaml`` (all manifests, hooks included, like ``helm template``),
+   ``<out>/<case>.NOTES.txt`` (the chart's notes as ``helm install`` prints them) and ``<out>/report.json``, and
+   exits non-zero when a case fails to render, lint or validate.
 
 Why helm-python-sdk and not helm-sdkpy: helm-sdkpy 0.1.32 exposes install/upgrade against a live cluster
 only (its C ABI has no template / dry-run / client-only entry point), so it cannot render offline.
@@ -46,10 +52,33 @@ STAMP = VENV / ".newsmon-requirements"
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest schemas bundled.
 DEFAULT_KUBE_VERSIONS = ["1.27.0", "1.37.0"]
 RELEASE, NAMESPACE = "newsmon", "newsmon"
+
+
+def default_image() -> str:
+    """The reference ``make image`` tags (scripts/build_image.sh): ``$NEWSMON_IMAGE``, else
+    ``localhost/newsmon:<[project] version of pyproject.toml>``."""
+    if os.environ.get("NEWSMON_IMAGE"):
+        return os.environ["NEWSMON_IMAGE"]
+    import re
+
+    project = (ROOT / "pyproject.toml").read_text(encoding="utf-8").split("[project]", 1)[1].split("\n[", 1)[0]
+    version = re.search(r'^version\s*=\s*"([^"]+)"', project, re.M).group(1)
+    return f"localhost/newsmon:{version}"
+
+
+def image_values(ref: str) -> dict:
+    """``{"image": {"repository": ..., "tag": ...}}`` of an image reference (a digest stays in the tag)."""
+    name, sep, tag = ref.rpartition(":")
+    if not sep or "/" in tag:  # no tag, or the colon belongs to a registry port
+        name, tag = ref, "latest"
+    return {"image": {"repository": name, "tag": tag}}
+
+
 DEFAULT_CASES = {
     "default": [],
     "gpu": [CHART / "values-gpu.yaml"],
     "full": [CHART / "ci" / "full-values.yaml"],
+    "embedded": [CHART / "ci" / "embedded-values.yaml"],
 }
 
 # Structural schemas of the CRD kinds the chart can emit (no schema for them in kubernetes-validate). They
@@ -145,8 +174,9 @@ def ensure_venv() -> Path:
 # 2-4. Render, lint, validate
 # ---------------------------------------------------------------------------------------------------------
 
-def load_values(files: list[Path]) -> dict:
-    """The values files merged in order, as ``helm -f A -f B`` does (maps merge, the rest is replaced)."""
+def load_values(files: list[Path], base: dict | None = None) -> dict:
+    """``base`` and the values files merged in order, as ``helm --set ... -f A -f B`` would with the files
+    winning (maps merge, the rest is replaced)."""
     import yaml
 
     def merge(base: dict, over: dict) -> dict:
@@ -155,27 +185,30 @@ def load_values(files: list[Path]) -> dict:
             out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
         return out
 
-    values: dict = {}
+    values: dict = dict(base or {})
     for f in files:
         values = merge(values, yaml.safe_load(Path(f).read_text(encoding="utf-8")) or {})
     return values
 
 
-def render(values: dict) -> list[tuple[str, dict]]:
-    """``helm template``: (template path, manifest) for every non-empty document, in template order."""
+def render(values: dict) -> tuple[list[tuple[str, dict]], str]:
+    """``helm template``: (template path, manifest) for every non-empty document, in template order, and the
+    rendered NOTES.txt ("" when the chart has none)."""
     import helm_python as helm
     import yaml
 
     with helm.Chart.load(str(CHART)) as chart:
         rendered = chart.render(values or None, name=RELEASE, namespace=NAMESPACE, is_install=True)
-    docs = []
+    docs, notes = [], ""
     for source in sorted(rendered):
+        if source.endswith("NOTES.txt"):
+            notes = rendered[source]
         if not source.endswith((".yaml", ".yml")):
-            continue  # NOTES.txt
+            continue
         for doc in yaml.safe_load_all(rendered[source]):
             if doc:
                 docs.append((source, doc))
-    return docs
+    return docs, notes
 
 
 def lint(values: dict, kube_version: str) -> list[str]:
@@ -213,17 +246,18 @@ def validate(doc: dict, kube_versions: list[str]) -> str:
     return "schema"
 
 
-def run_case(name: str, files: list[Path], kube_versions: list[str], out: Path) -> tuple[dict, list[str]]:
+def run_case(name: str, files: list[Path], kube_versions: list[str], out: Path,
+             image: str) -> tuple[dict, list[str]]:
     import helm_python as helm
     import yaml
 
     t0 = time.monotonic()
     errors: list[str] = []
-    values = load_values(files)
+    values = load_values(files, base=image_values(image))
     case = {"values_files": [str(Path(f).resolve().relative_to(ROOT)) if Path(f).resolve().is_relative_to(ROOT)
                              else str(f) for f in files], "manifests": []}
     try:
-        docs = render(values)
+        docs, notes = render(values)
     except helm.HelmError as exc:
         case["render_error"] = str(exc)
         return case, [f"{name}: render failed: {exc}"]
@@ -240,6 +274,8 @@ def run_case(name: str, files: list[Path], kube_versions: list[str], out: Path) 
                                   "name": doc.get("metadata", {}).get("name"), "validation": how})
         parts.append(f"# Source: {source}\n" + yaml.safe_dump(doc, sort_keys=False))
     (out / f"{name}.yaml").write_text("---\n".join(parts), encoding="utf-8")
+    (out / f"{name}.NOTES.txt").write_text(notes, encoding="utf-8")
+    case["image"] = f"{values['image']['repository']}:{values['image'].get('tag', '')}"
     case["seconds"] = round(time.monotonic() - t0, 2)
     return case, errors
 
@@ -247,6 +283,9 @@ def run_case(name: str, files: list[Path], kube_versions: list[str], out: Path) 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "helm", help="folder for the manifests")
+    ap.add_argument("--image", default=None, metavar="REF",
+                    help="image reference the cases render with (default: $NEWSMON_IMAGE or "
+                         "localhost/newsmon:<version>, what `make image` builds)")
     ap.add_argument("--kube-version", action="append", default=[], dest="kube_versions",
                     help=f"Kubernetes version of the schemas, repeatable (default: {' and '.join(DEFAULT_KUBE_VERSIONS)})")
     ap.add_argument("--case", action="append", default=[], metavar="NAME=FILE[,FILE...]",
@@ -254,6 +293,7 @@ def main(argv: list[str]) -> int:
                          "the chart's defaults alone)")
     args = ap.parse_args(argv)
     args.kube_versions = args.kube_versions or DEFAULT_KUBE_VERSIONS
+    args.image = args.image or default_image()
 
     if not _in_venv():
         python = ensure_venv()
@@ -273,11 +313,12 @@ def main(argv: list[str]) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"engine": f"helm-python-sdk {helm.helm_c_version()} (Helm {helm.helm_sdk_version()})",
               "validator": f"kubernetes-validate {metadata.version('kubernetes-validate')}",
-              "kube_versions": args.kube_versions, "release": RELEASE, "namespace": NAMESPACE, "cases": {}}
+              "kube_versions": args.kube_versions, "image": args.image, "release": RELEASE, "namespace": NAMESPACE,
+              "cases": {}}
     t0 = time.monotonic()
     errors: list[str] = []
     for name, files in cases.items():
-        case, errs = run_case(name, files, args.kube_versions, args.out)
+        case, errs = run_case(name, files, args.kube_versions, args.out, args.image)
         report["cases"][name] = case
         errors += errs
         kinds = {}

@@ -70,12 +70,12 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* The settings that are secret: they go in the Secret, never in the ConfigMap. */}}
 {{- define "newsmon.secretKeys" -}}
-NEWSMON_KAFKA__SASL_PASSWORD NEWSMON_MEMORY__API_KEY NEWSMON_WORKER__REDIS_URL NEWSMON_TRAINING__OPTUNA_STORAGE
+NEWSMON_KAFKA__SASL_PASSWORD NEWSMON_MEMORY__API_KEY NEWSMON_WORKER__REDIS_URL NEWSMON_TRAINING__OPTUNA_STORAGE NEWSMON_API__TOKEN
 {{- end }}
 
-{{/* Settings the chart derives from other values (home.mountPath, metrics.port, kafkaCa). */}}
+{{/* Settings the chart derives from other values (home.mountPath, metrics.port, api.port, kafkaCa). */}}
 {{- define "newsmon.derivedKeys" -}}
-NEWSMON_HOME NEWSMON_WORKER__HTTP_PORT HF_HOME HOME
+NEWSMON_HOME NEWSMON_WORKER__HTTP_PORT NEWSMON_API__HOST NEWSMON_API__PORT HF_HOME HOME
 {{- end }}
 
 {{/* A value as an environment variable's text: maps and lists as JSON, whole numbers without an exponent
@@ -99,7 +99,7 @@ NEWSMON_HOME NEWSMON_WORKER__HTTP_PORT HF_HOME HOME
 {{- fail (printf "%s.%s is a secret setting: set it in secrets.values (or secrets.existingSecret), not in %s" $.where $k $.where) }}
 {{- end }}
 {{- if has $k $derived }}
-{{- fail (printf "%s.%s is set by the chart (home.mountPath, metrics.port): remove it from %s" $.where $k $.where) }}
+{{- fail (printf "%s.%s is set by the chart (home.mountPath, metrics.port, api.port): remove it from %s" $.where $k $.where) }}
 {{- end }}
 {{- if and (eq $k "NEWSMON_KAFKA__SSL_CA_LOCATION") $.root.Values.kafkaCa.secretName }}
 {{- fail (printf "%s.%s is set by the chart when kafkaCa.secretName is set: remove one of them" $.where $k) }}
@@ -120,6 +120,10 @@ NEWSMON_HOME NEWSMON_WORKER__HTTP_PORT HF_HOME HOME
 {{- include "newsmon.checkConfig" . -}}
 - name: HOME
   value: /tmp
+{{- range $k, $v := .derived }}
+- name: {{ $k }}
+  value: {{ include "newsmon.envText" $v | quote }}
+{{- end }}
 {{- range $k, $v := .config }}
 {{- if not (kindIs "invalid" $v) }}
 - name: {{ $k }}
@@ -216,16 +220,69 @@ checksum/config: {{ include (print $.Template.BasePath "/configmap.yaml") . | sh
 checksum/secret: {{ include (print $.Template.BasePath "/secret.yaml") . | sha256sum }}
 {{- end }}
 
+{{/* "true" in the embedded mode (no Qdrant server: config.NEWSMON_MEMORY__URL empty), else "". */}}
+{{- define "newsmon.embedded" -}}
+{{- if not (index .Values.config "NEWSMON_MEMORY__URL") }}true{{ end }}
+{{- end }}
+
+{{/* The worker components the chart runs: "worker" (both roles in one pod) in the embedded mode, else the
+     enabled ones of "classifier" and "memory-updater". */}}
+{{- define "newsmon.workerComponents" -}}
+{{- if include "newsmon.embedded" . }}
+{{- if .Values.classifier.enabled }}worker{{ end }}
+{{- else }}
+{{- $c := list }}
+{{- if .Values.classifier.enabled }}{{ $c = append $c "classifier" }}{{ end }}
+{{- if .Values.memoryUpdater.enabled }}{{ $c = append $c "memory-updater" }}{{ end }}
+{{- join " " $c }}
+{{- end }}
+{{- end }}
+
+{{/* Refuse deployments that split or lose the knowledge memory, or cannot work: one knowledge memory per
+     deployment (issue "Deployable as built"). Called once, from the ConfigMap. */}}
+{{- define "newsmon.checkDeployment" -}}
+{{- $c := .Values.classifier }}
+{{- if include "newsmon.embedded" . }}
+{{- $why := "without a Qdrant server (config.NEWSMON_MEMORY__URL is empty) the knowledge memory is the embedded engine, a directory that one process locks, so" }}
+{{- $fix := "set config.NEWSMON_MEMORY__URL to a Qdrant server" }}
+{{- if $c.autoscaling.enabled }}
+{{- fail (printf "classifier.autoscaling.enabled needs config.NEWSMON_MEMORY__URL: %s every replica the HPA adds would open its own memory and the knowledge memory would be split between them; %s, or turn the autoscaling off" $why $fix) }}
+{{- end }}
+{{- if gt (int $c.replicas) 1 }}
+{{- fail (printf "classifier.replicas is %d but config.NEWSMON_MEMORY__URL is empty: %s each replica would open its own memory and the knowledge memory would be split between them (a moderator decision reaches one of them); %s, or run the embedded mode with classifier.replicas: 1 (one pod runs both roles)" (int $c.replicas) $why $fix) }}
+{{- end }}
+{{- if .Values.training.enabled }}
+{{- fail (printf "training.enabled needs config.NEWSMON_MEMORY__URL: %s the nightly job cannot re-embed the memory that the worker pod holds; %s, or set training.enabled: false" $why $fix) }}
+{{- end }}
+{{- if .Values.api.enabled }}
+{{- fail (printf "api.enabled needs config.NEWSMON_MEMORY__URL: %s the API pod cannot open the memory that the worker pod holds; %s" $why $fix) }}
+{{- end }}
+{{- if not (include "newsmon.homeClaim" .) }}
+{{- fail "the embedded mode (config.NEWSMON_MEMORY__URL empty) keeps the knowledge memory in the home volume, and an emptyDir would lose it with the pod: set home.existingClaim or home.create (ReadWriteOnce is enough for the one pod), or set config.NEWSMON_MEMORY__URL to a Qdrant server" }}
+{{- end }}
+{{- end }}
+{{- $rf := index .Values.config "NEWSMON_KAFKA__REPLICATION_FACTOR" }}
+{{- $isr := index .Values.config "NEWSMON_KAFKA__MIN_INSYNC_REPLICAS" }}
+{{- if and $rf $isr (gt (int $isr) (int $rf)) }}
+{{- fail (printf "config.NEWSMON_KAFKA__MIN_INSYNC_REPLICAS (%d) exceeds NEWSMON_KAFKA__REPLICATION_FACTOR (%d): no write with acks=all could ever succeed" (int $isr) (int $rf)) }}
+{{- end }}
+{{- if and .Values.api.enabled .Values.api.auth.enabled (not .Values.secrets.existingSecret) (not .Values.secrets.values.NEWSMON_API__TOKEN) }}
+{{- fail "api.auth.enabled needs a bearer token: set secrets.values.NEWSMON_API__TOKEN (or keep it in secrets.existingSecret), or set api.auth.enabled: false on a network where every client is trusted" }}
+{{- end }}
+{{- end }}
+
 {{/* Replica guard: a consumer group gives each partition to one consumer. */}}
 {{- define "newsmon.partitions" -}}
 {{- include "newsmon.envText" (default 6 (index .Values.config "NEWSMON_KAFKA__TOPIC_PARTITIONS")) }}
 {{- end }}
 
-{{/* A worker Deployment: (dict "root" $ "component" "classifier" "values" .Values.classifier
-     "where" "classifier" "gpu" .Values.classifier.gpu "hpa" <bool>). */}}
+{{/* A Deployment of newsmon: (dict "root" $ "component" "classifier" "values" .Values.classifier
+     "where" "classifier" "gpu" .Values.classifier.gpu "hpa" <bool>), optional "port" (of /healthz, /readyz,
+     /metrics; default metrics.port) and "derived" (environment variables the chart sets, name -> value). */}}
 {{- define "newsmon.workerDeployment" -}}
 {{- $root := .root }}
 {{- $v := .values }}
+{{- $port := default $root.Values.metrics.port .port }}
 {{- $sel := dict "root" $root "component" .component }}
 apiVersion: apps/v1
 kind: Deployment
@@ -257,7 +314,7 @@ spec:
         {{- include "newsmon.checksums" $root | nindent 8 }}
         {{- if $root.Values.metrics.podAnnotations }}
         prometheus.io/scrape: "true"
-        prometheus.io/port: {{ $root.Values.metrics.port | quote }}
+        prometheus.io/port: {{ $port | quote }}
         prometheus.io/path: /metrics
         {{- end }}
         {{- with $v.podAnnotations }}
@@ -284,12 +341,12 @@ spec:
             {{- toYaml $v.command | nindent 12 }}
           ports:
             - name: http
-              containerPort: {{ $root.Values.metrics.port }}
+              containerPort: {{ $port }}
               protocol: TCP
           envFrom:
             {{- include "newsmon.envFrom" $root | nindent 12 }}
           env:
-            {{- include "newsmon.env" (dict "root" $root "config" $v.config "where" (printf "%s.config" .where)) | nindent 12 }}
+            {{- include "newsmon.env" (dict "root" $root "config" $v.config "where" (printf "%s.config" .where) "derived" .derived) | nindent 12 }}
           startupProbe:
             {{- toYaml $root.Values.probes.startup | nindent 12 }}
           livenessProbe:
