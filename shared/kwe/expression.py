@@ -57,8 +57,10 @@ class Term:
         Returns:
             Sorted 0-based word indices where the phrase starts; empty when it does not occur.
         """
-        n = len(self.words)
-        return [i for i in range(len(words) - n + 1) if self.occurs_at(words, i)]
+        first, is_prefix = self.words[0], self.prefix[0]
+        last_start = len(words) - len(self.words)
+        return [i for i, w in enumerate(words) if i <= last_start
+                and (w.startswith(first) if is_prefix else w == first) and self.occurs_at(words, i)]
 
     def occurs_at(self, words: Sequence[str], start: int) -> bool:
         """Whether the phrase occurs at word index ``start`` of ``words`` (False past the end)."""

@@ -1,16 +1,18 @@
 """A term index in front of many keyword Boolean expressions.
 
 Matching one article against every expression one by one costs O(expressions x terms x words). The index inverts
-this: every distinct term pattern (a phrase of words, each exact or a prefix) is stored once, and posted under its
-first word, in one of two tables:
+this: every distinct term pattern (a phrase of words, each exact or a prefix) is stored once, and posted under one
+of its words, the *anchor*: the longest exact word (longer words are rarer, so fewer candidates to verify: the
+phrase ``"je krka"`` posted under ``je`` would be verified at every ``je``), or the longest prefix when all its
+words are prefixes. There are two tables:
 
-* exact first words: ``dict`` word -> patterns;
-* prefix first words (``krk*``): ``dict`` prefix -> patterns, plus the sorted set of prefix lengths in use.
+* exact anchors: ``dict`` word -> patterns;
+* prefix anchors (``krk*``): ``dict`` prefix -> patterns, plus the sorted set of prefix lengths in use.
 
 For one article (tokenised once, :func:`..text.tokenize`), the distinct words are looked up: each word ``w`` in
 the exact table, and each of its prefixes ``w[:n]`` for the lengths ``n`` in use in the prefix table. A pattern
-whose first word matches is verified at those positions (the following words of the phrase); every verified
-pattern gives its owners (expression, term) a hit. An expression matches when it has a positive hit and no excluded
+whose anchor matches is verified at those positions (the other words of the phrase, before and after the anchor);
+every verified pattern gives its owners (expression, term) a hit. An expression matches when it has a positive hit and no excluded
 one. The cost is O(distinct words x prefix lengths) dictionary lookups plus the verification of the candidates,
 independent of the number of expressions that cannot match. ``benchmarks/kwe_match.py`` measures it at 10,000
 expressions; the result equals :meth:`.expression.KeywordExpression.match` on every expression (tests check this
@@ -51,7 +53,7 @@ class KweIndex:
         self._slots: dict[int, tuple[Hashable, KeywordExpression]] = {}
         self._next_slot = 0
         self._pattern_id: dict[tuple[tuple[str, bool], ...], int] = {}
-        self._patterns: dict[int, tuple[tuple[str, ...], bool, list[_Owner]]] = {}
+        self._patterns: dict[int, tuple[tuple[str, ...], tuple[bool, ...], int, list[_Owner]]] = {}
         self._next_pattern = 0
         self._exact: dict[str, list[int]] = {}
         self._prefix: dict[str, list[int]] = {}
@@ -101,7 +103,7 @@ class KweIndex:
         _, expression = self._slots.pop(slot)
         for term in expression.terms:
             pid = self._pattern_id[term.pattern]
-            owners = self._patterns[pid][2]
+            owners = self._patterns[pid][3]
             owners[:] = [o for o in owners if o[0] != slot]
             if not owners:
                 self._unpost(pid, term.pattern)
@@ -124,7 +126,7 @@ class KweIndex:
         for pid, starts in found.items():
             starts.sort()
             positions = tuple(starts)
-            for slot, number, is_excluded in self._patterns[pid][2]:
+            for slot, number, is_excluded in self._patterns[pid][3]:
                 if is_excluded:
                     excluded.add(slot)
                 else:
@@ -138,31 +140,32 @@ class KweIndex:
 
     def _find_patterns(self, words: tuple[str, ...]) -> dict[int, list[int]]:
         """Pattern id -> start positions of its verified occurrences in ``words``."""
-        where: dict[str, list[int]] = {}
+        positions: dict[str, list[int]] = {}
         for i, word in enumerate(words):
-            where.setdefault(word, []).append(i)
+            positions.setdefault(word, []).append(i)
         found: dict[int, list[int]] = {}
         exact, prefix, lengths = self._exact, self._prefix, self._prefix_lengths
-        for word, starts in where.items():
+        for word, where in positions.items():
             pids = exact.get(word)
             if pids:
-                self._verify(pids, starts, words, found)
+                self._verify(pids, where, words, found)
             size = len(word)
             for n in lengths:
                 if n > size:
                     break
                 pids = prefix.get(word[:n])
                 if pids:
-                    self._verify(pids, starts, words, found)
+                    self._verify(pids, where, words, found)
         return found
 
-    def _verify(self, pids: list[int], starts: list[int], words: tuple[str, ...], found: dict) -> None:
+    def _verify(self, pids: list[int], where: list[int], words: tuple[str, ...], found: dict) -> None:
+        """Add to ``found`` the start positions of ``pids`` whose anchor stands at the positions ``where``."""
         for pid in pids:
-            rest, rest_prefix, _ = self._patterns[pid]
-            if not rest:
-                found.setdefault(pid, []).extend(starts)
+            pwords, pprefix, anchor, _ = self._patterns[pid]
+            if len(pwords) == 1:
+                found.setdefault(pid, []).extend(where)
                 continue
-            ok = [i for i in starts if _rest_matches(words, i + 1, rest, rest_prefix)]
+            ok = [i - anchor for i in where if _phrase_at(words, i - anchor, pwords, pprefix)]
             if ok:
                 found.setdefault(pid, []).extend(ok)
 
@@ -173,16 +176,17 @@ class KweIndex:
             pid = self._next_pattern
             self._next_pattern += 1
             self._pattern_id[pattern] = pid
-            self._patterns[pid] = (words[1:], prefix[1:], [])
-            table = self._prefix if prefix[0] else self._exact
-            table.setdefault(words[0], []).append(pid)
-            if prefix[0]:
-                self._length_count[len(words[0])] += 1
+            anchor = _anchor(pattern)
+            self._patterns[pid] = (words, prefix, anchor, [])
+            table = self._prefix if prefix[anchor] else self._exact
+            table.setdefault(words[anchor], []).append(pid)
+            if prefix[anchor]:
+                self._length_count[len(words[anchor])] += 1
                 self._prefix_lengths = sorted(self._length_count)
-        self._patterns[pid][2].append(owner)
+        self._patterns[pid][3].append(owner)
 
     def _unpost(self, pid: int, pattern: tuple[tuple[str, bool], ...]) -> None:
-        first, is_prefix = pattern[0]
+        first, is_prefix = pattern[_anchor(pattern)]
         table = self._prefix if is_prefix else self._exact
         table[first].remove(pid)
         if not table[first]:
@@ -200,12 +204,17 @@ def _first(pair: tuple[int, TermHit]) -> int:
     return pair[0]
 
 
-def _rest_matches(words: tuple[str, ...], at: int, rest: tuple[str, ...], rest_prefix: tuple[bool, ...]) -> bool:
-    """Whether ``rest`` (each word exact or a prefix) stands at ``words[at:]``."""
-    if at + len(rest) > len(words):
+def _anchor(pattern: tuple[tuple[str, bool], ...]) -> int:
+    """Index of the word a pattern is posted under: the longest exact word, else the longest prefix."""
+    return max(range(len(pattern)), key=lambda j: (not pattern[j][1], len(pattern[j][0]), -j))
+
+
+def _phrase_at(words: tuple[str, ...], at: int, pwords: tuple[str, ...], pprefix: tuple[bool, ...]) -> bool:
+    """Whether the phrase ``pwords`` (each word exact or a prefix, per ``pprefix``) stands at ``words[at:]``."""
+    if at < 0 or at + len(pwords) > len(words):
         return False
-    for j, (pattern, is_prefix) in enumerate(zip(rest, rest_prefix)):
+    for j, pattern in enumerate(pwords):
         word = words[at + j]
-        if not (word.startswith(pattern) if is_prefix else word == pattern):
+        if not (word.startswith(pattern) if pprefix[j] else word == pattern):
             return False
     return True
