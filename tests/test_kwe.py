@@ -208,6 +208,8 @@ def test_duplicate_terms_are_dropped():
     ('-"reka krk*"', 0, "only exclusions"),
     ("-krka -krke", 0, "only exclusions"),
     ("marko petrović", 6, "two terms without OR"),
+    ("krka -reka krke", 11, "two terms without OR"),  # an exclusion between two terms is no OR
+    ('krka -"reka krk*"krke', 17, "two terms without OR"),
     ("krka or krke", 5, "only operator is upper-case OR"),
     ("krka AND krke", 5, "AND is not part"),
     ("krka OR -krke", 8, "exclusion cannot be an operand of OR"),
@@ -231,6 +233,16 @@ def test_a_bad_expression_is_rejected_with_its_position(expression, position, re
     assert err.expression == expression and f"position {position}" in str(err)
     assert err.caret().splitlines()[1] == " " * position + "^"
     assert err.to_dict() == {"reason": err.reason, "position": position, "expression": expression}
+
+
+def test_a_long_expression_is_accepted_and_its_error_message_stays_short():
+    long_or = " OR ".join(f"ime{i}" for i in range(1000))
+    assert len(parse_kwe(long_or).positives) == 1000
+    with pytest.raises(KweSyntaxError) as caught:
+        parse_kwe(long_or + " OR")
+    assert caught.value.position == len(long_or) + 1 and len(str(caught.value)) < 300
+    with pytest.raises(KweSyntaxError, match="longer than"):
+        parse_kwe("krka OR " * 2000 + "krka")
 
 
 def test_a_non_string_expression_is_a_type_error():

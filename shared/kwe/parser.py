@@ -95,7 +95,7 @@ class KweSyntaxError(ValueError):
 
     def __init__(self, reason: str, expression: str, position: int):
         self.reason, self.expression, self.position = reason, expression, position
-        super().__init__(f"{reason} (at position {position} of {expression!r})")
+        super().__init__(f"{reason} (at position {position} of {_excerpt(expression, position)!r})")
 
     def caret(self) -> str:
         """The expression and a caret under the offending character, on two lines (for CLI output)."""
@@ -104,6 +104,14 @@ class KweSyntaxError(ValueError):
     def to_dict(self) -> dict:
         """``{"reason", "position", "expression"}`` (an HTTP 422 body)."""
         return {"reason": self.reason, "position": self.position, "expression": self.expression}
+
+
+def _excerpt(expression: str, position: int, width: int = 40) -> str:
+    """The expression, or the part of a long one around ``position`` (with ``…`` where cut)."""
+    if len(expression) <= 2 * width:
+        return expression
+    start, end = max(0, position - width), min(len(expression), position + width)
+    return ("…" if start else "") + expression[start:end] + ("…" if end < len(expression) else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,16 +254,18 @@ def _node_error_position(node: lq.Item, expression: str) -> int:
 
 
 def _check_separators(flat: list[tuple[_Item, str]], expression: str) -> None:
-    items = [item for item, _ in flat]
-    for k in range(1, len(flat)):
-        left, (right, sep) = items[k - 1], flat[k]
-        if sep == "OR" and (left.excluded or right.excluded):
-            at = left.position if left.excluded else right.position
+    """OR only between positive items; the positive items form one OR chain (exclusions before or after it)."""
+    seen_positive = False
+    for k, (item, sep) in enumerate(flat):
+        left = flat[k - 1][0] if k else None
+        if sep == "OR" and (item.excluded or left.excluded):
+            at = left.position if left.excluded else item.position
             raise KweSyntaxError("an exclusion cannot be an operand of OR: write the terms joined by OR first, "
                                  "then the exclusions (a OR b -c)", expression, at)
-        if sep == " " and not left.excluded and not right.excluded:
+        if not item.excluded and seen_positive and sep != "OR":
             raise KweSyntaxError("two terms without OR between them: write a OR b for either word, or \"a b\" "
-                                 "for the phrase (there is no AND)", expression, right.position)
+                                 "for the phrase (there is no AND)", expression, item.position)
+        seen_positive = seen_positive or not item.excluded
 
 
 def _term(item: _Item, expression: str) -> Term:
