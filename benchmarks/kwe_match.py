@@ -107,8 +107,7 @@ class Generator:
 
     def name_items(self) -> tuple[list[str], list[str]]:
         first, last = self.rng.choice(self.names)
-        cut = (lambda w: w[:-1] + "*" if len(w) >= 5 else w)
-        options = [f'"{first} {last}"', f'"{cut(first)} {cut(last)}"', f'"{first} {cut(last)}"']
+        options = [f'"{first} {last}"', f'"{_cut(first)} {_cut(last)}"', f'"{first} {_cut(last)}"']
         items = self.rng.sample(options, self.rng.randint(1, 2))
         stem = self.stem(last) if self.rng.random() < 0.3 else None
         return items + ([stem + "*"] if stem else []), self._contexts(first)
@@ -144,6 +143,11 @@ class Generator:
             except ValueError:  # a word drawn both wanted and excluded: draw again
                 continue
             return text
+
+
+def _cut(word: str) -> str:
+    """A name's ending replaced by ``*`` (``petrović`` -> ``petrovi*``), short names kept whole."""
+    return word[:-1] + "*" if len(word) >= 5 else word
 
 
 def _capitalised_pairs(surface: list[str], words: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -184,7 +188,7 @@ def main() -> None:
     ap.add_argument("--no-gc-freeze", action="store_true", help="leave the built index to the cyclic GC")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     print("before:", uptime())
     corpus = load_corpus(args.data)
     rng = random.Random(args.seed)

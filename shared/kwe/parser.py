@@ -2,10 +2,12 @@
 
 Grammar (informal; positions in errors are 0-based character offsets into the expression as given)::
 
-    expression := item ( sep item )*          at least one positive item
-    item       := term | "-" term             "-" directly before the term: an exclusion
+    expression := exclusion* positive ( " OR " positive )* exclusion*
+    positive   := term
+    exclusion  := "-" term                    the minus directly before the term
     term       := word | '"' word ( ' ' word )* '"'
-    sep        := " OR " between two positive items | whitespace next to an exclusion
+
+Items are separated by whitespace (spaces, tabs, line breaks); ``OR`` stands only between two positive terms.
 
 Examples: ``krka OR krke OR krki OR krko -"reka krk*" -"reki krk*"``, ``energetik* -"energijsk* pijač*"``,
 ``"марко* петровић*" OR "mark* petrović*"``.
@@ -20,7 +22,8 @@ Decisions (strict: anything ambiguous is a :class:`KweSyntaxError`, never a gues
   ``||`` / ``TO`` is rejected (quote it, ``"or"``, to search for the word).
 * **Juxtaposition of two positive terms is an error** (``marko petrović``): it reads as AND to some analysts, as
   OR in some monitoring tools, and as a phrase to others. The message offers both spellings: ``marko OR
-  petrović`` for either word, ``"marko petrović"`` for the phrase. Exclusions are juxtaposed (``a -b -c``).
+  petrović`` for either word, ``"marko petrović"`` for the phrase. Exclusions are juxtaposed (``a -b -c``); an
+  exclusion between two positive terms does not join them (``a -b c`` is an error).
 * An exclusion may not be an operand of ``OR`` (``a OR -b``, ``-b OR a``): write the positive disjunction first,
   then the exclusions (``a OR c -b``). A term both wanted and excluded (``krka -krka``) is an error.
 * A minus is ASCII ``-`` (U+002D), the en dash ``–`` (U+2013), the em dash ``—`` (U+2014) or the minus sign
@@ -34,7 +37,8 @@ Decisions (strict: anything ambiguous is a :class:`KweSyntaxError`, never a gues
 * ``*`` directly after a word makes that word a prefix (in phrases too: ``"reka krk*"``). ``*`` elsewhere (alone,
   ``**``, ``a*b``, ``*ka``) is an error, and the prefix must have at least ``MIN_PREFIX_CHARS`` (2) characters
   after normalisation: a one-letter prefix matches a large share of all words. ``?``, ``~``, ``^``, ``\\``,
-  ``field:``, ``+``, parentheses, brackets and ``/regex/`` (Lucene syntax) are errors.
+  ``field:``, ``+``, a leading ``!``, parentheses, brackets and ``/regex/`` (Lucene syntax) are errors.
+* At most ``MAX_EXPRESSION_CHARS`` (10,000) characters (about 1,000 terms).
 
 Parsing uses ``luqum`` (a maintained Lucene query parser): the syntax is a subset of Lucene's, so luqum's lexer
 and parser find words, phrases, ``OR`` and prohibitions (``-``) with their positions, and its tree is walked into a
