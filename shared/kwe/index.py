@@ -14,9 +14,9 @@ the exact table, and each of its prefixes ``w[:n]`` for the lengths ``n`` in use
 whose anchor matches is verified at those positions (the other words of the phrase, before and after the anchor);
 every verified pattern gives its owners (expression, term) a hit. An expression matches when it has a positive hit
 and no excluded one. The cost is O(distinct words x prefix lengths) dictionary lookups plus the verification of the
-candidates, independent of the number of expressions that cannot match. ``benchmarks/kwe_match.py`` measures it at 10,000
-expressions; the result equals :meth:`.expression.KeywordExpression.match` on every expression (tests check this
-on random rules and articles).
+candidates, independent of the number of expressions that cannot match. ``benchmarks/kwe_match.py`` measures it
+at 10,000 expressions; the result equals :meth:`.expression.KeywordExpression.match` on every expression (tests
+check this on random rules and articles).
 
 Concurrency: :meth:`KweIndex.match` only reads; :meth:`KweIndex.add` and :meth:`KweIndex.remove` mutate and must
 not run while another thread matches. A registry that changes rules while serving builds a new index (or copies)
