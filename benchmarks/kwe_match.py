@@ -155,7 +155,7 @@ def _capitalised_pairs(surface: list[str], words: tuple[str, ...]) -> list[tuple
     out = []
     for i in range(1, len(surface) - 1):
         if surface[i][:1].isupper() and surface[i + 1][:1].isupper() and surface[i - 1][-1:].isalpha() \
-                and words[i].isalpha() and words[i + 1].isalpha() and min(len(words[i]), len(words[i + 1])) > 1:
+                and words[i].isalpha() and words[i + 1].isalpha() and min(len(words[i]), len(words[i + 1])) > 2:
             out.append((words[i], words[i + 1]))
     return out
 

@@ -2,16 +2,17 @@
 
 Matching one article against every expression one by one costs O(expressions x terms x words). The index inverts
 this: every distinct term pattern (a phrase of words, each exact or a prefix) is stored once, and posted under one
-of its words, the *anchor*: the longest exact word (longer words are rarer, so fewer candidates to verify: the
-phrase ``"je krka"`` posted under ``je`` would be verified at every ``je``), or the longest prefix when all its
-words are prefixes. There are two tables:
+of its words, the *anchor*: its longest word (longer words are rarer, so fewer candidates to verify: the phrase
+``"je krka"`` posted under ``je`` would be verified at every ``je``), an exact word counting two letters more than
+a prefix (an exact word needs one lookup, a prefix one per article word that starts with it). Two tables:
 
 * exact anchors: ``dict`` word -> patterns;
 * prefix anchors (``krk*``): ``dict`` prefix -> patterns, plus the sorted set of prefix lengths in use.
 
 For one article (tokenised once, :func:`..text.tokenize`), the distinct words are looked up: each word ``w`` in
 the exact table, and each of its prefixes ``w[:n]`` for the lengths ``n`` in use in the prefix table. A pattern
-whose anchor matches is verified at those positions (the other words of the phrase, before and after the anchor);
+whose anchor matches is verified at those positions (the other words of the phrase, before and after the anchor;
+at once rejected when one of its exact words is not in the article);
 every verified pattern gives its owners (expression, term) a hit. An expression matches when it has a positive hit
 and no excluded one. The cost is O(distinct words x prefix lengths) dictionary lookups plus the verification of the
 candidates, independent of the number of expressions that cannot match. ``benchmarks/kwe_match.py`` measures it
@@ -55,7 +56,8 @@ class KweIndex:
         self._slots: dict[int, tuple[Hashable, KeywordExpression]] = {}
         self._next_slot = 0
         self._pattern_id: dict[tuple[tuple[str, bool], ...], int] = {}
-        self._patterns: dict[int, tuple[tuple[str, ...], tuple[bool, ...], int, list[_Owner]]] = {}
+        # pattern id -> (words, prefix flags, anchor index, owners, the exact words other than the anchor)
+        self._patterns: dict[int, tuple[tuple[str, ...], tuple[bool, ...], int, list[_Owner], tuple[str, ...]]] = {}
         self._next_pattern = 0
         self._exact: dict[str, list[int]] = {}
         self._prefix: dict[str, list[int]] = {}
@@ -150,22 +152,25 @@ class KweIndex:
         for word, where in positions.items():
             pids = exact.get(word)
             if pids:
-                self._verify(pids, where, words, found)
+                self._verify(pids, where, words, positions, found)
             size = len(word)
             for n in lengths:
                 if n > size:
                     break
                 pids = prefix.get(word[:n])
                 if pids:
-                    self._verify(pids, where, words, found)
+                    self._verify(pids, where, words, positions, found)
         return found
 
-    def _verify(self, pids: list[int], where: list[int], words: tuple[str, ...], found: dict) -> None:
-        """Add to ``found`` the start positions of ``pids`` whose anchor stands at the positions ``where``."""
+    def _verify(self, pids: list[int], where: list[int], words: tuple[str, ...], present: dict, found: dict) -> None:
+        """Add to ``found`` the start positions of ``pids`` whose anchor stands at the positions ``where``
+        (``present``: the article's distinct words, to skip a phrase at once when one of its exact words is absent)."""
         for pid in pids:
-            pwords, pprefix, anchor, _ = self._patterns[pid]
+            pwords, pprefix, anchor, _, required = self._patterns[pid]
             if len(pwords) == 1:
                 found.setdefault(pid, []).extend(where)
+                continue
+            if required and not all(w in present for w in required):
                 continue
             ok = [i - anchor for i in where if _phrase_at(words, i - anchor, pwords, pprefix)]
             if ok:
@@ -179,7 +184,8 @@ class KweIndex:
             self._next_pattern += 1
             self._pattern_id[pattern] = pid
             anchor = _anchor(pattern)
-            self._patterns[pid] = (words, prefix, anchor, [])
+            required = tuple(w for j, (w, p) in enumerate(pattern) if j != anchor and not p)
+            self._patterns[pid] = (words, prefix, anchor, [], required)
             table = self._prefix if prefix[anchor] else self._exact
             table.setdefault(words[anchor], []).append(pid)
             if prefix[anchor]:
@@ -206,9 +212,14 @@ def _first(pair: tuple[int, TermHit]) -> int:
     return pair[0]
 
 
+_EXACT_BONUS = 2  # an exact word counts as this many letters longer than a prefix when choosing the anchor
+
+
 def _anchor(pattern: tuple[tuple[str, bool], ...]) -> int:
-    """Index of the word a pattern is posted under: the longest exact word, else the longest prefix."""
-    return max(range(len(pattern)), key=lambda j: (not pattern[j][1], len(pattern[j][0]), -j))
+    """Index of the word a pattern is posted under: the longest word, an exact word counting ``_EXACT_BONUS``
+    letters more than a prefix (``"reka krk*"`` -> ``reka``; ``"štrukel* je"`` -> ``štrukel*``, not ``je``)."""
+    return max(range(len(pattern)),
+               key=lambda j: (len(pattern[j][0]) + (0 if pattern[j][1] else _EXACT_BONUS), not pattern[j][1], -j))
 
 
 def _phrase_at(words: tuple[str, ...], at: int, pwords: tuple[str, ...], pprefix: tuple[bool, ...]) -> bool:
