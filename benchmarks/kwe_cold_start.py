@@ -40,10 +40,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shared.data import Article, load_corpus  # noqa: E402
-from shared.kwe import ArticleMeta, LabelRule, LabelRuleIndex, load_rules  # noqa: E402
+from newsmon.shared.data import Article, load_corpus  # noqa: E402
+from newsmon.shared.kwe import ArticleMeta, LabelRule, LabelRuleIndex, load_rules  # noqa: E402
 
 RULES = Path(__file__).resolve().parents[1] / "tests" / "data" / "kwe_sentinews_rules.jsonl"
 KIND = {

@@ -45,11 +45,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shared.data import load_corpus  # noqa: E402
-from shared.kwe import KweIndex, parse_kwe  # noqa: E402
-from shared.text import tokenize  # noqa: E402
+from newsmon.shared.data import load_corpus  # noqa: E402
+from newsmon.shared.kwe import KweIndex, parse_kwe  # noqa: E402
+from newsmon.shared.text import tokenize  # noqa: E402
 
 _LAT_TO_CYR = {"lj": "љ", "nj": "њ", "dž": "џ", "a": "а", "b": "б", "v": "в", "g": "г", "d": "д", "đ": "ђ",
                "e": "е", "ž": "ж", "z": "з", "i": "и", "j": "ј", "k": "к", "l": "л", "m": "м", "n": "н", "o": "о",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from shared.kwe import (
+from newsmon.shared.kwe import (
     ArticleMeta,
     KweIndex,
     KweSyntaxError,
@@ -23,7 +23,7 @@ from shared.kwe import (
     load_rules,
     parse_kwe,
 )
-from shared.text import normalize_text, tokenize, words
+from newsmon.shared.text import normalize_text, tokenize, words
 
 KRKA = 'krka OR krke OR krki OR krko -"reka krk*" -"reki krk*"'
 ENERGY = 'energetik* -"energijsk* pijač*"'
