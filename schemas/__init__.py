@@ -1,4 +1,4 @@
-"""newsmon schemas: the Kafka wire events (:mod:`.events`), reading them (:mod:`.parsing`), dead letters
+"""newsmon schemas: the Kafka wire events (:mod:`.events`, one module per event, conventions in :mod:`.base`), reading them (:mod:`.parsing`), dead letters
 (:mod:`.dead_letters`) and their JSON Schema files (``json/``, written by ``python -m newsmon.schemas.generate``).
 
 Installed as ``newsmon.schemas``; the folder is never imported as a top-level ``schemas`` package.

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from newsmon.schemas.events import SCHEMA_VERSION, Event, show_value
+from newsmon.schemas.base import Event, show_value
 
 __all__ = ["InvalidEvent", "parse_event"]
 
@@ -45,12 +45,12 @@ def parse_event(model_cls: type[Event], raw: bytes | bytearray | memoryview | No
         raise InvalidEvent(f"invalid JSON: {exc}", name) from None
     if not isinstance(obj, dict):
         raise InvalidEvent(f"not a JSON object: got {_json_type(obj)}", name)
+    readable = ", ".join(map(str, model_cls.schema_versions))
     if "schema_version" not in obj:
-        raise InvalidEvent(f"missing schema_version; this worker reads {SCHEMA_VERSION}", name)
+        raise InvalidEvent(f"missing schema_version; this worker reads {readable}", name)
     version = obj["schema_version"]
-    if type(version) is not int or version != SCHEMA_VERSION:
-        raise InvalidEvent(f"unsupported schema_version {show_value(version)}; this worker reads {SCHEMA_VERSION}",
-                           name)
+    if type(version) is not int or version not in model_cls.schema_versions:
+        raise InvalidEvent(f"unsupported schema_version {show_value(version)}; this worker reads {readable}", name)
     try:
         return model_cls.model_validate(obj)
     except ValidationError as exc:

@@ -8,15 +8,19 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from newsmon.schemas import (
-    EVENT_MODELS,
     ArticleEvent,
+    EVENT_MODELS,
     InvalidEvent,
     LabelDecision,
+    LabelDefinition,
     LabelEvent,
+    LabelFilters,
     LabelProposal,
     ModeratorDecision,
     NeighbourRef,
     ProposedLabel,
+    RuleEvidence,
+    ScoringInfo,
     Timings,
     dead_letter_headers,
     dead_letter_topic,
@@ -79,7 +83,8 @@ def _round_trip(event):
     back = parse_event(type(event), event.to_bytes())
     assert back == event
     assert back.model_dump_json() == event.model_dump_json()
-    assert json.loads(event.to_bytes())["schema_version"] == 1
+    written = json.loads(event.to_bytes())["schema_version"]
+    assert written == event.schema_version and written in type(event).schema_versions
     return back
 
 
@@ -152,16 +157,21 @@ def test_missing_body():
 
 
 def test_schema_version():
-    assert reason(ArticleEvent, article(schema_version=2)) == "unsupported schema_version 2; this worker reads 1"
-    assert reason(LabelEvent, {"action": "added"}) == "missing schema_version; this worker reads 1"
+    assert reason(ArticleEvent, article(schema_version=3)) == "unsupported schema_version 3; this worker reads 1, 2"
+    assert reason(ModeratorDecision, {"schema_version": 2}) == "unsupported schema_version 2; this worker reads 1"
+    assert reason(LabelEvent, {"action": "added"}) == "missing schema_version; this worker reads 1, 2"
     d = article()
     del d["schema_version"]
-    assert reason(ArticleEvent, d) == "missing schema_version; this worker reads 1"
+    assert reason(ArticleEvent, d) == "missing schema_version; this worker reads 1, 2"
     assert reason(ArticleEvent, article(schema_version="1")) == \
-        'unsupported schema_version "1"; this worker reads 1'
+        'unsupported schema_version "1"; this worker reads 1, 2'
     assert reason(ArticleEvent, article(schema_version=True)).startswith("unsupported schema_version true")
-    with pytest.raises(ValueError, match="unsupported schema_version 3; this worker reads 1"):
+    with pytest.raises(ValueError, match="unsupported schema_version 3; this worker reads 1, 2"):
         ArticleEvent.model_validate(article(schema_version=3))
+    for model in EVENT_MODELS.values():  # the default written is the highest version read
+        assert model.model_fields["schema_version"].default == max(model.schema_versions)
+        schema = model.model_json_schema()["properties"]["schema_version"]
+        assert schema["enum"] == list(model.schema_versions) and schema["type"] == "integer"
 
 
 def test_empty_text():
@@ -241,3 +251,62 @@ def test_dead_letters():
     assert dict(long)["newsmon-failed-at"].endswith(b"Z")
     with pytest.raises(ValueError):
         dead_letter_headers("e", "w", "t", 0, 0, now=datetime(2024, 1, 1))
+
+
+# ------------------------------------------------------------------------------------------- version 2
+
+def test_v1_events_still_parse():
+    """Messages written by version-1 producers are read by this release, new fields at their defaults."""
+    ev = parse_event(ArticleEvent, raw(article(schema_version=1)))
+    assert ev.schema_version == 1 and ev.section is None
+    ev = parse_event(ArticleEvent, raw(article(schema_version=1, section="gospodarstvo")))  # tolerant reader
+    assert ev.section == "gospodarstvo"
+    v1_proposal = {"schema_version": 1, "article_id": "a1", "labels": [{"label": "politika", "score": 0.7,
+                   "neighbours": [{"article_id": "m1", "similarity": 0.9}]}], "model_version": "m",
+                   "memory_version": "newsmon_sl_m", "produced_at": "2024-05-01T08:00:00Z"}
+    p = parse_event(LabelProposal, raw(v1_proposal))
+    assert p.revision == 0 and p.candidates == [] and p.scoring is None and p.labels[0].source == "retrieval"
+    ev = parse_event(LabelEvent, raw({"schema_version": 1, "action": "retired", "label": "ai",
+                                      "occurred_at": "2024-05-01T08:00:00Z"}))
+    assert ev.action == "retired" and ev.schema_version == 1
+
+
+def test_label_event_definition_and_lowest_version_written():
+    d = LabelDefinition(kwes=['krka OR krke OR krki -"reka krk*"'],
+                        filters=LabelFilters(languages=["sl"], countries=["SI"]))
+    ev = LabelEvent(action="defined", label="Krka", definition=d, occurred_at=T0)
+    assert json.loads(ev.to_bytes())["schema_version"] == 2
+    assert _round_trip(ev).definition.kwes == d.kwes
+    # old actions are written as version 1, so version-1 readers keep understanding them
+    assert json.loads(LabelEvent(action="retired", label="Krka", occurred_at=T0).to_bytes())["schema_version"] == 1
+    base = {"schema_version": 2, "label": "Krka", "occurred_at": "2024-05-01T08:00:00Z"}
+    assert "defined needs definition" in reason(LabelEvent, {**base, "action": "defined"})
+    assert "only allowed for defined and updated" in reason(
+        LabelEvent, {**base, "action": "retired", "definition": d.model_dump()})
+    assert "needs schema_version 2" in reason(
+        LabelEvent, {**base, "schema_version": 1, "action": "updated", "definition": d.model_dump()})
+    assert "kwes" in reason(LabelEvent, {**base, "action": "defined", "definition": {"kwes": []}})
+    assert "languages" in reason(LabelEvent, {**base, "action": "defined",
+                                              "definition": {"kwes": ["x"], "filters": {"languages": ["SL"]}}})
+
+
+def test_label_proposal_v2_fields():
+    ev = LabelProposal(
+        article_id="a2", revision=1, model_version="m", memory_version="newsmon_hr_m+newsmon_sl_m",
+        labels=[ProposedLabel(label="Krka", score=1.0, source="rule",
+                              rule=RuleEvidence(kwe="krka OR krke", matched=["Krke"]))],
+        candidates=[ProposedLabel(label="gospodarstvo", score=0.31,
+                                  neighbours=[NeighbourRef(article_id="m1", similarity=0.9, title="Krka raste")])],
+        scoring=ScoringInfo(predictor="rae-xmc", top_k=50, tau=0.04, threshold=0.5),
+        produced_at=T0)
+    back = _round_trip(ev)
+    assert back.labels[0].rule.matched == ["Krke"] and back.candidates[0].neighbours[0].title == "Krka raste"
+    dup = ev.model_dump(mode="json")
+    dup["candidates"][0]["label"] = "Krka"
+    assert "proposed twice" in reason(LabelProposal, dup)
+    v1 = ev.model_dump(mode="json")
+    v1["schema_version"] = 1
+    assert "needs schema_version 2" in reason(LabelProposal, v1)
+    long = "+".join(f"newsmon_{lang}_e5-small@{'a' * 40}" for lang in ("sl", "hr", "sr", "sq", "mk", "en"))
+    assert LabelProposal(article_id="a3", labels=[], model_version="m", memory_version=long,
+                         produced_at=T0).memory_version == long

@@ -24,8 +24,8 @@ import numpy as np
 import structlog
 from confluent_kafka import Message
 
-from newsmon.schemas import (ArticleEvent, InvalidEvent, LabelProposal, NeighbourRef, ProposedLabel, Timings,
-                             parse_event)
+from newsmon.schemas import (ArticleEvent, InvalidEvent, LabelProposal, NeighbourRef, ProposedLabel, ScoringInfo,
+                             Timings, parse_event)
 from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS, Classifier
 from newsmon.shared.config import Settings
 from newsmon.shared.dedup import NearDuplicateIndex
@@ -210,7 +210,7 @@ class ArticlePipeline:
             d = it.duplicate
             if d is not None:
                 labels = d.point.labels if d.point.labels else tuple(d.point.payload.get("proposed_labels", ()))
-                it.labels = [ProposedLabel(label=lb, score=float(d.jaccard),
+                it.labels = [ProposedLabel(label=lb, score=float(d.jaccard), source="duplicate",
                                            neighbours=[NeighbourRef(article_id=d.original_id,
                                                                     similarity=float(d.jaccard))])
                              for lb in relabel(labels)]
@@ -245,6 +245,8 @@ class ArticlePipeline:
         now = datetime.now(timezone.utc)
         total_ms = 1000 * (time.perf_counter() - batch.started)
         sec = batch.seconds
+        rae = self.settings.rae
+        scoring = ScoringInfo(predictor="rae-xmc", top_k=rae.top_k, tau=rae.tau, threshold=rae.threshold)
         out = []
         for it in batch.items:
             _ts_type, ts = it.msg.timestamp()
@@ -254,7 +256,7 @@ class ArticlePipeline:
                 article_id=it.event.article_id, labels=it.labels,
                 duplicate_of=it.duplicate.original_id if it.duplicate else None,
                 model_version=self.classifier.model_version, memory_version=self.classifier.collection(lang),
-                timings=Timings(batch_size=batch.size, queue_ms=queue_ms, dedup_ms=1000 * sec["dedup"],
+                scoring=scoring, timings=Timings(batch_size=batch.size, queue_ms=queue_ms, dedup_ms=1000 * sec["dedup"],
                                 embed_ms=1000 * sec["embed"], search_ms=1000 * sec["search_score"], score_ms=0.0,
                                 total_ms=total_ms),
                 produced_at=now)))
@@ -271,5 +273,5 @@ def _pending_payload(lang: str, it: ArticleItem, duplicate_of: str | None) -> di
     """The payload of a pending point: where the article came from, its text and the proposed labels."""
     ev = it.event
     return {"lang": lang, "status": "pending", "title": ev.title, "outlet": ev.outlet, "country": ev.country,
-            "published_at": ev.published_at.isoformat(), "duplicate_of": duplicate_of,
+            "published_at": ev.published_at.isoformat(), "section": ev.section, "duplicate_of": duplicate_of,
             "text": it.text[:TEXT_PAYLOAD_CHARS], "proposed_labels": [x.label for x in it.labels]}

@@ -1,0 +1,177 @@
+"""Conventions and field types shared by every wire event (see :mod:`newsmon.schemas.events`).
+
+* **Encoding.** A message value is one JSON object in UTF-8 (``model.model_dump_json()``); the key is the
+  UTF-8 bytes of the field named by the model's ``kafka_key_field`` (``model.kafka_key()``). Keying by
+  article id keeps every event of one article on one partition, in order.
+* **Versions.** Every event carries ``schema_version``, an integer per event type. Each model lists the
+  versions it reads in ``schema_versions`` (e.g. ``(1, 2)``) and writes the highest one, except
+  :class:`~newsmon.schemas.labels.LabelEvent`, which writes the lowest version that can carry its content,
+  so that consumers still on version 1 keep understanding the actions they know. A reader refuses versions
+  it does not know (``unsupported schema_version X; this worker reads 1, 2``) and a field or value that
+  needs a higher version than the message declares. Producers always write the field; ``parse_event``
+  refuses messages without it. Any change to a schema -- a new field included -- adds a version.
+* **Time.** Timestamps are ISO 8601 strings with a UTC offset (naive timestamps are refused) and are
+  normalised to UTC on validation, so they serialise as ``...Z``. Durations are milliseconds (``*_ms``).
+* **Extra fields.** Models we produce ourselves (proposals, decisions, label events and their parts)
+  forbid unknown fields, so a typo fails loudly. ``ArticleEvent`` comes from the upstream ingestion feed
+  and *ignores* unknown fields (tolerant reader).
+* **Topics.** Each model names its default topic in ``default_topic`` (the worker settings may override
+  it). Messages a worker cannot process go, bytes untouched, to ``<topic>.dlq`` with the headers of
+  :func:`~newsmon.schemas.dead_letters.dead_letter_headers`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Annotated, Any, ClassVar
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    HttpUrl,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
+
+__all__ = ["ArticleId", "Event", "FiniteFloat", "Label", "Name", "NonNegativeMs", "Part", "Url", "UtcDatetime",
+           "first_duplicate", "show_value"]
+
+ArticleId = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^\S+$")]
+"""An article id: 1..256 characters, no whitespace."""
+
+Label = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S")]
+"""A label name: 1..256 characters, not blank (inner spaces allowed)."""
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S")]
+"""A non-blank short name (outlet, moderator, model version, ...)."""
+
+
+def _to_utc(value: datetime) -> datetime:
+    return value.astimezone(timezone.utc)
+
+
+UtcDatetime = Annotated[AwareDatetime, AfterValidator(_to_utc)]
+"""A timezone-aware timestamp (naive input is an error), normalised to UTC."""
+
+_HTTP_URL = TypeAdapter(HttpUrl)
+
+
+def _check_http_url(value: str) -> str:
+    if any(c.isspace() for c in value):
+        raise PydanticCustomError("url_whitespace", "URL must not contain whitespace")
+    try:
+        _HTTP_URL.validate_python(value)
+    except ValidationError as exc:
+        raise PydanticCustomError("url", "{msg}", {"msg": exc.errors()[0]["msg"]}) from None
+    return value  # kept as sent: no normalisation (trailing slash, escaping) of the producer's URL
+
+
+Url = Annotated[
+    str,
+    AfterValidator(_check_http_url),
+    WithJsonSchema({"type": "string", "format": "uri", "pattern": "^https?://", "maxLength": 2083}),
+]
+"""An absolute http or https URL, kept exactly as sent."""
+
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+NonNegativeMs = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+def _schema_version_schema(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    # the Python default is for building events in code; on the wire the field is required
+    required = schema.setdefault("required", [])
+    if "schema_version" not in required:
+        required.insert(0, "schema_version")
+    versions = list(getattr(model, "schema_versions", ()))
+    prop = schema.get("properties", {}).get("schema_version")
+    if prop is not None and versions:
+        prop.clear()
+        prop.update({"type": "integer", "enum": versions, "default": max(versions), "title": "Schema Version",
+                     "description": "Version of this schema; this release reads "
+                                    f"{', '.join(map(str, versions))} and writes {max(versions)}."})
+
+
+class Event(BaseModel):
+    """Base of the top-level events: ``schema_version`` and the Kafka topic / key conventions.
+
+    Subclasses set ``schema_versions`` (the versions this code reads, ascending) and re-declare the field
+    with the highest as its default. :meth:`needs_version` lets a subclass say which version its content
+    needs.
+    """
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_schema_version_schema)
+
+    default_topic: ClassVar[str]
+    """The topic the event goes to unless the worker settings say otherwise."""
+    kafka_key_field: ClassVar[str]
+    """The field whose UTF-8 bytes are the Kafka message key."""
+    schema_versions: ClassVar[tuple[int, ...]] = (1,)
+    """The ``schema_version`` values this code reads, ascending; it writes the last one."""
+
+    schema_version: int = Field(1, description="Version of this schema. A reader refuses versions it does "
+                                               "not know.")
+
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _known_version(cls, value: Any) -> Any:
+        # strict: an int type alone would let True and 1.0 through
+        if type(value) is not int or value not in cls.schema_versions:
+            raise PydanticCustomError(
+                "unsupported_schema_version",
+                "unsupported schema_version {version}; this worker reads {supported}",
+                {"version": show_value(value), "supported": ", ".join(map(str, cls.schema_versions))},
+            )
+        return value
+
+    def needs_version(self) -> int:
+        """The lowest ``schema_version`` that can carry this event's content (version 1 unless a subclass
+        says otherwise); validation refuses an event that declares a lower one."""
+        return 1
+
+    def _check_declared_version(self) -> None:
+        need = self.needs_version()
+        if self.schema_version < need:
+            raise PydanticCustomError(
+                "schema_version_too_low", "schema_version {declared} cannot carry this content; it needs "
+                "schema_version {need}", {"declared": self.schema_version, "need": need})
+
+    def kafka_key(self) -> bytes:
+        """The Kafka message key: the UTF-8 bytes of ``kafka_key_field``."""
+        return str(getattr(self, self.kafka_key_field)).encode("utf-8")
+
+    def to_bytes(self) -> bytes:
+        """The Kafka message value: compact JSON in UTF-8."""
+        return self.model_dump_json().encode("utf-8")
+
+
+class Part(BaseModel):
+    """Base of the nested parts of the events we produce (unknown fields refused)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def show_value(value: Any) -> str:
+    """A short JSON-ish rendering of a value for error messages (at most 40 characters)."""
+    try:
+        shown = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
+
+
+def first_duplicate(items) -> str | None:
+    """The first item that occurs a second time in ``items``, or None."""
+    seen: set[str] = set()
+    for item in items:
+        if item in seen:
+            return item
+        seen.add(item)
+    return None

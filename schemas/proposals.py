@@ -1,0 +1,133 @@
+"""``LabelProposal``: the labels proposed for one article (topic ``label-proposals``), for the moderation tool."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, StringConstraints, model_validator
+from pydantic_core import PydanticCustomError
+
+from newsmon.schemas.base import (ArticleId, Event, FiniteFloat, Label, Name, NonNegativeMs, Part, UtcDatetime,
+                                  first_duplicate)
+
+__all__ = ["LABEL_PROPOSALS_TOPIC", "LabelProposal", "NeighbourRef", "ProposedLabel", "RuleEvidence", "ScoringInfo",
+           "Timings"]
+
+LABEL_PROPOSALS_TOPIC = "label-proposals"
+
+MemoryVersion = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=r"\S")]
+Title = Annotated[str, StringConstraints(max_length=300)]
+
+
+class NeighbourRef(Part):
+    """A knowledge-memory article that supports a proposed label."""
+
+    article_id: ArticleId = Field(description="Id of the memory article.")
+    similarity: FiniteFloat = Field(description="Similarity of the memory article to the query article "
+                                                "(cosine of the embeddings; higher is closer).")
+    title: Title | None = Field(None, description="Headline of the memory article (at most 300 characters), "
+                                                  "so a moderator sees why the label was proposed; v2.")
+
+
+class RuleEvidence(Part):
+    """The keyword Boolean expression (KwE) of a label's definition that matched the article."""
+
+    kwe: str = Field(min_length=1, max_length=10_000, description="The expression, as the analyst wrote it.")
+    matched: list[Annotated[str, StringConstraints(min_length=1, max_length=300)]] = Field(
+        default_factory=list, max_length=20,
+        description="The article's words or phrases that matched its positive terms, as they appear in the text.")
+
+
+class ProposedLabel(Part):
+    """One label with its score and its evidence: the neighbours that voted for it and/or the rule that matched.
+
+    ``source`` says where the label comes from: ``retrieval`` (the knowledge memory's neighbours; a matching
+    rule, if any, is in ``rule``), ``rule`` (the label's KwE alone, for a label with too few confirmed
+    examples in the memory yet) or ``duplicate`` (copied from the original of a near-copy, ``neighbours``
+    holding that original).
+    """
+
+    label: Label
+    score: FiniteFloat = Field(description="Score of the label (higher is more likely); unitless.")
+    neighbours: list[NeighbourRef] = Field(
+        default_factory=list, description="Memory articles behind the score, most similar first.")
+    source: Literal["retrieval", "rule", "duplicate"] = Field(
+        "retrieval", description="Where the label comes from (see the model's description); v2.")
+    rule: RuleEvidence | None = Field(None, description="The label rule that matched the article, if any; v2.")
+
+
+class ScoringInfo(Part):
+    """The parameters a proposal was scored with, so the moderation tool and audits can tell runs apart."""
+
+    predictor: Name = Field(description="The scoring method, e.g. rae-xmc.")
+    top_k: int = Field(ge=1, description="Neighbours retrieved from the knowledge memory (k).")
+    tau: FiniteFloat = Field(gt=0, description="Softmax temperature over the similarities.")
+    threshold: FiniteFloat = Field(description="A label is proposed when its score is above this.")
+    calibration: Name | None = Field(None, description="Id of the calibration record the parameters come from; "
+                                                       "null when they come from the settings.")
+
+
+class Timings(Part):
+    """Where the time went for the batch the article was proposed in. All durations in milliseconds."""
+
+    batch_size: int = Field(1, ge=1, description="Number of articles in the batch.")
+    queue_ms: NonNegativeMs = Field(0.0, description="From the article's arrival at the worker to the batch start, ms.")
+    dedup_ms: NonNegativeMs = Field(0.0, description="Near-duplicate check, ms (whole batch).")
+    embed_ms: NonNegativeMs = Field(0.0, description="Encoding, ms (whole batch).")
+    search_ms: NonNegativeMs = Field(0.0, description="Knowledge-memory search, ms (whole batch).")
+    score_ms: NonNegativeMs = Field(0.0, description="Label scoring, ms (whole batch).")
+    total_ms: NonNegativeMs = Field(0.0, description="From arrival to the proposal being produced, ms.")
+
+
+class LabelProposal(Event):
+    """Labels proposed for one article.
+
+    Topic ``label-proposals`` (default), key ``article_id``. Produced by the proposal worker (and returned
+    by the HTTP API's ``/v1/suggest``), read by the moderation tool. ``labels`` are ordered best first and
+    hold each label once; empty when nothing scored above the threshold. ``candidates`` holds the best
+    labels below the threshold, for the moderator's convenience (never the same label as ``labels``).
+
+    **Revisions.** An article can get more than one proposal: ``revision`` is 0 for the first, and a later
+    proposal for the same ``article_id`` with a higher revision replaces it (e.g. a near-copy's proposal is
+    revised when a moderator decides on its original). Keep the highest revision per article; a repeat of a
+    revision already seen (at-least-once delivery) carries the same content and can be ignored.
+
+    Versions: 1; 2 adds ``revision``, ``candidates``, ``scoring``, and per label ``source``, ``rule`` and the
+    neighbours' ``title``. Version 1 proposals are still read (all new fields at their defaults).
+    """
+
+    default_topic: ClassVar[str] = LABEL_PROPOSALS_TOPIC
+    kafka_key_field: ClassVar[str] = "article_id"
+    schema_versions: ClassVar[tuple[int, ...]] = (1, 2)
+
+    schema_version: int = Field(2, description="Version of this schema (1 or 2).")
+    article_id: ArticleId
+    revision: int = Field(0, ge=0, description="0 for the first proposal of the article; higher replaces lower.")
+    labels: list[ProposedLabel] = Field(description="Proposed labels, best first, each label once.")
+    candidates: list[ProposedLabel] = Field(
+        default_factory=list, max_length=20, description="The best labels below the threshold, best first.")
+    duplicate_of: ArticleId | None = Field(
+        None, description="Id of an earlier article this one near-duplicates, if any.")
+    model_version: Name = Field(description="Version of the encoder / scoring model used.")
+    memory_version: MemoryVersion = Field(
+        description="The knowledge-memory collections searched, joined by '+' (one unless the article's "
+                    "language memory is too small and other languages were searched too).")
+    scoring: ScoringInfo | None = Field(None, description="The parameters used (v2; null in version 1).")
+    timings: Timings = Field(default_factory=Timings)
+    produced_at: UtcDatetime = Field(description="When the proposal was produced, UTC.")
+
+    @model_validator(mode="after")
+    def _labels_once(self) -> LabelProposal:
+        dup = first_duplicate(p.label for p in [*self.labels, *self.candidates])
+        if dup is not None:
+            raise PydanticCustomError("duplicate_label", "label {label} proposed twice (labels and candidates "
+                                      "hold each label once)", {"label": repr(dup)})
+        self._check_declared_version()
+        return self
+
+    def needs_version(self) -> int:
+        """2 when any version-2 field is set, else 1."""
+        v2 = (self.revision or self.candidates or self.scoring is not None
+              or any(p.source != "retrieval" or p.rule is not None or any(n.title is not None for n in p.neighbours)
+                     for p in self.labels))
+        return 2 if v2 else 1
