@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 from pydantic_core import PydanticCustomError
 
-from newsmon.schemas.base import ArticleId, Event, Name, Url, UtcDatetime
+from newsmon.schemas.base import ArticleId, Event, LanguageCode, Name, Url, UtcDatetime
 
 __all__ = ["ARTICLES_TOPIC", "ArticleEvent"]
 
@@ -37,7 +37,8 @@ class ArticleEvent(Event):
     article_id: ArticleId = Field(description="Stable id of the article: 1..256 characters, no whitespace.")
     title: str | None = Field(None, description="Headline; null or empty when the outlet has none.")
     body: str = Field(description="Article text (plain text).")
-    lang: str = Field(pattern=r"^[a-z]{2}$", description="Language, ISO 639-1 lower-case code (e.g. sl).")
+    lang: LanguageCode = Field(description="Language, ISO 639-1 lower-case code of a registered language "
+                                           "(e.g. sl); other codes (xx) are refused.")
     outlet: Name = Field(description="The publishing outlet (newspaper, site, broadcaster).")
     country: str = Field(pattern=r"^[A-Z]{2}$",
                          description="Country of the outlet, ISO 3166-1 alpha-2 upper-case code (e.g. SI).")

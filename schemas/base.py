@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 from typing import Annotated, Any, ClassVar
 
@@ -41,8 +42,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-__all__ = ["ArticleId", "Event", "FiniteFloat", "Label", "Name", "NonNegativeMs", "Part", "Url", "UtcDatetime",
-           "first_duplicate", "show_value"]
+__all__ = ["ArticleId", "Event", "FiniteFloat", "Label", "LanguageCode", "Name", "NonNegativeMs", "Part", "Url",
+           "UtcDatetime", "check_language_code", "first_duplicate", "show_value"]
 
 ArticleId = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^\S+$")]
 """An article id: 1..256 characters, no whitespace."""
@@ -52,6 +53,43 @@ Label = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S")]
 """A non-blank short name (outlet, moderator, model version, ...)."""
+
+
+_TWO_LETTERS = re.compile(r"^[a-z]{2}$")
+
+
+def check_language_code(code: Any) -> str:
+    """``code`` when it is an ISO 639-1 language code: two lower-case letters that name a language in the IANA
+    language subtag registry (via ``langcodes``), e.g. ``sl``, ``hr``, ``sr``, ``sq``, ``mk``, ``en``.
+
+    Refused: other shapes (``SL``, ``slv``, ``sl-SI``) and two letters that name no language (``xx``, the
+    private-use ``qa``..``qt``). The one check for every path that names a language (the ``lang`` of article
+    events and corpus lines, memory collections, ``suggest --lang``), so a code that is not a language never
+    creates a knowledge-memory collection.
+
+    Raises:
+        ValueError: not an ISO 639-1 code (the message says why).
+    """
+    if not isinstance(code, str) or not _TWO_LETTERS.match(code):
+        raise ValueError(f"language {show_value(code)} is not an ISO 639-1 code (two lower-case letters, e.g. sl)")
+    import langcodes  # deferred: loading its registry takes 0.1 s, which `newsmon --help` need not pay
+
+    if not langcodes.tag_is_valid(code):
+        raise ValueError(f"language {code!r} is not an ISO 639-1 code: no language has this code")
+    return code
+
+
+def _language_code(value: str) -> str:
+    try:
+        return check_language_code(value)
+    except ValueError as exc:
+        raise PydanticCustomError("language_code", "{msg}", {"msg": str(exc)}) from None
+
+
+LanguageCode = Annotated[str, AfterValidator(_language_code),
+                         WithJsonSchema({"type": "string", "pattern": "^[a-z]{2}$",
+                                         "description": "ISO 639-1 language code (a registered language)."})]
+"""An ISO 639-1 language code: two lower-case letters naming a language (see :func:`check_language_code`)."""
 
 
 def _to_utc(value: datetime) -> datetime:

@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from newsmon.schemas.base import LanguageCode
+
 Split = Literal["train", "validation", "test"]
 
 
@@ -26,7 +28,7 @@ class Article(BaseModel):
     title: str | None = None
     text: str = Field(min_length=1)
     labels: tuple[str, ...]
-    lang: str = Field(pattern=r"^[a-z]{2}$")
+    lang: LanguageCode  # ISO 639-1, the same check as the wire's ArticleEvent
     split: Split
     source: str | None = None
 

@@ -19,9 +19,12 @@ PACKAGES = {"schemas": "newsmon.schemas", "shared": "newsmon.shared", "training_
             "workers": "newsmon.workers", "newsmon": "newsmon"}
 #: Layer -> the layers it may import. The wire (schemas) and the method and adapters (shared) at the bottom,
 #: offline jobs and stream processes above them (never each other), the CLI and the demo on top.
+#: shared may import schemas (both at the bottom, the wire below the method): what an article id, a label or a
+#: language code is on the wire is what it is in a corpus, the memory and the CLI, checked by one definition
+#: (e.g. ``newsmon.schemas.base.check_language_code``) instead of a copy in shared. schemas never imports shared.
 MAY_IMPORT = {
     "newsmon.schemas": {"newsmon.schemas"},
-    "newsmon.shared": {"newsmon.shared"},
+    "newsmon.shared": {"newsmon.shared", "newsmon.schemas"},
     "newsmon.training_jobs": {"newsmon.training_jobs", "newsmon.shared", "newsmon.schemas"},
     "newsmon.workers": {"newsmon.workers", "newsmon.shared", "newsmon.schemas"},
     "newsmon": {"newsmon", "newsmon.workers", "newsmon.training_jobs", "newsmon.shared", "newsmon.schemas"},
