@@ -15,7 +15,7 @@ from tqdm import tqdm
 from newsmon.shared.config import RaeSettings, Settings
 from newsmon.shared.data import Article
 from newsmon.shared.encoder import Encoder, model_fingerprint, resolve_model
-from newsmon.shared.memory import KnowledgeMemory, MemoryRouter, Neighbour, SearchFilter, shared_router
+from newsmon.shared.memory import KnowledgeMemory, MemoryRouter, SearchFilter, shared_router
 from newsmon.shared.predictors import LabelVocab, Proposal, Retrieval, explain, rae_xmc_scores
 from newsmon.shared.promotion import effective_encoder_settings
 
@@ -54,8 +54,9 @@ class Classifier:
 
     The memory of language ``lang`` is the collection ``<prefix>_<lang>_<model version>`` (embedded engine
     under ``settings.memory_path`` or the Qdrant server at ``settings.memory.url``). An article whose language
-    has no labelled article yet is searched in every collection of this model version (cross-lingual
-    retrieval).
+    memory holds fewer than ``memory.min_language_articles`` labelled articles is searched in every collection
+    of this model version, the hits merged by similarity (cross-lingual retrieval; see
+    :meth:`MemoryRouter.search_languages`).
     """
 
     def __init__(self, settings: Settings, encoder: Encoder | None = None, router: MemoryRouter | None = None):
@@ -106,39 +107,18 @@ class Classifier:
     # -- proposals ----------------------------------------------------------------------------------
     def retrieve(self, vectors: np.ndarray, langs: Sequence[str | None], top_k: int,
                  exclude: Sequence[str] = ()) -> Retrieval:
-        """Top-k labelled neighbours of ``(m, d)`` float32 query vectors from each language's memory.
+        """Top-k labelled neighbours of ``(m, d)`` float32 query vectors, routed by language
+        (:meth:`MemoryRouter.search_languages`: a language's own memory, merged with the other languages' while
+        it holds fewer than ``memory.min_language_articles`` labelled articles)."""
+        return self.retrieve_routed(vectors, langs, top_k, exclude)[0]
 
-        An article's own language is searched first (one batched search per language). A language without
-        labelled articles (its search finds nothing and its count is 0, or it has no collection) is searched
-        in every language that has some (cross-lingual retrieval); the hits are merged by similarity.
-        """
+    def retrieve_routed(self, vectors: np.ndarray, langs: Sequence[str | None], top_k: int,
+                        exclude: Sequence[str] = ()) -> tuple[Retrieval, list[tuple[str, ...]]]:
+        """:meth:`retrieve`, and per query the names of the collections searched."""
         flt = SearchFilter(labelled=True, exclude_ids=tuple(exclude))
-        existing = set(self.router.languages())
-        labelled_langs: list[str] | None = None
-        rows: list[list[Neighbour]] = [[] for _ in langs]
-        for lang in sorted({lg or "" for lg in langs}):
-            idx = [i for i, lg in enumerate(langs) if (lg or "") == lang]
-            hits: list[list[Neighbour]] | None = None
-            if lang in existing:
-                hits = self.memory(lang).search(vectors[idx], top_k, flt)
-                if not any(hits) and not self.router.has_labelled(lang):
-                    hits = None  # no labelled article in this language yet
-            if hits is None:
-                if labelled_langs is None:
-                    labelled_langs = [lg for lg in sorted(existing) if self.router.has_labelled(lg)]
-                hits = self._search_merged(labelled_langs, vectors[idx], top_k, flt)
-            for pos, i in enumerate(idx):
-                rows[i] = sorted(hits[pos], key=lambda n: -n.similarity)[:top_k]
-        return Retrieval.from_neighbours(rows, top_k)
-
-    def _search_merged(self, langs: Sequence[str], vectors: np.ndarray, top_k: int,
-                       flt: SearchFilter) -> list[list[Neighbour]]:
-        """Per query row, the hits of every language in ``langs`` (unsorted; the caller merges them)."""
-        merged: list[list[Neighbour]] = [[] for _ in range(len(vectors))]
-        for lang in langs:
-            for pos, hits in enumerate(self.memory(lang).search(vectors, top_k, flt)):
-                merged[pos].extend(hits)
-        return merged
+        rows, searched = self.router.search_languages(vectors, langs, top_k, flt,
+                                                      self.settings.memory.min_language_articles)
+        return Retrieval.from_neighbours(rows, top_k), searched
 
     def propose(self, texts: Sequence[str], langs: Sequence[str | None] | None = None,
                 rae: RaeSettings | None = None, vectors: np.ndarray | None = None,
@@ -156,20 +136,24 @@ class Classifier:
             label tuple before scoring (the label registry: renames, retired labels).
 
         Returns:
-            (proposals, the ``(m, d)`` float32 query embeddings).
+            (proposals, each with the collections searched in ``searched``; the ``(m, d)`` float32 query
+            embeddings).
         """
         rae = rae or self.settings.rae
         langs = list(langs) if langs is not None else [None] * len(texts)
         if vectors is None:
             vectors = self.encoder.encode(list(texts), role="query")
-        r = self.retrieve(vectors, langs, rae.top_k, exclude)
+        r, searched = self.retrieve_routed(vectors, langs, rae.top_k, exclude)
         if relabel is not None:
             r.labels = [[relabel(lbs) for lbs in row] for row in r.labels]
         vocab = LabelVocab()
         rows = r.label_matrix(vocab)
         scores = rae_xmc_scores(r.sims, rows, rae.top_k, rae.tau, rae.lam, len(vocab)) if len(vocab) else \
             np.zeros((len(texts), 0), dtype=np.float32)
-        return explain(r, scores, vocab, rae.threshold, rae.top_k), vectors
+        proposals = explain(r, scores, vocab, rae.threshold, rae.top_k)
+        for p, names in zip(proposals, searched):
+            p.searched = names
+        return proposals, vectors
 
     def close(self) -> None:
         """Close the memories and the embedding cache."""

@@ -50,6 +50,11 @@ class MemorySettings(BaseModel):
     api_key: str | None = Field(None, description="Qdrant API key (server mode).")
     path: Path | None = Field(None, description="Directory of the embedded engine; default <home>/memory.")
     collection_prefix: str = Field("newsmon", description="Collections are <prefix>_<lang>_<model version>.")
+    min_language_articles: int = Field(
+        50, ge=1, description="A language's memory is searched alone once it holds this many labelled articles; "
+        "below that its hits are merged with the other languages' (cross-lingual), so a few articles of a new "
+        "language do not take its proposals over. Default: the default top_k (a language fills the k "
+        "neighbours by itself).")
 
 
 class RaeSettings(BaseModel):
@@ -120,6 +125,9 @@ class WorkerSettings(BaseModel):
     retry_attempts: int = Field(3, ge=1, description="Tries of a failing memory/model call before pausing.")
     pause_backoff_s: float = Field(2.0, gt=0, description="Wait between recovery probes while paused (seconds).")
     dedup_threshold: float = Field(0.6, gt=0, le=1, description="Estimated Jaccard for a near-copy.")
+    decision_max_future_s: float = Field(
+        300.0, ge=0, description="A decision dated further ahead than now + this (seconds; a moderator's clock "
+        "that is wrong) is taken as decided now, so it cannot lock the article against later decisions.")
     redis_url: str | None = Field(None, description="Redis for the shared near-duplicate LSH and label registry; "
                                   "unset = in-process (embedded mode).")
     redis_namespace: str = Field("newsmon", description="Prefix of the Redis keys (<ns>:dedup, <ns>:labels).")

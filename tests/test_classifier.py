@@ -1,5 +1,5 @@
-"""The classifier's retrieval: an article's own language first, every labelled language when its own has no
-labelled article yet (cross-lingual), on the real embedded Qdrant engine."""
+"""The classifier's retrieval: an article's own language alone once its memory can stand on its own, merged with
+every other language while it is too small or missing (cross-lingual), on the real embedded Qdrant engine."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
 
 def test_retrieve_own_language_first_then_cross_lingual(memory_classifier):
     classifier = memory_classifier
+    classifier.settings.memory.min_language_articles = 4  # sl (6) and en (4) stand alone; de (0) and hr do not
     d = classifier.encoder.dim
     rng = np.random.default_rng(0)
     sl, en = _unit(rng, 6, d), _unit(rng, 4, d)
@@ -21,12 +22,16 @@ def test_retrieve_own_language_first_then_cross_lingual(memory_classifier):
     classifier.memory("en").upsert(en_ids, en, [["b"]] * 4, [{"lang": "en"}] * 4)
     classifier.memory("de").upsert(["de0"], _unit(rng, 1, d), [[]], [{"lang": "de"}])  # pending only
     q = np.stack([sl[0], en[0], en[1], sl[2], sl[3]])
-    r = classifier.retrieve(q, ["sl", "en", "hr", "de", None], top_k=10)
+    r, searched = classifier.retrieve_routed(q, ["sl", "en", "hr", "de", None], top_k=10)
     assert set(r.ids[0][:6]) == set(sl_ids) and list(r.ids[0][6:]) == [""] * 4  # its own language only
     assert set(r.ids[1][:4]) == set(en_ids) and list(r.ids[1][4:]) == [""] * 6
+    assert searched[0] == (classifier.collection("sl"),) and searched[1] == (classifier.collection("en"),)
     for row, first in ((2, "en1"), (3, "sl2"), (4, "sl3")):  # no collection / pending only / no language
         assert r.ids[row][0] == first and set(r.ids[row]) == set(sl_ids) | set(en_ids)
         assert list(r.sims[row]) == sorted(r.sims[row], reverse=True)
+    everything = tuple(classifier.collection(lg) for lg in ("de", "en", "sl"))
+    assert searched[2] == searched[4] == everything  # no hr collection is created by searching for hr
+    assert searched[3] == (classifier.collection("de"),) + tuple(classifier.collection(lg) for lg in ("en", "sl"))
 
 
 def test_retrieve_known_language_with_every_neighbour_excluded_stays_empty(memory_classifier):
@@ -36,5 +41,6 @@ def test_retrieve_known_language_with_every_neighbour_excluded_stays_empty(memor
     v = _unit(rng, 2, d)
     classifier.memory("sl").upsert(["only"], v[:1], [["a"]], [{"lang": "sl"}])
     classifier.memory("en").upsert(["other"], v[1:], [["b"]], [{"lang": "en"}])
+    classifier.settings.memory.min_language_articles = 1  # one labelled article lets sl stand alone
     r = classifier.retrieve(v[:1], ["sl"], top_k=3, exclude=["only"])
-    assert list(r.ids[0]) == ["", "", ""]  # sl has a labelled article: no cross-lingual fallback
+    assert list(r.ids[0]) == ["", "", ""]  # sl stands alone (counted, not just found): no cross-lingual fallback

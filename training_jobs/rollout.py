@@ -2,10 +2,11 @@
 promote only when not worse.
 
 The promoted model is recorded in ``<home>/models/promoted.json`` (model path, model version, figures, the
-previous version); encoders built by :func:`effective_encoder_settings` follow it while
-``encoder.follow_promoted`` is on, and running workers switch to it between two batches (nothing is lost or
-committed twice: a batch is always finished and committed with one model). With a Qdrant server, the alias
-``<prefix>_<lang>`` is also switched to the new collection. Every rollout, promoted or refused, is appended
+previous record, and ``replaces``: the model version and dimension whose collections were re-embedded, from
+which a worker started after the promotion catches up); encoders built by :func:`effective_encoder_settings`
+follow it while ``encoder.follow_promoted`` is on, and running workers switch to it between two batches
+(nothing is lost or committed twice: a batch is always finished and committed with one model). With a Qdrant
+server, the alias ``<prefix>_<lang>`` is also switched to the new collection. Every rollout, promoted or refused, is appended
 to ``<home>/models/rollouts.jsonl`` with its reason.
 
 Embedded mode: the engine locks its directory, so run the nightly job while the workers are stopped, or use a
@@ -82,6 +83,7 @@ def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutD
         new_enc = Encoder(settings.encoder.model_copy(update={"model": candidate_path}), settings.home)
         old_router = MemoryRouter(settings, old_enc.model_id, old_enc.dim)
         new_router = MemoryRouter(settings, new_enc.model_id, new_enc.dim)
+        replaces = {"model_version": old_enc.model_id, "dim": old_enc.dim}
         try:
             reembedded = copy_missing(old_router, new_router, new_enc, progress=True)
             if settings.memory.url:
@@ -94,7 +96,7 @@ def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutD
         previous = read_promoted(settings)
         atomic_write_json(promoted_file(settings), {
             "model_path": str(candidate_path), "model_version": cand["model_version"], "promoted_at": now,
-            "previous": previous, "figures": {"candidate": cand, "current": cur}})
+            "replaces": replaces, "previous": previous, "figures": {"candidate": cand, "current": cur}})
         reason = (f"promoted: uF1 {100 * cand['uF1']:.1f} vs {100 * cur['uF1']:.1f}, Acc {100 * cand['Acc']:.1f} "
                   f"vs {100 * cur['Acc']:.1f} (tolerance {100 * tol:.1f})")
         promoted = True

@@ -74,12 +74,18 @@ def suggest(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Propose labels for one article, with scores and the supporting neighbours."""
+    from newsmon.schemas.base import check_language_code  # deferred: see the module docstring (pydantic)
     from newsmon.shared.classifier import Classifier  # deferred: see the module docstring
 
     if file is not None:
         text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
     if not text or not text.strip():
         fail("give the article text as an argument or with --file")
+    if lang is not None:
+        try:
+            check_language_code(lang)
+        except ValueError as exc:
+            fail(f"--lang: {exc}")
     s = settings_from_env(rae__top_k=top_k, rae__tau=tau, rae__threshold=threshold)
     clf = Classifier(s)
     try:
@@ -88,6 +94,9 @@ def suggest(
             fail("the knowledge memory is empty for this model: run `newsmon memory build` first")
         if lang and lang not in known:
             err.print(f"[yellow]note:[/yellow] no {lang!r} memory; searching {', '.join(known)} (cross-lingual)")
+        elif lang and clf.router.labelled_count(lang) < s.memory.min_language_articles:
+            err.print(f"[yellow]note:[/yellow] the {lang!r} memory is small; searching it with "
+                      f"{', '.join(known)} (cross-lingual)")
         t0 = time.perf_counter()
         # score every label with support (threshold 0), then split at the configured threshold
         everything = s.rae.model_copy(update={"threshold": 0.0})

@@ -1,5 +1,7 @@
 """The evaluation's knowledge memory: embed the splits, load the train split into a temporary embedded
-memory (one collection per language) and retrieve each article's top-K labelled neighbours."""
+memory (one collection per language) and retrieve each article's top-K labelled neighbours through the live
+classifier's routing (:meth:`MemoryRouter.search_languages`: a language without enough memory of its own is
+searched cross-lingually), so the offline figures and the rollout gate measure what runs."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import numpy as np
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Article
 from newsmon.shared.encoder import Encoder
-from newsmon.shared.memory import EdgeMemory, SearchFilter, collection_name
+from newsmon.shared.memory import MemoryRouter, SearchFilter
 from newsmon.shared.predictors import Retrieval
 
 
@@ -38,22 +40,14 @@ class Neighbours:
     train_loo: Retrieval | None
 
 
-def search_by_language(memories: dict, vectors: np.ndarray, langs: Sequence[str], top_k: int,
-                       exclude_self: Sequence[str] | None = None) -> Retrieval:
-    """Search each article's language collection; ``exclude_self`` drops the query's own id (leave-one-out)."""
+def search_by_language(router: MemoryRouter, vectors: np.ndarray, langs: Sequence[str], top_k: int,
+                       min_articles: int, exclude_self: Sequence[str] | None = None) -> Retrieval:
+    """Top-``top_k`` labelled neighbours of ``(m, d)`` vectors routed by language as in production (see
+    :meth:`MemoryRouter.search_languages`); ``exclude_self`` drops the query's own id (leave-one-out)."""
     k = top_k + (1 if exclude_self is not None else 0)
-    rows: list = [None] * len(langs)
-    for lang in sorted(set(langs)):
-        idx = [i for i, lg in enumerate(langs) if lg == lang]
-        if lang not in memories:
-            for i in idx:
-                rows[i] = []
-            continue
-        hits = memories[lang].search(vectors[idx], k, SearchFilter(labelled=True))
-        for i, h in zip(idx, hits):
-            if exclude_self is not None:
-                h = [n for n in h if n.article_id != exclude_self[i]][:top_k]
-            rows[i] = h
+    rows, _searched = router.search_languages(vectors, langs, k, SearchFilter(labelled=True), min_articles)
+    if exclude_self is not None:
+        rows = [[n for n in h if n.article_id != exclude_self[i]][:top_k] for i, h in enumerate(rows)]
     return Retrieval.from_neighbours(rows, top_k)
 
 
@@ -84,25 +78,33 @@ def retrieve_neighbours(settings: Settings, train: Sequence[Article], test: Sequ
     Timings go to ``report["timings"]``."""
     train_vecs, test_vecs, val_vecs, model_id, dim = embed_splits(settings, train, test, val, progress, report)
     timings = report["timings"]
+    n_min = settings.memory.min_language_articles
     with tempfile.TemporaryDirectory(prefix="newsmon-eval-") as tmp:
         t0 = time.perf_counter()
-        memories = {}
+        router = MemoryRouter(_eval_memory_settings(settings, tmp), model_id, dim)
         try:
             for lang in sorted({a.lang for a in train}):
                 idx = [i for i, a in enumerate(train) if a.lang == lang]
-                mem = memories[lang] = EdgeMemory(tmp, collection_name("eval", lang, model_id), dim)
-                mem.upsert([train[i].id for i in idx], train_vecs[idx], [train[i].labels for i in idx],
-                           [{"lang": lang} for _ in idx])
+                router.memory(lang).upsert([train[i].id for i in idx], train_vecs[idx],
+                                           [train[i].labels for i in idx], [{"lang": lang} for _ in idx])
             timings["memory_build_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            test_r = search_by_language(memories, test_vecs, [a.lang for a in test], top_k)
-            val_r = search_by_language(memories, val_vecs, [a.lang for a in val], top_k) if with_validation else None
-            loo_r = search_by_language(memories, train_vecs, [a.lang for a in train], loo_k,
+            test_r = search_by_language(router, test_vecs, [a.lang for a in test], top_k, n_min)
+            val_r = search_by_language(router, val_vecs, [a.lang for a in val], top_k, n_min) \
+                if with_validation else None
+            loo_r = search_by_language(router, train_vecs, [a.lang for a in train], loo_k, n_min,
                                        exclude_self=[a.id for a in train]) if loo_k else None
             timings["search_s"] = time.perf_counter() - t0
         finally:
-            for mem in memories.values():
-                mem.close()
+            router.close()
     queries = len(test) + (len(val) if with_validation else 0) + (len(train) if loo_r is not None else 0)
     timings["search_ms_per_query"] = 1000 * timings["search_s"] / max(1, queries)
     return Neighbours(train_vecs, test_vecs, val_vecs, test_r, val_r, loo_r)
+
+
+def _eval_memory_settings(settings: Settings, directory: str) -> Settings:
+    """``settings`` with the memory in ``directory`` (embedded engine, collections ``eval_<lang>_<model>``)."""
+    s = settings.model_copy(deep=True)
+    s.memory = settings.memory.model_copy(update={"url": None, "api_key": None, "path": directory,
+                                                  "collection_prefix": "eval"})
+    return s

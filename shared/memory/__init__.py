@@ -13,18 +13,20 @@ an empty label set and become useful once labelled via :meth:`KnowledgeMemory.se
 * :mod:`.server` -- :class:`QdrantServerMemory`, a Qdrant server through ``qdrant-client`` (also its local
   mode, which the tests use);
 * :mod:`.router` -- :func:`open_memory` (a server when a URL is given, else the embedded engine),
-  :class:`MemoryRouter` (one collection per language and model version), :func:`copy_missing`.
+  :class:`MemoryRouter` (one collection per language and model version; the search routed by language);
+* :mod:`.versions` -- points between model versions: :func:`copy_missing` and :func:`catch_up` (the newer
+  decision always wins), :func:`replaced_router`.
 """
 
 from newsmon.shared.memory.base import (ARTICLE_NAMESPACE, KnowledgeMemory, KnowledgeMemoryError,
                                         MemoryLockedError, MemoryPoint, MemoryUnavailableError, Neighbour,
                                         SearchFilter, collection_name, point_id)
 from newsmon.shared.memory.edge import EdgeMemory
-from newsmon.shared.memory.router import (MemoryRouter, close_all_routers, copy_missing, open_memory,
-                                          shared_router)
+from newsmon.shared.memory.router import MemoryRouter, close_all_routers, open_memory, shared_router
 from newsmon.shared.memory.server import QdrantServerMemory
+from newsmon.shared.memory.versions import catch_up, copy_missing, decision_time, replaced_router
 
 __all__ = ["ARTICLE_NAMESPACE", "EdgeMemory", "KnowledgeMemory", "KnowledgeMemoryError", "MemoryLockedError",
            "MemoryPoint", "MemoryRouter", "MemoryUnavailableError", "Neighbour", "QdrantServerMemory",
-           "SearchFilter", "close_all_routers", "collection_name", "copy_missing", "open_memory", "point_id",
-           "shared_router"]
+           "SearchFilter", "catch_up", "close_all_routers", "collection_name", "copy_missing", "decision_time",
+           "open_memory", "point_id", "replaced_router", "shared_router"]

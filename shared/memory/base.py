@@ -8,7 +8,7 @@ Storage layout (both adapters, shared so data can move between them):
 * payload field ``"n_labels"`` (int): ``len(labels)``, used by the ``labelled`` filter;
 * every other payload field is the caller's (e.g. ``"lang"``).
 
-Payload indexes: keyword on ``labels``, ``lang`` and ``article_id``, integer on ``n_labels``.
+Payload indexes: keyword on ``labels``, ``lang``, ``article_id`` and ``duplicate_of``, integer on ``n_labels``.
 
 Vectors are stored unit-normalised by the engine (cosine distance), so the vector read back by
 :meth:`KnowledgeMemory.get` is ``v / ||v||``, not the original ``v``. Similarities are cosine similarities in
@@ -37,10 +37,12 @@ FIELD_ARTICLE_ID = "article_id"
 FIELD_LABELS = "labels"
 FIELD_N_LABELS = "n_labels"
 FIELD_LANG = "lang"
+#: Payload field of a near-copy's point: the id of the original it was proposed from (None for originals).
+FIELD_DUPLICATE_OF = "duplicate_of"
 INTERNAL_FIELDS = frozenset({FIELD_ARTICLE_ID, FIELD_LABELS, FIELD_N_LABELS})
 #: The payload indexes of every collection: field -> kind (``keyword`` or ``integer``).
 PAYLOAD_INDEXES = {FIELD_LABELS: "keyword", FIELD_LANG: "keyword", FIELD_ARTICLE_ID: "keyword",
-                   FIELD_N_LABELS: "integer"}
+                   FIELD_N_LABELS: "integer", FIELD_DUPLICATE_OF: "keyword"}
 
 #: Points per write request and queries per batched search request.
 WRITE_BATCH = 512
@@ -131,11 +133,13 @@ class SearchFilter:
         labelled: ``True`` (default): only points with at least one label;
             ``False``: only unlabelled ("pending") points; ``None``: both.
         exclude_ids: article ids to leave out (e.g. the query article itself).
+        duplicate_of: only the near-copies of this article (payload ``"duplicate_of"``); ``None``: any.
     """
 
     lang: str | None = None
     labelled: bool | None = True
     exclude_ids: tuple[str, ...] = ()
+    duplicate_of: str | None = None
 
 
 @runtime_checkable

@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from newsmon.shared.memory.base import (FIELD_ARTICLE_ID, FIELD_LABELS, FIELD_LANG, FIELD_N_LABELS,
-                                        INTERNAL_FIELDS, QUERY_BATCH, READ_BATCH, WRITE_BATCH, KnowledgeMemoryError,
-                                        MemoryPoint, Neighbour, SearchFilter, check_filter, check_ids,
-                                        check_label_sets, check_payloads, check_top_k, check_vectors, point_id)
+from newsmon.shared.memory.base import (FIELD_ARTICLE_ID, FIELD_DUPLICATE_OF, FIELD_LABELS, FIELD_LANG,
+                                        FIELD_N_LABELS, INTERNAL_FIELDS, QUERY_BATCH, READ_BATCH, WRITE_BATCH,
+                                        KnowledgeMemoryError, MemoryPoint, Neighbour, SearchFilter, check_filter,
+                                        check_ids, check_label_sets, check_payloads, check_top_k, check_vectors,
+                                        point_id)
 
 
 # -- payloads and records ----------------------------------------------------------------------------------
@@ -154,6 +155,8 @@ class QdrantAdapter:
         must_not: list[Any] = []
         if flt.lang is not None:
             must.append(self._match(FIELD_LANG, flt.lang))
+        if flt.duplicate_of is not None:
+            must.append(self._match(FIELD_DUPLICATE_OF, flt.duplicate_of))
         if flt.labelled is True:
             must.append(self._range(FIELD_N_LABELS, gte=1))
         elif flt.labelled is False:

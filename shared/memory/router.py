@@ -1,9 +1,11 @@
 """The knowledge memories of one model version (one collection per language), shared per process, and the
-copy of points between model versions.
+search routed by language (:meth:`MemoryRouter.search_languages`, used by the live classifier and by eval).
 
 In server mode a router holds one ``QdrantClient`` for all its collections and for listing them. The list of
 language collections is cached: :meth:`MemoryRouter.new_batch` marks it stale, and the next
 :meth:`MemoryRouter.languages` call lists the collections again, so a worker lists them at most once per batch.
+Only ISO 639-1 codes name a collection: :meth:`MemoryRouter.memory` refuses any other code, so a bad code never
+creates one.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
+from newsmon.schemas.base import check_language_code
 from newsmon.shared.config import Settings
-from newsmon.shared.memory.base import KnowledgeMemory, MemoryPoint, SearchFilter, collection_name
+from newsmon.shared.memory.base import KnowledgeMemory, MemoryPoint, Neighbour, SearchFilter, collection_name
 from newsmon.shared.memory.edge import EdgeMemory
 from newsmon.shared.memory.server import QdrantServerMemory, connect, server_call
 
@@ -66,6 +68,8 @@ class MemoryRouter:
         self.closed = False
         self._client: Any = None
         self._listed: list[str] | None = None  # languages found by the last listing; None: list on next use
+        self._counts: dict[str, int] = {}  # labelled articles per language, counted in this batch
+        self._standing: set[str] = set()  # languages seen with enough labelled articles to be searched alone
 
     def collection(self, lang: str) -> str:
         """The collection name of ``lang`` for this model version."""
@@ -78,7 +82,12 @@ class MemoryRouter:
         return self._client
 
     def memory(self, lang: str) -> KnowledgeMemory:
-        """The knowledge memory of one language (opened, and created when missing, on first use)."""
+        """The knowledge memory of one language (opened, and created when missing, on first use).
+
+        Raises:
+            ValueError: ``lang`` is not an ISO 639-1 code (nothing is created).
+        """
+        check_language_code(lang)
         with self._open_lock:
             if lang not in self._memories:
                 m = self.settings.memory
@@ -88,8 +97,10 @@ class MemoryRouter:
             return self._memories[lang]
 
     def new_batch(self) -> None:
-        """Mark the cached list of language collections stale (called once per batch by the workers)."""
+        """Mark the cached list of language collections and the labelled counts stale (called once per batch by
+        the workers)."""
         self._listed = None
+        self._counts = {}
 
     def languages(self, refresh: bool = False) -> list[str]:
         """Languages that have a collection of this model version (cached until :meth:`new_batch`)."""
@@ -110,11 +121,61 @@ class MemoryRouter:
             root = Path(self.settings.memory_path)
             names = [p.name for p in root.iterdir() if p.is_dir()] if root.exists() else []
         pat = re.compile(rf"^{re.escape(prefix)}_([a-z]{{2}}){re.escape(suffix)}$")
-        return sorted({m.group(1) for n in names if (m := pat.match(n))})
+        return sorted({m.group(1) for n in names if (m := pat.match(n)) and _is_language(m.group(1))})
 
     def has_labelled(self, lang: str) -> bool:
         """Whether the collection of ``lang`` holds at least one labelled article (one exact count)."""
         return self.memory(lang).count(SearchFilter(labelled=True)) > 0
+
+    def labelled_count(self, lang: str) -> int:
+        """Labelled articles in the collection of ``lang`` (one exact count, cached until :meth:`new_batch`)."""
+        if lang not in self._counts:
+            self._counts[lang] = self.memory(lang).count(SearchFilter(labelled=True))
+        return self._counts[lang]
+
+    # -- the search routed by language --------------------------------------------------------------------
+    def search_languages(self, vectors: np.ndarray, langs: Sequence[str | None], top_k: int, flt: SearchFilter,
+                         min_articles: int) -> tuple[list[list[Neighbour]], list[tuple[str, ...]]]:
+        """Top-k neighbours of ``(m, d)`` query vectors, each searched in its language's memory; returns per
+        query the hits (best first, at most ``top_k``) and the names of the collections searched.
+
+        A language whose memory holds at least ``min_articles`` labelled articles is searched alone. Below
+        that (a new language), or without a collection (or ``lang`` None), the hits of every other language's
+        collection are merged with its own by similarity (cross-lingual retrieval), so that its few articles
+        compete with the rest of the memory instead of filling the top-k alone (with one neighbour, RAE-XMC
+        gives its labels p = 1.0 whatever the similarity). One batched search per language of the batch and
+        per other language when merging; a count only for a language whose search found fewer than
+        ``min_articles`` hits (until it reaches ``min_articles``). No collection is created.
+        """
+        existing = self.languages()
+        rows: list[list[Neighbour]] = [[] for _ in langs]
+        searched: list[tuple[str, ...]] = [() for _ in langs]
+        for lang in sorted({lg or "" for lg in langs}):
+            idx = [i for i, lg in enumerate(langs) if (lg or "") == lang]
+            own = self.memory(lang).search(vectors[idx], top_k, flt) if lang in existing else None
+            names = (self.collection(lang),) if own is not None else ()
+            hits = own
+            if own is None or not self._stands_alone(lang, own, min_articles):
+                others = [lg for lg in existing if lg != lang]
+                hits = [list(h) for h in own] if own is not None else [[] for _ in idx]
+                for other in others:
+                    for pos, extra in enumerate(self.memory(other).search(vectors[idx], top_k, flt)):
+                        hits[pos].extend(extra)
+                names += tuple(self.collection(lg) for lg in others)
+            for pos, i in enumerate(idx):
+                rows[i] = sorted(hits[pos], key=lambda n: -n.similarity)[:top_k]
+                searched[i] = names
+        return rows, searched
+
+    def _stands_alone(self, lang: str, own: list[list[Neighbour]], min_articles: int) -> bool:
+        """Whether ``lang``'s memory holds at least ``min_articles`` labelled articles: its search found that
+        many, or an exact count says so (remembered once reached)."""
+        if max((len(h) for h in own), default=0) >= min_articles or lang in self._standing:
+            return True
+        if self.labelled_count(lang) >= min_articles:
+            self._standing.add(lang)
+            return True
+        return False
 
     def find(self, article_id: str, with_vectors: bool = False) -> tuple[str, MemoryPoint] | None:
         """``(lang, MemoryPoint)`` of an article in any language collection, or None."""
@@ -170,48 +231,9 @@ def close_all_routers() -> None:
         _ROUTERS.clear()
 
 
-def copy_missing(old_router: MemoryRouter, new_router: MemoryRouter, encoder: Any, batch: int = 64,
-                 progress: bool = False) -> dict[str, int]:
-    """Re-embed (from the text kept in each payload) and upsert every point of ``old_router``'s collections
-    that ``new_router``'s lack; labels, payload and status are kept. Points already copied whose labels or
-    decision changed since are relabelled (their vector kept). Returns points copied per language, and
-    ``<lang>:relabelled`` / ``<lang>:no_text`` counts; points without a stored text are skipped.
-
-    ``encoder``: anything with ``encode(texts, role="passage") -> (n, d) float32`` (the new model's encoder).
-    """
-    counts: dict[str, int] = {}
-    for lang in old_router.languages(refresh=True):
-        old, new = old_router.memory(lang), new_router.memory(lang)
-        bar = tqdm(total=old.count(), desc=f"re-embedding memory [{lang}]", unit="art", disable=not progress)
-        buf: list[MemoryPoint] = []
-        for point in old.scroll():
-            bar.update(1)
-            if not point.payload.get("text"):
-                counts[f"{lang}:no_text"] = counts.get(f"{lang}:no_text", 0) + 1
-                continue
-            buf.append(point)
-            if len(buf) >= batch:
-                _copy_batch(buf, new, encoder, lang, counts)
-                buf = []
-        _copy_batch(buf, new, encoder, lang, counts)
-        bar.close()
-    return counts
-
-
-def _copy_batch(buf: list[MemoryPoint], new: KnowledgeMemory, encoder: Any, lang: str, counts: dict) -> None:
-    """Copy one batch of old points into ``new``: re-embed the missing ones, relabel the stale ones."""
-    if not buf:
-        return
-    exists = new.get([p.article_id for p in buf], with_vectors=True)
-    todo = [p for p, e in zip(buf, exists) if e is None]
-    if todo:
-        vecs = encoder.encode([p.payload["text"] for p in todo], role="passage")
-        new.upsert([p.article_id for p in todo], vecs, [p.labels for p in todo], [p.payload for p in todo])
-        counts[lang] = counts.get(lang, 0) + len(todo)
-    # decisions applied to the old collection after the new one was filled: carry the labels over
-    stale = [(p, e) for p, e in zip(buf, exists) if e is not None and
-             (e.labels != p.labels or e.payload.get("decided_at") != p.payload.get("decided_at"))]
-    if stale:
-        new.upsert([p.article_id for p, _ in stale], np.stack([e.vector for _, e in stale]),
-                   [p.labels for p, _ in stale], [p.payload for p, _ in stale])
-        counts[f"{lang}:relabelled"] = counts.get(f"{lang}:relabelled", 0) + len(stale)
+def _is_language(code: str) -> bool:
+    try:
+        check_language_code(code)
+        return True
+    except ValueError:  # a collection from before codes were checked (e.g. xx): never listed
+        return False

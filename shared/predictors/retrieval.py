@@ -125,9 +125,11 @@ class LabelScore:
 
 @dataclass
 class Proposal:
-    """The labels proposed for one article, best first."""
+    """The labels proposed for one article, best first; ``searched``: the knowledge-memory collections its
+    neighbours were retrieved from (set by the live classifier; empty offline)."""
 
     labels: list[LabelScore]
+    searched: tuple[str, ...] = ()
 
     @property
     def label_set(self) -> set[str]:
