@@ -12,6 +12,18 @@ Decisions (``moderator-decisions``, key = article_id), :meth:`DecisionService.ap
   ``status = "reviewed"``: it is never used as evidence (only labelled points are searched) but stays known,
   so a later decision can still label it.
 - A decision on an article the memory has never seen (no vector to attach labels to) is ``unknown``.
+- Future-dated: a ``decided_at`` further ahead than now + ``worker.decision_max_future_s`` (a moderator's clock
+  that is wrong) is taken as now (the claimed time is kept in ``decided_at_claimed``), so it cannot lock the
+  article against later decisions; a future date stored before this rule is not honoured either.
+- Near-copies proposed from the article's old state get revised proposals (:meth:`DecisionService.revise_copies`,
+  see :mod:`newsmon.workers.copies`).
+
+Model switches (:meth:`DecisionService.follow_promotion`): when the nightly job promoted a model, decisions go
+to its collections, and the version it replaced stays known (``previous``): a decision is written there first,
+then to the promoted version, so whichever worker's catch-up copy runs later carries it over; an article found
+only in the replaced version (proposed between the re-embedding and the promotion) is decided there, not
+dead-lettered. On switching, the updater carries over the decisions applied to the old version since the
+re-embedding (:func:`newsmon.shared.memory.copy_missing` without an encoder).
 
 Label events (``label-events``), :meth:`DecisionService.apply_label_event`: ``retired`` -> never proposed again
 from the moment the event is consumed; ``renamed`` old -> new -> the old name's history counts for the new
@@ -20,19 +32,21 @@ name; ``added`` -> (re-)activated.
 
 from __future__ import annotations
 
-from datetime import datetime
+from contextlib import nullcontext
+from datetime import datetime, timedelta, timezone
 from typing import Literal
 
 import structlog
 from confluent_kafka import Message
 
-from newsmon.schemas import LabelEvent, ModeratorDecision, parse_event
+from newsmon.schemas import LabelEvent, LabelProposal, ModeratorDecision, ScoringInfo, parse_event
 from newsmon.shared.classifier import model_identity
 from newsmon.shared.config import Settings
-from newsmon.shared.memory import MemoryRouter, shared_router
+from newsmon.shared.memory import MemoryRouter, copy_missing, decision_time, replaced_router, shared_router
 from newsmon.shared.promotion import read_promoted
+from newsmon.workers.copies import inherited_labels, revise_copies
 from newsmon.workers.labels import LabelRegistry
-from newsmon.workers.observability import LABEL_EVENTS
+from newsmon.workers.observability import DECISIONS, LABEL_EVENTS
 
 log = structlog.get_logger(__name__)
 
@@ -45,27 +59,44 @@ class DecisionService:
     Args:
         settings: all settings; router: the memories of the production model version (replaced when a
             model is promoted); registry: the label registry.
+
+    Attributes:
+        previous: the memories of the version the last promotion replaced (None before any), also written.
     """
 
     def __init__(self, settings: Settings, router: MemoryRouter, registry: LabelRegistry):
         self.settings = settings
         self.router = router
+        self.previous: MemoryRouter | None = None
         self.registry = registry
+        self._replaced_checked = False
 
     def follow_promotion(self) -> None:
-        """Between batches: write decisions into the promoted model's collections from now on."""
+        """Between batches: write decisions into the promoted model's collections from now on, after carrying
+        over the decisions applied to the old version since the re-embedding; keep the old version as
+        ``previous``. At the first call of a process started after a promotion, ``previous`` is the version the
+        promotion record says it replaced."""
         if not self.settings.encoder.follow_promoted:
             return
         rec = read_promoted(self.settings)
         if rec and rec.get("model_version") not in (None, self.router.model_version):
             version, dim = model_identity(self.settings)
             if version != self.router.model_version:
-                log.info("memory updater follows the promoted model", old=self.router.model_version, new=version)
-                self.router = shared_router(self.settings, version, dim)
+                old, new = self.router, shared_router(self.settings, version, dim)
+                carried = copy_missing(old, new)
+                self.previous, self.router = old, new
+                log.info("memory updater follows the promoted model", old=old.model_version, new=version,
+                         caught_up=carried)
+                return
+        if not self._replaced_checked and self.previous is None:
+            self._replaced_checked = True
+            self.previous = replaced_router(self.settings, rec, self.router.model_version)
 
     def new_batch(self) -> None:
         """Start a batch: the language collections are listed again (once) when needed."""
         self.router.new_batch()
+        if self.previous is not None:
+            self.previous.new_batch()
 
     def check_dependencies(self) -> None:
         """Touch the memory and the label registry; raises when one is down."""
@@ -95,18 +126,61 @@ class DecisionService:
         log.info("label event applied", action=ev.action, label=ev.label, new_label=ev.new_label)
 
     def apply_decision(self, dec: ModeratorDecision) -> Outcome:
-        """Apply one decision to the article's point; returns ``applied``, ``stale`` or ``unknown``."""
-        with self.router.write_lock:
-            found = self.router.find(dec.article_id, with_vectors=True)
-            if found is None:
-                return "unknown"
-            lang, point = found
-            previous = point.payload.get("decided_at")
-            if previous and datetime.fromisoformat(previous) > dec.decided_at:
-                return "stale"
-            labels = tuple(dec.accepted_labels)
-            payload = {**point.payload, "status": "labelled" if labels else "reviewed",
-                       "decided_at": dec.decided_at.isoformat(), "moderator": dec.moderator,
-                       "rejected_labels": list(dec.rejected_labels)}
-            self.router.memory(lang).upsert([dec.article_id], point.vector[None, :], [labels], [payload])
-            return "applied"
+        """Apply one decision to the article's point, in the replaced version first (when there is one and it
+        holds the article), then in the production one; returns ``applied``, ``stale`` or ``unknown``."""
+        at = self.effective_time(dec)
+        cur, prev = self.router, self.previous
+        with cur.write_lock, (prev.write_lock if prev is not None else nullcontext()):
+            in_prev = self._apply_in(prev, dec, at) if prev is not None else None
+            outcome = self._apply_in(cur, dec, at)
+        return outcome or in_prev or "unknown"
+
+    def effective_time(self, dec: ModeratorDecision) -> datetime:
+        """``dec.decided_at``, or now when it lies further ahead than ``worker.decision_max_future_s``."""
+        now = datetime.now(timezone.utc)
+        if dec.decided_at <= now + timedelta(seconds=self.settings.worker.decision_max_future_s):
+            return dec.decided_at
+        DECISIONS.labels("clamped").inc()
+        log.warning("future-dated decision taken as decided now", article_id=dec.article_id,
+                    decided_at=dec.decided_at.isoformat(), moderator=dec.moderator)
+        return now
+
+    def _apply_in(self, router: MemoryRouter, dec: ModeratorDecision, at: datetime) -> Outcome | None:
+        """Apply to the article's point in ``router``'s collections; None when it is not there."""
+        found = router.find(dec.article_id, with_vectors=True)
+        if found is None:
+            return None
+        lang, point = found
+        previous = decision_time(point.payload)
+        limit = datetime.now(timezone.utc) + timedelta(seconds=self.settings.worker.decision_max_future_s)
+        if previous is not None and previous <= limit and previous > at:  # a stored future date is no order
+            return "stale"
+        labels = tuple(dec.accepted_labels)
+        payload = {**point.payload, "status": "labelled" if labels else "reviewed", "decided_at": at.isoformat(),
+                   "moderator": dec.moderator, "rejected_labels": list(dec.rejected_labels)}
+        payload.pop("decided_at_claimed", None)
+        if at != dec.decided_at:
+            payload["decided_at_claimed"] = dec.decided_at.isoformat()
+        router.memory(lang).upsert([dec.article_id], point.vector[None, :], [labels], [payload])
+        return "applied"
+
+    def revise_copies(self, dec: ModeratorDecision) -> list[LabelProposal]:
+        """Revised proposals for the near-copies of the decided article that were proposed from its old state
+        (see :func:`newsmon.workers.copies.revise_copies`), in the production and the replaced version; call it
+        after :meth:`apply_decision` returned ``applied``."""
+        rae = self.settings.rae
+        scoring = ScoringInfo(predictor="rae-xmc", top_k=rae.top_k, tau=rae.tau, threshold=rae.threshold)
+        snapshot = self.registry.snapshot()
+        out: dict[str, LabelProposal] = {}
+        for router in (self.router, self.previous):
+            if router is None:
+                continue
+            with router.write_lock:
+                found = router.find(dec.article_id)
+                if found is None:
+                    continue
+                lang, original = found
+                labels = self.registry.apply(inherited_labels(original), snapshot)
+                for p in revise_copies(router, lang, original, labels, dec.decided_at.isoformat(), scoring):
+                    out.setdefault(p.article_id, p)
+        return list(out.values())

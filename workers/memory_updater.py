@@ -2,7 +2,9 @@
 :class:`~newsmon.workers.decisions.DecisionService` -> the knowledge memory and the label registry.
 
 The worker moves messages: it parses each one through the service, dead-letters invalid events and decisions
-on unknown articles, applies the rest and marks the messages done; committing offsets and the error policy are
+on unknown articles, applies the rest, produces the revised proposals of near-copies that a decision changed
+(to the proposals topic, through the outbox: the decision's offset is committed only once they are
+acknowledged) and marks the messages done; committing offsets and the error policy are
 :class:`~newsmon.workers.base.BatchWorker`'s.
 """
 
@@ -26,8 +28,8 @@ class MemoryUpdaterWorker(BatchWorker):
     """Consumer group ``kafka.updater_group`` on ``kafka.topic_decisions`` and ``kafka.topic_label_events``.
 
     Attributes:
-        applied: decisions applied so far; latencies_s: consumed -> memory serving it (seconds), per applied
-            decision (the last 10,000).
+        applied: decisions applied so far; revisions: revised near-copy proposals produced; latencies_s:
+            consumed -> memory serving it (seconds), per applied decision (the last 10,000).
     """
 
     name = "memory-updater"
@@ -38,6 +40,7 @@ class MemoryUpdaterWorker(BatchWorker):
         super().__init__(settings, k.updater_group, [k.topic_decisions, k.topic_label_events], instance)
         self.service = DecisionService(settings, router, registry)
         self.applied = 0
+        self.revisions = 0
         self.latencies_s: list[float] = []
 
     def probe(self) -> bool:
@@ -68,6 +71,10 @@ class MemoryUpdaterWorker(BatchWorker):
                 DECISIONS.labels(outcome).inc()
                 if outcome == "applied":
                     self.applied += 1
+                    for revised in self.call("memory", svc.revise_copies, ev):
+                        outbox.produce(m, self.settings.kafka.topic_proposals, revised.kafka_key(),
+                                       revised.to_bytes())
+                        self.revisions += 1
                 latency = time.perf_counter() - consumed
                 DECISION_LATENCY.observe(latency)
                 self.latencies_s = self.latencies_s[-9999:] + [latency]

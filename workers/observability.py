@@ -31,7 +31,8 @@ DEAD_LETTERS = Counter("newsmon_dead_letters_total", "Messages sent to a dead-le
 CONSUMER_LAG = Gauge("newsmon_consumer_lag", "Messages behind the high watermark, per topic and partition.",
                      ["group", "topic", "partition"], registry=REGISTRY)
 DECISIONS = Counter("newsmon_decisions_total", "Moderator decisions handled, by outcome "
-                    "(applied, stale, dead_letter).", ["outcome"], registry=REGISTRY)
+                    "(applied, stale, dead_letter; clamped: future-dated, taken as decided now, also counted "
+                    "as applied or stale).", ["outcome"], registry=REGISTRY)
 LABEL_EVENTS = Counter("newsmon_label_events_total", "Label events applied, by action.", ["action"],
                        registry=REGISTRY)
 DECISION_LATENCY = Histogram("newsmon_decision_to_memory_seconds", "From consuming a decision to the memory "

@@ -6,10 +6,11 @@
 (:mod:`newsmon.workers.classifier`) only moves messages, offsets and errors. Every dependency call goes through
 the ``call`` it is given (the worker's error policy, :meth:`newsmon.workers.base.ErrorPolicy.call`).
 
-Per batch the knowledge memory is hit by: one ``get`` per language for the near-copies found (none when there
-are none), one batched ``search`` per language of the batch (plus counts only for a language without labelled
-articles), and one ``get`` and one ``upsert`` per language for the pending points. The language collections
-are listed at most once per batch.
+Per batch the knowledge memory is hit by: one ``get`` per language for the originals of the near-copies found,
+read again after the pending points are written (none when there are none), one batched ``search`` per language
+of the batch (plus one per other language for a language whose memory is too small to stand alone, and a count
+for it), and one ``get`` and one ``upsert`` per language for the pending points. The language collections are
+listed at most once per batch.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from newsmon.schemas import (ArticleEvent, InvalidEvent, LabelProposal, Neighbou
 from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS, Classifier
 from newsmon.shared.config import Settings
 from newsmon.shared.dedup import NearDuplicateIndex
-from newsmon.shared.memory import MemoryPoint, SearchFilter, copy_missing
+from newsmon.shared.memory import MemoryPoint, SearchFilter, catch_up, replaced_router
 from newsmon.shared.promotion import read_promoted
+from newsmon.workers.copies import duplicate_labels, inherited_labels, is_moderated
 from newsmon.workers.labels import LabelRegistry
 from newsmon.workers.observability import BATCH_SECONDS, BATCH_SIZE
 
@@ -59,7 +61,8 @@ class ArticleItem:
     Attributes:
         msg: the consumed message; event: the parsed event; text: title + body cut to ``max_text_chars``;
         duplicate: set by ``near_duplicates``; vector: ``(d,)`` float32 query embedding (set by ``embed``);
-        labels: the proposed labels (set by ``retrieve_and_score``).
+        labels: the proposed labels and searched: the collections searched (set by ``retrieve_and_score``);
+        revision: the proposal's revision and stored: whether its pending point was written (``store_pending``).
     """
 
     msg: Message
@@ -68,6 +71,9 @@ class ArticleItem:
     duplicate: Duplicate | None = None
     vector: np.ndarray | None = None
     labels: list[ProposedLabel] = field(default_factory=list)
+    searched: tuple[str, ...] = ()
+    revision: int = 0
+    stored: bool = False
 
 
 @dataclass
@@ -78,6 +84,7 @@ class ArticleBatch:
     items: list[ArticleItem]
     started: float = field(default_factory=time.perf_counter)
     seconds: dict[str, float] = field(default_factory=lambda: {"dedup": 0.0, "embed": 0.0, "search_score": 0.0})
+    registry: tuple | None = None  # the label registry's snapshot the batch was scored with
 
     @property
     def fresh(self) -> list[ArticleItem]:
@@ -102,28 +109,40 @@ class ArticlePipeline:
         self.registry = registry
         self.call = call
         self._promotion_seen: str | None = None
+        self._replaced_checked = False
 
     # -- between batches --------------------------------------------------------------------------
     def follow_promotion(self) -> bool:
         """When the nightly job promoted another model: load it, copy into its collections the points stored
-        since the memory was re-embedded (pending articles, later decisions), and use it from this batch on.
-        Returns whether the model changed."""
+        since the memory was re-embedded (pending articles, later decisions; the newer decision wins, see
+        :func:`newsmon.shared.memory.catch_up`), and use it from this batch on. A process started after the
+        promotion catches up from the version the promotion record says it replaced, once. Returns whether
+        the model changed."""
         if not self.settings.encoder.follow_promoted:
             return False
         rec = read_promoted(self.settings)
         version = rec.get("model_version") if rec else None
         if version is None or version == self._promotion_seen or version == self.classifier.model_version:
             self._promotion_seen = version
+            if not self._replaced_checked:
+                self._replaced_checked = True
+                self._catch_up_replaced(rec)
             return False
         started = time.perf_counter()
         new = Classifier(self.settings)
-        copied = copy_missing(self.classifier.router, new.router, new.encoder)
+        copied = catch_up(self.classifier.router, new.router, new.encoder)
         old, self.classifier = self.classifier, new
         old.encoder.close()
         self._promotion_seen = version
         log.info("switched to the promoted model", old=old.model_version, new=new.model_version,
                  caught_up=copied, seconds=round(time.perf_counter() - started, 1))
         return True
+
+    def _catch_up_replaced(self, rec: dict | None) -> None:
+        old = replaced_router(self.settings, rec, self.classifier.model_version)
+        if old is not None:
+            copied = catch_up(old, self.classifier.router, self.classifier.encoder)
+            log.info("caught up from the replaced model", old=old.model_version, caught_up=copied)
 
     def check_dependencies(self) -> None:
         """Touch the memory, the label registry and the near-duplicate index; raises when one is down."""
@@ -188,9 +207,10 @@ class ArticlePipeline:
 
     def retrieve_and_score(self, batch: ArticleBatch) -> None:
         """Propose labels: RAE-XMC over the retrieved neighbours for fresh articles (neighbour labels mapped
-        through the label registry), the original's labels for near-copies (confirmed ones when moderated,
-        else the original's proposal; scored by the estimated Jaccard)."""
-        snapshot = self.call("label registry", self.registry.snapshot)
+        through the label registry), what the original passes on for near-copies (its confirmed labels once
+        moderated, none when it was reviewed, else its proposal; :func:`newsmon.workers.copies.inherited_labels`;
+        scored by the estimated Jaccard)."""
+        snapshot = batch.registry = self.call("label registry", self.registry.snapshot)
 
         def relabel(labels):
             return self.registry.apply(labels, snapshot)
@@ -203,23 +223,29 @@ class ArticlePipeline:
                                  exclude=[it.event.article_id for it in fresh], relabel=relabel)
             batch.seconds["search_score"] = time.perf_counter() - t0
             for it, p in zip(fresh, props):
+                it.searched = p.searched
                 it.labels = [ProposedLabel(label=x.label, score=float(x.score), neighbours=[
                     NeighbourRef(article_id=a, similarity=float(np.clip(s, -1, 1))) for a, s in x.neighbours])
                     for x in p.labels]
         for it in batch.items:
             d = it.duplicate
             if d is not None:
-                labels = d.point.labels if d.point.labels else tuple(d.point.payload.get("proposed_labels", ()))
-                it.labels = [ProposedLabel(label=lb, score=float(d.jaccard), source="duplicate",
-                                           neighbours=[NeighbourRef(article_id=d.original_id,
-                                                                    similarity=float(d.jaccard))])
-                             for lb in relabel(labels)]
+                it.labels = duplicate_labels(d.original_id, relabel(inherited_labels(d.point)), d.jaccard)
 
     def store_pending(self, batch: ArticleBatch) -> None:
         """Keep each article's embedding in the memory as a pending point (no labels, the proposal in its
         payload) before its proposal is produced, so a moderator decision never needs the model. Articles
-        already moderated (labelled, or with a decision) are left as they are."""
-        self.call("memory write", self._write_pending, batch)
+        already moderated (labelled, or with a decision) are left as they are; one stored before gets the next
+        proposal ``revision``. Then read the originals of the near-copies again: a decision that landed since
+        they were read changes what the copies are proposed (the memory updater revises only the copies it
+        finds stored)."""
+        self.call("memory write", self._store, batch)
+
+    def _store(self, batch: ArticleBatch) -> None:
+        with self.classifier.router.write_lock:  # one step for the memory updater of this process
+            self._write_pending(batch)
+            if any(it.duplicate is not None for it in batch.items):
+                self._recheck_originals(batch)
 
     def _write_pending(self, batch: ArticleBatch) -> None:
         rows: dict[str, list[tuple[ArticleItem, np.ndarray, str | None]]] = {}
@@ -233,12 +259,41 @@ class ArticlePipeline:
             for lang, entries in rows.items():
                 mem = self.classifier.memory(lang)
                 existing = mem.get([it.event.article_id for it, _v, _o in entries])
-                keep = [e for e, p in zip(entries, existing)
-                        if p is None or (not p.labels and "decided_at" not in p.payload)]
+                keep = []
+                for e, p in zip(entries, existing):
+                    if p is None or (not p.labels and not is_moderated(p)):
+                        keep.append(e)
+                        e[0].revision = int(p.payload.get("revision") or 0) + 1 if p is not None else 0
                 if keep:
                     mem.upsert([it.event.article_id for it, _v, _o in keep],
                                np.stack([np.asarray(v, dtype=np.float32) for _i, v, _o in keep]),
-                               [() for _ in keep], [_pending_payload(lang, it, orig) for it, _v, orig in keep])
+                               [() for _ in keep], [_pending_payload(lang, it) for it, _v, _o in keep])
+                    for it, _v, _o in keep:
+                        it.stored = True
+
+    def _recheck_originals(self, batch: ArticleBatch) -> None:
+        """Read the near-copies' originals again (one ``get`` per language); a copy whose original now passes on
+        other labels gets them, and its stored pending point is rewritten."""
+        by_lang: dict[str, list[ArticleItem]] = {}
+        for it in batch.items:
+            if it.duplicate is not None:
+                by_lang.setdefault(it.duplicate.lang, []).append(it)
+        with self.classifier.router.write_lock:
+            for lang, items in by_lang.items():
+                mem = self.classifier.memory(lang)
+                changed = []
+                for it, original in zip(items, mem.get([it.duplicate.original_id for it in items])):
+                    if original is None:
+                        continue
+                    d = it.duplicate
+                    labels = self.registry.apply(inherited_labels(original), batch.registry)
+                    if list(labels) != [x.label for x in it.labels]:
+                        it.labels = duplicate_labels(d.original_id, labels, d.jaccard)
+                        changed += [it] if it.stored else []
+                if changed:
+                    mem.upsert([it.event.article_id for it in changed],
+                               np.stack([it.duplicate.point.vector for it in changed]), [() for _ in changed],
+                               [_pending_payload(lang, it) for it in changed])
 
     def emit(self, batch: ArticleBatch) -> list[tuple[Message, LabelProposal]]:
         """The :class:`LabelProposal` of every valid article, with its consumed message, in batch order."""
@@ -251,11 +306,12 @@ class ArticlePipeline:
         for it in batch.items:
             _ts_type, ts = it.msg.timestamp()
             queue_ms = max(0.0, now.timestamp() * 1000 - ts) if ts and ts > 0 else 0.0
-            lang = it.duplicate.lang if it.duplicate else it.event.lang
+            searched = (self.classifier.collection(it.duplicate.lang),) if it.duplicate else it.searched
             out.append((it.msg, LabelProposal(
-                article_id=it.event.article_id, labels=it.labels,
+                article_id=it.event.article_id, revision=it.revision, labels=it.labels,
                 duplicate_of=it.duplicate.original_id if it.duplicate else None,
-                model_version=self.classifier.model_version, memory_version=self.classifier.collection(lang),
+                model_version=self.classifier.model_version,
+                memory_version="+".join(searched) or self.classifier.collection(it.event.lang),
                 scoring=scoring, timings=Timings(batch_size=batch.size, queue_ms=queue_ms, dedup_ms=1000 * sec["dedup"],
                                 embed_ms=1000 * sec["embed"], search_ms=1000 * sec["search_score"], score_ms=0.0,
                                 total_ms=total_ms),
@@ -269,9 +325,13 @@ class ArticlePipeline:
         BATCH_SECONDS.labels("total").observe(time.perf_counter() - batch.started)
 
 
-def _pending_payload(lang: str, it: ArticleItem, duplicate_of: str | None) -> dict:
-    """The payload of a pending point: where the article came from, its text and the proposed labels."""
-    ev = it.event
+def _pending_payload(lang: str, it: ArticleItem) -> dict:
+    """The payload of a pending point: where the article came from, its text, the proposed labels and the
+    proposal's revision; for a near-copy its original and the estimated Jaccard (see
+    :mod:`newsmon.workers.copies`)."""
+    ev, d = it.event, it.duplicate
     return {"lang": lang, "status": "pending", "title": ev.title, "outlet": ev.outlet, "country": ev.country,
-            "published_at": ev.published_at.isoformat(), "section": ev.section, "duplicate_of": duplicate_of,
-            "text": it.text[:TEXT_PAYLOAD_CHARS], "proposed_labels": [x.label for x in it.labels]}
+            "published_at": ev.published_at.isoformat(), "section": ev.section,
+            "duplicate_of": d.original_id if d else None, "duplicate_jaccard": float(d.jaccard) if d else None,
+            "text": it.text[:TEXT_PAYLOAD_CHARS], "proposed_labels": [x.label for x in it.labels],
+            "revision": it.revision}
