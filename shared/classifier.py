@@ -61,6 +61,7 @@ class Classifier:
 
     def __init__(self, settings: Settings, encoder: Encoder | None = None, router: MemoryRouter | None = None):
         self.settings = settings
+        self.owns_encoder = encoder is None  # a given encoder is the caller's to close
         self.encoder = encoder or Encoder(effective_encoder_settings(settings), settings.home)
         self.model_version = self.encoder.model_id
         self.router = router or shared_router(settings, self.model_version, self.encoder.dim)

@@ -8,7 +8,8 @@ produces the proposals and marks the messages done; committing offsets and the e
 
 For every proposed article the embedding is kept in the knowledge memory as a *pending* point before the
 proposal is produced, so a moderator decision on it never needs the model again. A near-copy of an article
-already seen gets ``duplicate_of`` and its original's labels without a model call.
+already seen gets ``duplicate_of`` and what its original passes on (see :mod:`newsmon.workers.copies`) without a
+model call.
 """
 
 from __future__ import annotations

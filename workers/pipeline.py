@@ -132,7 +132,8 @@ class ArticlePipeline:
         new = Classifier(self.settings)
         copied = catch_up(self.classifier.router, new.router, new.encoder)
         old, self.classifier = self.classifier, new
-        old.encoder.close()
+        if old.owns_encoder:
+            old.encoder.close()
         self._promotion_seen = version
         log.info("switched to the promoted model", old=old.model_version, new=new.model_version,
                  caught_up=copied, seconds=round(time.perf_counter() - started, 1))

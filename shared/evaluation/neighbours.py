@@ -9,6 +9,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -105,6 +106,6 @@ def retrieve_neighbours(settings: Settings, train: Sequence[Article], test: Sequ
 def _eval_memory_settings(settings: Settings, directory: str) -> Settings:
     """``settings`` with the memory in ``directory`` (embedded engine, collections ``eval_<lang>_<model>``)."""
     s = settings.model_copy(deep=True)
-    s.memory = settings.memory.model_copy(update={"url": None, "api_key": None, "path": directory,
+    s.memory = settings.memory.model_copy(update={"url": None, "api_key": None, "path": Path(directory),
                                                   "collection_prefix": "eval"})
     return s

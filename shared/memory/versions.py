@@ -101,15 +101,19 @@ def _copy_batch(buf: list[MemoryPoint], new_router: MemoryRouter, lang: str, enc
                                encoder.encode([p.payload["text"] for p in todo], role="passage")))
     with new_router.write_lock:
         out: list[tuple[MemoryPoint, np.ndarray]] = []
-        for p, e in zip(buf, new.get(ids, with_vectors=True)):
+        older: list[MemoryPoint] = []  # on both sides, the new one older: relabelled, its vector kept
+        for p, e in zip(buf, new.get(ids)):
             if e is None and p.article_id in vectors:
                 out.append((p, vectors[p.article_id]))
                 _add(counts, lang)
             elif e is None:
                 _add(counts, f"{lang}:missing")
             elif newer(p, e):
-                out.append((p, e.vector))
-                _add(counts, f"{lang}:relabelled")
+                older.append(p)
+        if older:
+            kept = new.get([p.article_id for p in older], with_vectors=True)
+            out += [(p, e.vector) for p, e in zip(older, kept)]
+            _add(counts, f"{lang}:relabelled", len(older))
         if out:
             new.upsert([p.article_id for p, _ in out], np.stack([v for _, v in out]), [p.labels for p, _ in out],
                        [p.payload for p, _ in out])
