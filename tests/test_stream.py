@@ -180,7 +180,7 @@ def test_poison_inputs_dead_lettered_and_worker_carries_on(runtime_factory, corp
         b"bad-json": b'{"article_id": "x", "body": ',
         b"no-body": json.dumps({k: v for k, v in ev.items() if k != "body"} | {"article_id": "no-body"}).encode(),
         b"huge": json.dumps(ev | {"article_id": "huge", "body": "beseda " * 3_000_000}).encode(),  # ~21 MB
-        b"v2": json.dumps(ev | {"article_id": "v2", "schema_version": 2}).encode(),
+        b"v9": json.dumps(ev | {"article_id": "v9", "schema_version": 9}).encode(),
         b"empty": json.dumps(ev | {"article_id": "empty", "title": " ", "body": "  \n "}).encode(),
     }
     odd_script = ev | {"article_id": "odd-script", "title": "政府通过新的养老金改革法",
@@ -204,7 +204,7 @@ def test_poison_inputs_dead_lettered_and_worker_carries_on(runtime_factory, corp
         assert "invalid JSON" in reason[b"bad-json"]
         assert "body" in reason[b"no-body"]
         assert "too large" in reason[b"huge"]
-        assert "unsupported schema_version 2" in reason[b"v2"]
+        assert "unsupported schema_version 9" in reason[b"v9"]
         assert "empty text" in reason[b"empty"]
         # the worker is still alive and consuming: a later valid article is classified too
         later = corpus.split("test")[1]
