@@ -8,6 +8,7 @@ from pydantic import ConfigDict, Field, StringConstraints, model_validator
 from pydantic_core import PydanticCustomError
 
 from newsmon.schemas.base import ArticleId, Event, LanguageCode, Name, Url, UtcDatetime
+from newsmon.schemas.examples import ARTICLE_EXAMPLES
 
 __all__ = ["ARTICLES_TOPIC", "ArticleEvent"]
 
@@ -32,6 +33,7 @@ class ArticleEvent(Event):
     default_topic: ClassVar[str] = ARTICLES_TOPIC
     kafka_key_field: ClassVar[str] = "article_id"
     schema_versions: ClassVar[tuple[int, ...]] = (1, 2)
+    json_examples: ClassVar[tuple[dict, ...]] = tuple(ARTICLE_EXAMPLES)
 
     schema_version: int = Field(2, description="Version of this schema (1 or 2).")
     article_id: ArticleId = Field(description="Stable id of the article: 1..256 characters, no whitespace.")

@@ -124,6 +124,10 @@ NonNegativeMs = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 def _schema_version_schema(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    # the model's example messages (newsmon.schemas.examples), for the teams that produce and consume them
+    examples = getattr(model, "json_examples", ())
+    if examples:
+        schema["examples"] = [dict(e) for e in examples]
     # the Python default is for building events in code; on the wire the field is required
     required = schema.setdefault("required", [])
     if "schema_version" not in required:
@@ -153,6 +157,9 @@ class Event(BaseModel):
     """The field whose UTF-8 bytes are the Kafka message key."""
     schema_versions: ClassVar[tuple[int, ...]] = (1,)
     """The ``schema_version`` values this code reads, ascending; it writes the last one."""
+    json_examples: ClassVar[tuple[dict, ...]] = ()
+    """Realistic messages as a producer sends them (:mod:`newsmon.schemas.examples`): the JSON Schema's
+    ``examples``, each validated against the model by the tests."""
 
     schema_version: int = Field(1, description="Version of this schema. A reader refuses versions it does "
                                                "not know.")

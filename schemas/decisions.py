@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from newsmon.schemas.base import ArticleId, Event, Label, Name, Part, UtcDatetime, first_duplicate
+from newsmon.schemas.examples import DECISION_EXAMPLES
 
 __all__ = ["MODERATOR_DECISIONS_TOPIC", "LabelDecision", "ModeratorDecision"]
 
@@ -31,6 +32,7 @@ class ModeratorDecision(Event):
     default_topic: ClassVar[str] = MODERATOR_DECISIONS_TOPIC
     kafka_key_field: ClassVar[str] = "article_id"
     schema_versions: ClassVar[tuple[int, ...]] = (1,)
+    json_examples: ClassVar[tuple[dict, ...]] = tuple(DECISION_EXAMPLES)
 
     article_id: ArticleId
     decisions: list[LabelDecision] = Field(min_length=1, description="One decision per label, each label once.")

@@ -9,6 +9,7 @@ from pydantic import Field, StringConstraints, model_validator
 from pydantic_core import PydanticCustomError
 
 from newsmon.schemas.base import Event, Label, Name, Part, UtcDatetime
+from newsmon.schemas.examples import LABEL_EVENT_EXAMPLES
 
 __all__ = ["LABEL_EVENTS_TOPIC", "LabelDefinition", "LabelEvent", "LabelFilters"]
 
@@ -69,6 +70,7 @@ class LabelEvent(Event):
     default_topic: ClassVar[str] = LABEL_EVENTS_TOPIC
     kafka_key_field: ClassVar[str] = "label"
     schema_versions: ClassVar[tuple[int, ...]] = (1, 2)
+    json_examples: ClassVar[tuple[dict, ...]] = tuple(LABEL_EVENT_EXAMPLES)
 
     schema_version: int = Field(2, description="Version of this schema (1 or 2); see the model's description.")
     action: Literal["added", "retired", "renamed", "defined", "updated"]

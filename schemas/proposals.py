@@ -9,6 +9,7 @@ from pydantic_core import PydanticCustomError
 
 from newsmon.schemas.base import (ArticleId, Event, FiniteFloat, Label, Name, NonNegativeMs, Part, UtcDatetime,
                                   first_duplicate)
+from newsmon.schemas.examples import PROPOSAL_EXAMPLES
 
 __all__ = ["LABEL_PROPOSALS_TOPIC", "LabelProposal", "NeighbourRef", "ProposedLabel", "RuleEvidence", "ScoringInfo",
            "Timings"]
@@ -99,6 +100,7 @@ class LabelProposal(Event):
     default_topic: ClassVar[str] = LABEL_PROPOSALS_TOPIC
     kafka_key_field: ClassVar[str] = "article_id"
     schema_versions: ClassVar[tuple[int, ...]] = (1, 2)
+    json_examples: ClassVar[tuple[dict, ...]] = tuple(PROPOSAL_EXAMPLES)
 
     schema_version: int = Field(2, description="Version of this schema (1 or 2).")
     article_id: ArticleId

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -310,3 +311,49 @@ def test_label_proposal_v2_fields():
     long = "+".join(f"newsmon_{lang}_e5-small@{'a' * 40}" for lang in ("sl", "hr", "sr", "sq", "mk", "en"))
     assert LabelProposal(article_id="a3", labels=[], model_version="m", memory_version=long,
                          produced_at=T0).memory_version == long
+
+
+# ------------------------------------------------------------------------------------------------ examples
+
+_CYRILLIC = re.compile(r"[\u0400-\u04FF]")
+
+
+@pytest.mark.parametrize("name", sorted(EVENT_MODELS))
+def test_every_schema_example_validates_against_its_model(name):
+    """The JSON Schema of every event carries realistic examples (Slovene, and Serbian in Cyrillic script),
+    and each is a valid message on the wire: parsed as the worker parses it and written back unchanged in
+    meaning (the same message after a second round trip)."""
+    model = EVENT_MODELS[name]
+    examples = model.model_json_schema()["examples"]
+    assert len(examples) >= 2, name
+    texts = [json.dumps(e, ensure_ascii=False) for e in examples]
+    assert any(_CYRILLIC.search(t) for t in texts), f"{name}: no example in Cyrillic script"
+    assert any(re.search(r"[čšž]", t) for t in texts), f"{name}: no Slovene example"
+    for example in examples:
+        ev = parse_event(model, raw(example))
+        assert ev.schema_version == example["schema_version"]
+        _round_trip(ev)
+    # and the committed file carries the same examples
+    committed = json.loads((generate.SCHEMA_DIR / f"{name}.schema.json").read_text(encoding="utf-8"))
+    assert committed["examples"] == examples
+
+
+def test_schema_examples_are_consistent_with_each_other():
+    """The examples tell one story: each proposal and decision is about an example article, the Cyrillic rule
+    evidence is what the KwE engine finds in the Cyrillic article, and every example KwE parses."""
+    from newsmon.shared.kwe import parse_kwe
+
+    articles = {e["article_id"]: ArticleEvent.model_validate(e) for e in ArticleEvent.json_examples}
+    proposals = [LabelProposal.model_validate(e) for e in LabelProposal.json_examples]
+    for p in proposals:
+        assert p.article_id in articles or p.duplicate_of in articles
+        for x in [*p.labels, *p.candidates]:
+            if x.rule is not None:
+                hit = parse_kwe(x.rule.kwe).match(articles[p.article_id].text)
+                assert hit is not None, x.rule.kwe
+    assert {p.labels == [] and bool(p.candidates) for p in proposals} == {True, False}  # one with nothing above
+    for d in ModeratorDecision.json_examples:
+        assert d["article_id"] in articles
+    for e in LabelEvent.json_examples:
+        for kwe in (e.get("definition") or {}).get("kwes", []):
+            parse_kwe(kwe)
