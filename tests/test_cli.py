@@ -32,6 +32,10 @@ def test_eval_on_slice_writes_table_json_and_plot(cli_env, sentinews_slice):
                               "--tune", "5", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "| RAE-XMC |" in res.output and "| TF-IDF + SVM |" in res.output
+    # 10 test articles: every figure and ratio is marked low-sample, none is printed as nan
+    assert "nan" not in res.output.lower() and "low-sample: computed from fewer than 100 test articles (all 10" \
+        in res.output
+    assert "† low-sample: 10 test articles" in res.output
     report = json.loads((out / "results.json").read_text())
     assert set(report["methods"]) == {"rae", "rae_tuned", "zshot", "mlknn", "svm", "logreg"}
     assert report["corpus"]["train"] == 80 and report["corpus"]["test"] == 10

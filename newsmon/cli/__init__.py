@@ -17,6 +17,26 @@ import typer  # noqa: E402
 
 from newsmon.cli import classify, evaluate, run, setup, train  # noqa: E402
 
+
+def _flags_without_placeholder() -> None:
+    """Help screens show flags (``--json``, ``--help``, ``--overwrite/--no-overwrite``) without a value
+    placeholder: typer's rich help (0.2x) prints ``<bool>`` beside them as if they took a value, while its plain
+    help leaves flags bare. Patched once on typer's option class; a typer without the method is left alone."""
+    from typer.core import TyperOption
+
+    original = getattr(TyperOption, "display_type_rich", None)
+    if original is None or getattr(original, "newsmon_flags_bare", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else original(self, ctx)
+
+    display_type_rich.newsmon_flags_bare = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_without_placeholder()
+
 app = typer.Typer(help="newsmon: label proposals for news articles (RAE-XMC over a Qdrant knowledge memory).",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 memory_app = typer.Typer(help="Knowledge memory: build and inspect.", no_args_is_help=True)

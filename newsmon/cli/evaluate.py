@@ -29,7 +29,7 @@ def eval_cmd(
     """Evaluate RAE-XMC against zero-shot 1-NN, ML-KNN and TF-IDF SVM / LogReg on the test split; print a
     table like RAE-XMC's Table 7, write results.json, results.md and f1_by_frequency.png."""
     # deferred: see the module docstring
-    from newsmon.shared.evaluation import EvalInputError, markdown_table, run_eval, write_outputs
+    from newsmon.shared.evaluation import EvalInputError, format_ratios, markdown_table, run_eval, write_outputs
 
     s = settings_from_env(data=data)
     chosen = [m.strip() for m in methods.split(",") if m.strip()]
@@ -55,7 +55,6 @@ def eval_cmd(
         if m["params"]:
             console.print(f"{m['name']}: {json.dumps(m['params'], default=float)}")
     for key, r in report.get("ratio_to_svm", {}).items():
-        console.print(f"{report['methods'][key]['name']} / TF-IDF+SVM: micro-F1 x{r['uF1']:.2f}, "
-                      f"subset accuracy x{r['Acc']:.2f}")
+        console.print(format_ratios(report["methods"][key]["name"], r), highlight=False)
     console.print(f"wall time {report['timings']['wall_s']:.1f} s; wrote {out_dir}/results.json, results.md, "
                   "f1_by_frequency.png")

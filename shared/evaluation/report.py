@@ -8,7 +8,18 @@ from pathlib import Path
 
 import numpy as np
 
+from newsmon.shared.metrics import FREQUENT_MIN, RARE_MAX
+
 TABLE_COLUMNS = ("uF1", "uP", "uR", "F1", "P", "R", "Acc")
+GROUPS = ("all", "frequent", "rare")
+
+#: Figures computed from fewer test articles than this are marked low-sample (one article moves a figure by
+#: more than a point).
+LOW_SAMPLE_ARTICLES = 100
+LOW_SAMPLE_MARK = "†"
+
+_GROUP_RULE = {"frequent": f"a label with >= {FREQUENT_MIN} training occurrences",
+               "rare": f"a label with <= {RARE_MAX} training occurrences", "all": "a label"}
 
 
 def ratio(a: float, b: float) -> float:
@@ -16,37 +27,103 @@ def ratio(a: float, b: float) -> float:
     return float(a / b) if b and not math.isnan(b) else float("nan")
 
 
+def _ratio_entry(m: dict, svm: dict, key: str, what: str) -> tuple[float | None, str | None]:
+    """One ratio ``m[key] / svm[key]`` and, when there is none, why (for the "–" shown instead)."""
+    if _missing(m[key]) or _missing(svm[key]):
+        return None, f"{what} is undefined (no gold or proposed label in the test split)"
+    if svm[key] == 0:
+        return None, f"TF-IDF + SVM's {what} is 0"
+    return ratio(m[key], svm[key]), None
+
+
 def ratios_to_svm(methods: dict) -> dict:
-    """Micro-F1 and subset-accuracy ratios of RAE-XMC (default and tuned) to TF-IDF + SVM, when both ran."""
+    """Micro-F1 and subset-accuracy ratios of RAE-XMC (default and tuned) to TF-IDF + SVM, when both ran.
+
+    Returns ``{method: {"uF1": x | None, "Acc": x | None, "why": {key: reason}, "test_articles": n,
+    "low_sample": bool}}``: a ratio that cannot be formed is None with its reason in ``why`` (never NaN);
+    ``low_sample`` when the figures come from fewer than :data:`LOW_SAMPLE_ARTICLES` test articles.
+    """
     if "svm" not in methods:
         return {}
     svm = methods["svm"]["metrics"]["all"]
+    n = int(svm.get("n_articles", 0))
     out = {}
     for key in ("rae", "rae_tuned"):
         if key in methods:
             m = methods[key]["metrics"]["all"]
-            out[key] = {"uF1": ratio(m["uF1"], svm["uF1"]), "Acc": ratio(m["Acc"], svm["Acc"])}
+            entry: dict = {"why": {}, "test_articles": n, "low_sample": n < LOW_SAMPLE_ARTICLES}
+            for col, what in (("uF1", "micro-F1"), ("Acc", "subset accuracy")):
+                entry[col], why = _ratio_entry(m, svm, col, what)
+                if why:
+                    entry["why"][col] = why
+            out[key] = entry
     return out
 
 
-def _fmt(x) -> str:
-    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
+def format_ratios(name: str, r: dict) -> str:
+    """One line: ``<name> / TF-IDF+SVM: micro-F1 x1.20, subset accuracy x1.05``, a ratio that could not be
+    formed shown as "–" with its reason, and the low-sample mark with the number of test articles."""
+    mark = LOW_SAMPLE_MARK if r.get("low_sample") else ""
+    parts = []
+    for col, what in (("uF1", "micro-F1"), ("Acc", "subset accuracy")):
+        x = r.get(col)
+        shown = f"x{x:.2f}{mark}" if not _missing(x) else f"– ({r.get('why', {}).get(col, 'undefined')})"
+        parts.append(f"{what} {shown}")
+    line = f"{name} / TF-IDF+SVM: " + ", ".join(parts)
+    if mark:
+        line += f" ({mark} low-sample: {r['test_articles']} test articles, fewer than {LOW_SAMPLE_ARTICLES})"
+    return line
+
+
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _group_articles(report: dict) -> dict[str, int]:
+    """Test articles behind each group's figures (the same for every method): all, or those with a gold
+    label of the group."""
+    first = next(iter(report["methods"].values()), None)
+    if first is None:
+        return {}
+    return {g: int(first["metrics"][g].get("n_articles", 0)) for g in GROUPS}
+
+
+def _fmt(x, low: bool = False) -> str:
+    return "–" if _missing(x) else f"{100 * x:.1f}{LOW_SAMPLE_MARK if low else ''}"
 
 
 def table_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the Table-7-like summary: method; uF1 uP uR F1 P R Acc for all / frequent / rare;
-    P@1 P@3 P@5 nDCG@5 (percentages)."""
+    P@1 P@3 P@5 nDCG@5 (percentages). A figure from fewer than :data:`LOW_SAMPLE_ARTICLES` test articles
+    carries :data:`LOW_SAMPLE_MARK`; one that cannot be computed is "–" (:func:`table_notes` says why)."""
     header = ["method"] + [f"{g}:{c}" for g in ("all", "freq", "rare") for c in TABLE_COLUMNS] + \
         ["P@1", "P@3", "P@5", "nDCG@5"]
+    low = {g: n < LOW_SAMPLE_ARTICLES for g, n in _group_articles(report).items()}
     rows = []
     for m in report["methods"].values():
         row = [m["name"]]
-        for g in ("all", "frequent", "rare"):
-            row += [_fmt(m["metrics"][g][c]) for c in TABLE_COLUMNS]
+        for g in GROUPS:
+            row += [_fmt(m["metrics"][g][c], low.get(g, False)) for c in TABLE_COLUMNS]
         rk = m["metrics"].get("ranking", {})
-        row += [_fmt(rk.get(c)) for c in ("P@1", "P@3", "P@5", "nDCG@5")]
+        row += [_fmt(rk.get(c), low.get("all", False)) for c in ("P@1", "P@3", "P@5", "nDCG@5")]
         rows.append(row)
     return header, rows
+
+
+def table_notes(report: dict) -> list[str]:
+    """The footnotes of the table: which figures are low-sample (fewer than :data:`LOW_SAMPLE_ARTICLES` test
+    articles, with the counts) and why a group shows "–" instead of a figure."""
+    counts = _group_articles(report)
+    notes = []
+    low = [f"{g} {n}" for g, n in counts.items() if 0 < n < LOW_SAMPLE_ARTICLES]
+    if low:
+        notes.append(f"{LOW_SAMPLE_MARK} low-sample: computed from fewer than {LOW_SAMPLE_ARTICLES} test articles "
+                     f"({', '.join(low)}); one article moves such a figure by 1 point or more, read it as rough.")
+    for g, n in counts.items():
+        if n == 0 or any(_missing(m["metrics"][g][c]) for m in report["methods"].values() for c in TABLE_COLUMNS):
+            notes.append(f"– in {g}: no test article carries {_GROUP_RULE[g]}, "
+                         "so the figure is undefined.")
+    return notes
 
 
 def markdown_table(report: dict) -> str:
@@ -54,7 +131,8 @@ def markdown_table(report: dict) -> str:
     header, rows = table_rows(report)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
+    notes = table_notes(report)
+    return "\n".join(lines + ([""] + notes if notes else []))
 
 
 def write_outputs(report: dict, out_dir: Path) -> None:
@@ -71,6 +149,8 @@ def write_outputs(report: dict, out_dir: Path) -> None:
     for m in report["methods"].values():
         if m["params"]:
             md.append(f"- {m['name']}: {json.dumps(m['params'], default=float)}")
+    for key, r in report.get("ratio_to_svm", {}).items():
+        md.append(f"- {format_ratios(report['methods'][key]['name'], r)}")
     md.append(f"- timings (s): {json.dumps({k: round(v, 2) for k, v in report['timings'].items()})}")
     (out_dir / "results.md").write_text("\n".join(md) + "\n")
     plot_f1_by_frequency(report, out_dir / "f1_by_frequency.png")
