@@ -179,6 +179,8 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
             ``timeout_s`` seconds.
     """
     corpus = load_corpus(data)
+    for msg in corpus.bad_line_report(20):
+        print(f"skipped {msg}")
     train = [a for a in corpus.split("train") if a.labels]
     test = corpus.split("test")[:limit] if limit else corpus.split("test")
     if not train or not test:
@@ -202,4 +204,7 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
               f"(collection {clf.collection(train[0].lang)})")
         rt = build_runtime(settings, classifier=clf).start()
         received, stream_s, applied = _stream(settings, rt, test, gold, show, timeout_s)
-    return _report(test, gold, received, stream_s, applied)
+    report = _report(test, gold, received, stream_s, applied)
+    report["bad_lines"] = len(corpus.bad_lines)
+    print(f"corpus: {len(corpus.articles)} articles read, {len(corpus.bad_lines)} bad lines skipped")
+    return report

@@ -36,7 +36,8 @@ class ArticleEvent(Event):
     json_examples: ClassVar[tuple[dict, ...]] = tuple(ARTICLE_EXAMPLES)
 
     schema_version: int = Field(2, description="Version of this schema (1 or 2).")
-    article_id: ArticleId = Field(description="Stable id of the article: 1..256 characters, no whitespace.")
+    article_id: ArticleId = Field(description="Stable id of the article: 1..256 ASCII letters, digits "
+                                      "and . _ - : / @ # + = ~, starting with a letter or digit.")
     title: str | None = Field(None, description="Headline; null or empty when the outlet has none.")
     body: str = Field(description="Article text (plain text).")
     lang: LanguageCode = Field(description="Language, ISO 639-1 lower-case code of a registered language "

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from datetime import datetime, timezone
 from typing import Annotated, Any, ClassVar
 
@@ -42,14 +43,108 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-__all__ = ["ArticleId", "Event", "FiniteFloat", "Label", "LanguageCode", "Name", "NonNegativeMs", "Part", "Url",
-           "UtcDatetime", "check_language_code", "first_duplicate", "show_value"]
+__all__ = ["ARTICLE_ID_MAX_LENGTH", "ARTICLE_ID_RULE", "ArticleId", "Event", "FiniteFloat", "LABEL_MAX_LENGTH",
+           "Label", "LanguageCode", "Name", "NonNegativeMs", "Part", "Url", "UtcDatetime", "canonical_label",
+           "check_article_id", "check_label", "check_language_code", "first_duplicate", "show_value"]
 
-ArticleId = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^\S+$")]
-"""An article id: 1..256 characters, no whitespace."""
+ARTICLE_ID_MAX_LENGTH = 256
+#: Characters an article id may hold (after its first one, which is a letter or digit).
+ARTICLE_ID_RULE = "1..256 characters: ASCII letters, digits and . _ - : / @ # + = ~, starting with a letter or digit"
+_ARTICLE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-:/@#+=~]{0,%d}" % (ARTICLE_ID_MAX_LENGTH - 1))
 
-Label = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S")]
-"""A label name: 1..256 characters, not blank (inner spaces allowed)."""
+
+def check_article_id(value: Any) -> str:
+    """``value`` when it is a valid article id: the one id policy of every path (wire events, corpus lines,
+    the knowledge memory, the near-duplicate index).
+
+    An id is 1..256 ASCII characters: letters, digits and ``. _ - : / @ # + = ~``, the first a letter or digit.
+    So an id is the same string for Kafka keys, Redis keys, Qdrant payload filters, URLs and file names, never
+    needs quoting or Unicode normalisation, and cannot look like a command-line option. Ids are **refused, not
+    repaired**: ``Delo 2019-03-04 #12`` (spaces) is an error that names the first offending character; the
+    producer has to send a stable id such as ``delo-2019-03-04-12``, since an id changed by us would no longer
+    match the producer's later decisions on the article.
+
+    Raises:
+        ValueError: not a valid id (the message says why).
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"article id must be a string, not {type(value).__name__}")
+    if _ARTICLE_ID_RE.fullmatch(value):
+        return value
+    if not value:
+        reason = "it is empty"
+    elif len(value) > ARTICLE_ID_MAX_LENGTH:
+        reason = f"it has {len(value)} characters"
+    elif not value[0].isascii() or not value[0].isalnum():
+        reason = f"it starts with {value[0]!r}"
+    else:
+        bad = next(c for c in value if not _ARTICLE_ID_RE.fullmatch("a" + c))
+        reason = f"{bad!r} at position {value.index(bad) + 1} is not allowed"
+    raise ValueError(f"article id {show_value(value)} is not valid: {reason} (an id is {ARTICLE_ID_RULE})")
+
+
+def _article_id(value: str) -> str:
+    try:
+        return check_article_id(value)
+    except ValueError as exc:
+        raise PydanticCustomError("article_id", "{msg}", {"msg": str(exc)}) from None
+
+
+ArticleId = Annotated[str, AfterValidator(_article_id),
+                      WithJsonSchema({"type": "string", "minLength": 1, "maxLength": ARTICLE_ID_MAX_LENGTH,
+                                      "pattern": "^[A-Za-z0-9][A-Za-z0-9._\\-:/@#+=~]*$",
+                                      "description": f"Article id: {ARTICLE_ID_RULE}."})]
+"""An article id (see :func:`check_article_id`)."""
+
+LABEL_MAX_LENGTH = 256
+_INVISIBLE = re.compile(r"[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+                        r"\u2060-\u206f\ufe00-\ufe0f\ufeff\U000e0000-\U000e0fff]")
+_SPACES = re.compile(r"\s+")
+
+
+def canonical_label(value: str) -> str:
+    """The one form of a label name (the label policy): what a reader sees as the same label is the same string.
+
+    Steps: delete invisible characters (soft hyphen, zero-width spaces and joiners, word joiner, BOM,
+    bidirectional marks, variation selectors); Unicode **NFC** (``S`` + combining caron U+030C -> ``Š``, so NFD
+    and NFC input give one label); trim, and every run of whitespace -> one space; **lower case**
+    (``str.lower``, not ``casefold``, which would turn ``ß`` into ``ss``). **Case policy:** labels are case
+    insensitive and stored, proposed and compared in lower case: ``Politika``, ``POLITIKA`` and ``politika``
+    are the label ``politika``. Applied by every path that takes a label: the wire events (decisions,
+    proposals, label events), the corpus loader, label rules and the label registry.
+    """
+    text = unicodedata.normalize("NFC", _INVISIBLE.sub("", value))
+    return _SPACES.sub(" ", text).strip().lower()
+
+
+def check_label(value: Any) -> str:
+    """The canonical form (:func:`canonical_label`) of a label name; 1..256 characters, not blank.
+
+    Raises:
+        ValueError: not a string, blank, or longer than 256 characters after normalisation.
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"label must be a string, not {type(value).__name__}")
+    label = canonical_label(value)
+    if not label:
+        raise ValueError(f"label {show_value(value)} is blank")
+    if len(label) > LABEL_MAX_LENGTH:
+        raise ValueError(f"label {show_value(value)} has {len(label)} characters (at most {LABEL_MAX_LENGTH})")
+    return label
+
+
+def _label(value: str) -> str:
+    try:
+        return check_label(value)
+    except ValueError as exc:
+        raise PydanticCustomError("label", "{msg}", {"msg": str(exc)}) from None
+
+
+Label = Annotated[str, AfterValidator(_label),
+                  WithJsonSchema({"type": "string", "minLength": 1, "maxLength": LABEL_MAX_LENGTH, "pattern": "\\S",
+                                  "description": "Label name; read in its canonical form: NFC, trimmed, lower "
+                                                 "case (Politika and politika are one label)."})]
+"""A label name in its canonical form (see :func:`canonical_label`): 1..256 characters, not blank."""
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S")]
 """A non-blank short name (outlet, moderator, model version, ...)."""

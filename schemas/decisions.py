@@ -26,7 +26,9 @@ class ModeratorDecision(Event):
     """A moderator's decisions on the labels of one article.
 
     Topic ``moderator-decisions`` (default), key ``article_id``. Produced by the moderation UI, read by the
-    memory updater. ``decisions`` is non-empty and names each label once. Versions: 1.
+    memory updater. ``decisions`` is non-empty and names each label once, compared in the labels' canonical form
+    (:func:`~newsmon.schemas.base.canonical_label`): ``Politika`` and ``politika``, or ``Šport`` in NFC and NFD,
+    are one label named twice, and the decision is refused. Versions: 1.
     """
 
     default_topic: ClassVar[str] = MODERATOR_DECISIONS_TOPIC
@@ -43,7 +45,8 @@ class ModeratorDecision(Event):
     def _labels_once(self) -> ModeratorDecision:
         dup = first_duplicate(d.label for d in self.decisions)
         if dup is not None:
-            raise PydanticCustomError("duplicate_label", "label {label} decided twice", {"label": repr(dup)})
+            raise PydanticCustomError("duplicate_label", "label {label} decided twice (labels compare in "
+                                      "canonical form: NFC, lower case)", {"label": repr(dup)})
         return self
 
     @property

@@ -366,7 +366,7 @@ def test_a_label_rule_validates_its_kwes_with_the_position():
 def test_a_label_rule_round_trips_as_json():
     rule = LabelRule(label=" Krka ", kwes=[KRKA], filters={"languages": ["SL"], "countries": ["si"],
                                                            "sources": [" Dnevnik "]}, require_rule_match=True)
-    assert rule.label == "Krka" and rule.filters.languages == ("sl",) and rule.filters.countries == ("SI",)
+    assert rule.label == "krka" and rule.filters.languages == ("sl",) and rule.filters.countries == ("SI",)
     assert LabelRule.model_validate_json(rule.model_dump_json()) == rule
     assert rule.expressions[0].source == KRKA
 

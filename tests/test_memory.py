@@ -86,7 +86,7 @@ def test_round_trip(make_memory):
     assert isinstance(mem, KnowledgeMemory)
     rng = np.random.default_rng(1)
     vecs = rng.standard_normal((4, DIM)).astype(np.float32) * 3.0
-    ids = ["sl-test-1", "sl-test-2", "en/3", "pending 4"]
+    ids = ["sl-test-1", "sl-test-2", "en/3", "pending-4"]
     labels = [["a", "b"], ["b"], ["c"], []]
     payloads = [{"lang": "sl", "title": "T1"}, {"lang": "sl"}, {"lang": "en", "n": 3}, None]
     mem.upsert(ids, vecs, labels, payloads)
@@ -109,14 +109,14 @@ def test_round_trip(make_memory):
     np.testing.assert_allclose(p.vector, vecs[1] / np.linalg.norm(vecs[1]), atol=1e-6)
 
     # label a pending point, relabel another; vector and payload stay
-    mem.set_labels(["pending 4", "sl-test-1"], [["d"], ["a"]])
+    mem.set_labels(["pending-4", "sl-test-1"], [["d"], ["a"]])
     assert mem.count(SearchFilter(labelled=False)) == 0
-    (p4, p1) = mem.get(["pending 4", "sl-test-1"], with_vectors=True)
+    (p4, p1) = mem.get(["pending-4", "sl-test-1"], with_vectors=True)
     assert p4.labels == ("d",) and p4.payload == {}
     assert p1.labels == ("a",) and p1.payload == {"lang": "sl", "title": "T1"}
     np.testing.assert_allclose(p1.vector, vecs[0] / np.linalg.norm(vecs[0]), atol=1e-6)
     # unlabelling makes it pending again
-    mem.set_labels(["pending 4"], [[]])
+    mem.set_labels(["pending-4"], [[]])
     assert mem.count(SearchFilter(labelled=False)) == 1
 
     with pytest.raises(KeyError, match="unknown-id"):
@@ -236,7 +236,7 @@ def parity_data():
     queries = _unit(rng, 25, D_PARITY)
     ids = [f"doc-{i}" for i in range(N_PARITY)]
     langs = ["sl" if i % 3 else "en" for i in range(N_PARITY)]
-    labels = [[f"L{i % 7}"] if i % 5 else [] for i in range(N_PARITY)]
+    labels = [[f"l{i % 7}"] if i % 5 else [] for i in range(N_PARITY)]
     return base, queries, ids, langs, labels
 
 

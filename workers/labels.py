@@ -7,6 +7,10 @@ the new one (the mapping is applied to the neighbours' label sets before RAE-XMC
 is removed from the neighbours' label sets, so it is never proposed again from the moment its event is
 consumed.
 
+Labels are kept and compared in their canonical form (:func:`~newsmon.schemas.base.canonical_label`: NFC, lower
+case), on writes and on reads: retiring ``Šport`` (NFC) retires ``Šport`` written in NFD and ``ŠPORT``, also on
+neighbours stored before the label policy.
+
 Two stores: in-process (embedded mode, both workers in one process) and Redis (shared by every replica).
 """
 
@@ -16,6 +20,8 @@ import threading
 from collections.abc import Iterable
 
 import redis
+
+from newsmon.schemas.base import canonical_label as _canon
 
 
 class LabelRegistry:
@@ -30,15 +36,16 @@ class LabelRegistry:
     def retire(self, label: str) -> None:
         """Never propose ``label`` (or anything renamed to it) again."""
         with self._lock:
-            self._retired.add(label)
+            self._retired.add(_canon(label))
 
     def add(self, label: str) -> None:
         """(Re-)activate ``label``: a retired label can come back."""
         with self._lock:
-            self._retired.discard(label)
+            self._retired.discard(_canon(label))
 
     def rename(self, old: str, new: str) -> None:
         """``old`` becomes ``new``; earlier renames to ``old`` follow (a -> old -> new gives a -> new)."""
+        old, new = _canon(old), _canon(new)
         with self._lock:
             self._renamed[old] = new
             for k, v in list(self._renamed.items()):
@@ -53,10 +60,12 @@ class LabelRegistry:
             return dict(self._renamed), frozenset(self._retired)
 
     def apply(self, labels: Iterable[str], snapshot: tuple[dict[str, str], frozenset[str]] | None = None) -> tuple:
-        """Map ``labels`` through renames, drop retired ones; order kept, duplicates removed."""
+        """Map ``labels`` (canonical form first) through renames, drop retired ones; order kept, duplicates
+        removed."""
         renamed, retired = snapshot or self.snapshot()
         out = []
         for lb in labels:
+            lb = _canon(lb)
             lb = renamed.get(lb, lb)
             if lb not in retired and lb not in out:
                 out.append(lb)
@@ -76,12 +85,13 @@ class RedisLabelRegistry(LabelRegistry):
         self.ns = namespace
 
     def retire(self, label: str) -> None:
-        self.r.sadd(f"{self.ns}:retired", label)
+        self.r.sadd(f"{self.ns}:retired", _canon(label))
 
     def add(self, label: str) -> None:
-        self.r.srem(f"{self.ns}:retired", label)
+        self.r.srem(f"{self.ns}:retired", _canon(label))
 
     def rename(self, old: str, new: str) -> None:
+        old, new = _canon(old), _canon(new)
         key = f"{self.ns}:renamed"
         with self.r.pipeline() as pipe:
             while True:

@@ -29,9 +29,7 @@ def memory_build(
     from newsmon.shared.classifier import Classifier  # deferred: see the module docstring
 
     s = settings_from_env(data=data)
-    corpus = corpus_or_fail(s, limit)
-    for bad in corpus.bad_lines:
-        err.print(f"[yellow]skipped line {bad.line}[/yellow]: {bad.reason}")
+    corpus = corpus_or_fail(s, limit)  # reports the bad lines
     articles = [a for a in corpus.articles if a.split == split and a.labels]
     if not articles:
         fail(f"no labelled {split} articles in {corpus.path}")

@@ -6,6 +6,7 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Corpus, load_corpus
@@ -38,8 +39,15 @@ def fail(msg: str, code: int = 2) -> NoReturn:
 
 
 def corpus_or_fail(s: Settings, limit: int | None = None) -> Corpus:
-    """The corpus at ``s.data``; exits with a clear error when there is none."""
+    """The corpus at ``s.data``; exits with a clear error when there is none. Every skipped (bad) line is
+    reported on stderr with its line number and reason (at most 50, then a count), so every command that reads a
+    corpus reports them."""
     try:
-        return load_corpus(s.data, limit=limit)
+        corpus = load_corpus(s.data, limit=limit)
     except FileNotFoundError as exc:
         fail(str(exc))
+    for msg in corpus.bad_line_report():
+        err.print(f"[yellow]skipped {escape(msg)}[/yellow]", highlight=False, soft_wrap=True)
+    if corpus.bad_lines:
+        err.print(f"[yellow]{corpus.path}: {len(corpus.bad_lines)} bad lines skipped[/yellow]", soft_wrap=True)
+    return corpus

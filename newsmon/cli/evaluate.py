@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from newsmon.cli.common import console, corpus_or_fail, err, fail, settings_from_env
+from newsmon.cli.common import console, corpus_or_fail, fail, settings_from_env
 #: The registered predictors (newsmon.shared.predictors.available()), named here to keep start-up fast.
 _ALL = "rae,zshot,mlknn,svm,logreg"
 
@@ -34,11 +34,7 @@ def eval_cmd(
     s = settings_from_env(data=data)
     chosen = [m.strip() for m in methods.split(",") if m.strip()]
     t0 = time.perf_counter()
-    corpus = corpus_or_fail(s, limit)
-    for bad in corpus.bad_lines[:50]:
-        err.print(f"[yellow]skipped line {bad.line}[/yellow]: {bad.reason}")
-    if len(corpus.bad_lines) > 50:
-        err.print(f"[yellow]... and {len(corpus.bad_lines) - 50} more bad lines[/yellow]")
+    corpus = corpus_or_fail(s, limit)  # reports the bad lines
     out_dir = out or Path("runs") / f"eval-{corpus.path.parent.name}"
     try:
         report = run_eval(corpus, chosen, s, tune=tune, out_dir=None, progress=True)

@@ -23,6 +23,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from newsmon.schemas.base import check_label
+
 from ..text import Tokens, tokenize
 from .expression import KeywordExpression, KweMatch
 from .index import KweIndex
@@ -101,7 +103,7 @@ class LabelRule(BaseModel):
     """A label's definition: its KwEs (any may match), metadata filters and the precision option.
 
     Attributes:
-        label: the label (client topic) name, stripped, non-empty.
+        label: the label (client topic) name in canonical form (NFC, trimmed, lower case), non-empty.
         kwes: keyword Boolean expressions (:mod:`.parser` grammar), at least one; each is parsed at construction.
         filters: metadata limits (:class:`RuleFilters`).
         require_rule_match: when True, the label is only proposed for articles its rule matches (a precision
@@ -121,10 +123,8 @@ class LabelRule(BaseModel):
 
     @field_validator("label")
     @classmethod
-    def _strip_label(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("label is blank")
-        return v.strip()
+    def _canonical_label(cls, v: str) -> str:
+        return check_label(v)  # the label policy of the wire: NFC, trimmed, lower case
 
     @property
     def expressions(self) -> tuple[KeywordExpression, ...]:

@@ -26,6 +26,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from newsmon.schemas.base import check_article_id, check_label
+
 #: Fixed namespace for mapping article ids to Qdrant point ids
 #: (``uuid5(NAMESPACE_URL, "newsmon:knowledge-memory")``). Never change it:
 #: existing collections would no longer find their points.
@@ -152,7 +154,8 @@ class KnowledgeMemory(Protocol):
 
     Conventions shared by all methods:
 
-    * ids are arbitrary non-empty ``str`` article ids;
+    * ids are non-empty ``str`` article ids; those written (upsert, set_labels) follow the article-id policy
+      of the wire (:func:`~newsmon.schemas.base.check_article_id`), labels are stored in canonical form;
     * vectors are ``(n, d)`` arrays of finite, non-zero real numbers
       (converted to ``float32``); anything else raises ``ValueError``;
     * length mismatches between ids / vectors / labels / payloads raise
@@ -280,14 +283,22 @@ def check_dim(dim: Any) -> int:
     return int(dim)
 
 
-def check_ids(ids: Sequence[str], *, what: str = "ids", unique: bool = False) -> list[str]:
-    """The ids as a list of non-empty str (distinct when ``unique``); raises ``ValueError`` otherwise."""
+def check_ids(ids: Sequence[str], *, what: str = "ids", unique: bool = False, write: bool = False) -> list[str]:
+    """The ids as a list of non-empty str (distinct when ``unique``); raises ``ValueError`` otherwise.
+
+    ``write``: the ids are about to be stored, so each must follow the article-id policy
+    (:func:`~newsmon.schemas.base.check_article_id`), the same as on the wire: a point the proposal schema would
+    refuse as a neighbour never enters the memory. Reads and deletes take any non-empty id (old points stay
+    reachable).
+    """
     if isinstance(ids, (str, bytes)):
         raise ValueError(f"{what} must be a sequence of str, not a single {type(ids).__name__}")
     out = list(ids)
     for i in out:
         if not isinstance(i, str) or not i:
             raise ValueError(f"{what}: every id must be a non-empty str, got {i!r}")
+        if write:
+            check_article_id(i)
     if unique and len(set(out)) != len(out):
         counts: dict[str, int] = {}
         for i in out:
@@ -321,7 +332,8 @@ def check_vectors(vectors: Any, dim: int, *, what: str = "vectors", n: int | Non
 
 
 def check_label_sets(labels: Sequence[Sequence[str]], n: int) -> list[list[str]]:
-    """``n`` label sets as lists of distinct non-empty str (order kept); raises ``ValueError`` otherwise."""
+    """``n`` label sets as lists of distinct labels in canonical form (:func:`~newsmon.schemas.base.check_label`:
+    NFC, lower case; order kept, labels equal in that form merged); raises ``ValueError`` otherwise."""
     if isinstance(labels, (str, bytes)):
         raise ValueError("labels must be a sequence of label sets, not a str")
     sets = list(labels)
@@ -335,6 +347,7 @@ def check_label_sets(labels: Sequence[Sequence[str]], n: int) -> list[list[str]]
         for lab in ls:
             if not isinstance(lab, str) or not lab:
                 raise ValueError(f"labels[{k}]: every label must be a non-empty str, got {lab!r}")
+            lab = check_label(lab)
             if lab not in clean:
                 clean.append(lab)
         out.append(clean)

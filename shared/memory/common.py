@@ -171,7 +171,7 @@ class QdrantAdapter:
     def upsert(self, ids: Sequence[str], vectors: np.ndarray, labels: Sequence[Sequence[str]],
                payloads: Sequence[dict] | None = None) -> None:
         """See :meth:`KnowledgeMemory.upsert`. ``vectors``: ``(n, d)`` float; 512 points per request."""
-        ids_ = check_ids(ids, unique=True)
+        ids_ = check_ids(ids, unique=True, write=True)
         vecs = check_vectors(vectors, self.dim, n=len(ids_))
         label_sets = check_label_sets(labels, len(ids_))
         pls = check_payloads(payloads, ids_)
@@ -190,7 +190,7 @@ class QdrantAdapter:
 
     def set_labels(self, ids: Sequence[str], labels: Sequence[Sequence[str]]) -> None:
         """See :meth:`KnowledgeMemory.set_labels`. Raises ``KeyError`` for unknown ids (nothing changed)."""
-        ids_ = check_ids(ids)
+        ids_ = check_ids(ids, write=True)
         label_sets = check_label_sets(labels, len(ids_))
         missing = [aid for aid, p in zip(ids_, self.get(ids_)) if p is None]
         if missing:
