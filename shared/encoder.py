@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from newsmon.shared.config import BUNDLED_E5_SMALL, EncoderSettings, Settings
 from newsmon.shared.e5_import import import_e5_small
+from newsmon.shared.text import clean_text
 
 log = structlog.get_logger(__name__)
 
@@ -158,7 +159,8 @@ class Encoder:
         """Embed ``texts``; returns ``(n, d)`` float32, L2-normalised rows, in input order.
 
         Args:
-            texts: article texts (title + body).
+            texts: article texts (title + body); cleaned with :func:`newsmon.shared.text.clean_text` first (soft
+                hyphens, zero-width characters and mojibake do not change the embedding, nor its cache key).
             role: ``query`` (an article to classify) or ``passage`` (a memory article): selects the prefix.
             progress: show a tqdm bar.
 
@@ -168,6 +170,7 @@ class Encoder:
         texts = list(texts)
         if any(not isinstance(t, str) for t in texts):
             raise ValueError("encode() takes a sequence of str")
+        texts = [clean_text(t) for t in texts]  # invisible characters, mojibake, NFC: what a reader sees
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out

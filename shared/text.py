@@ -37,7 +37,13 @@ and sentences glued without a space (``Pogorelec.Nama``, frequent in scraped new
 would then match the word ``krka`` or ``nama``. A hyphenated compound (``covid-19``) is two words; in a rule it
 becomes a phrase of two words, so it still matches the same text.
 
-Public API: :func:`normalize_word`, :func:`normalize_text`, :func:`tokenize` -> :class:`Tokens`, :func:`words`.
+Before any of that, and before an article is embedded or shingled, :func:`clean_text` repairs what a reader never
+sees: mojibake and stray control characters (``ftfy``), the invisible format characters above (a soft hyphen, a
+zero-width space or a word joiner inside a word), and the Unicode form (NFC). So the same visible article is the
+same string for the encoder (and its cache), the near-duplicate check and the keyword rules.
+
+Public API: :func:`clean_text`, :func:`normalize_word`, :func:`normalize_text`, :func:`tokenize` -> :class:`Tokens`,
+:func:`words`.
 """
 
 from __future__ import annotations
@@ -45,9 +51,10 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 
+import ftfy
 import regex
 
-__all__ = ["NORMALIZATION_VERSION", "Tokens", "normalize_text", "normalize_word", "tokenize", "words"]
+__all__ = ["NORMALIZATION_VERSION", "Tokens", "clean_text", "normalize_text", "normalize_word", "tokenize", "words"]
 
 #: Bump when the normalisation or segmentation changes: stored artefacts built from words (indexes, shingles)
 #: must be rebuilt.
@@ -65,6 +72,32 @@ _FOLD_TABLE = str.maketrans({**_CYRILLIC_TO_LATIN, **_LATIN_FOLD})
 
 _WORD_RE = regex.compile(r"[\p{Cf}\p{M}]*[\p{L}\p{N}][\p{L}\p{M}\p{N}\p{Cf}]*")
 _SEPARATOR = "\n"  # never inside a word; used to normalise all words of a text in one call
+
+
+# ftfy's repairs that never change what a reader sees, and nothing that rewrites visible text: quotes stay curly
+# (Slovene „...“), HTML entities, ligatures, full-width letters and line breaks are left alone (NFKC in the
+# near-duplicate check folds the latter two itself).
+_FTFY = ftfy.TextFixerConfig(unescape_html=False, fix_latin_ligatures=False, fix_character_width=False,
+                             uncurl_quotes=False, fix_line_breaks=False, normalization="NFC", explain=False)
+
+
+def clean_text(text: str) -> str:
+    """The text as a reader sees it: what the encoder embeds and the near-duplicate check shingles.
+
+    Steps: ``ftfy.fix_text`` (mojibake such as ``Ä\x8d`` -> ``č``, C0/C1 control characters other than tabs and
+    line breaks, terminal escapes, surrogates), every invisible format character (Unicode category ``Cf``: soft
+    hyphen U+00AD, zero-width space U+200B, zero-width (non-)joiners, word joiner U+2060, BOM, bidi marks) deleted,
+    Unicode NFC (``c`` + combining caron -> ``č``). Visible characters are kept as they are (case, quotes, line
+    breaks, diacritics). A text that needs none of this comes back unchanged (equal string), so embeddings
+    cached before this step stay valid for it.
+
+    Raises:
+        TypeError: ``text`` is not a ``str``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, not {type(text).__name__}")
+    fixed = _FORMAT_RE.sub("", ftfy.fix_text(text, _FTFY))
+    return unicodedata.normalize("NFC", fixed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,9 @@ A near-copy of an article already seen (re-published by an aggregator with anoth
 boilerplate around it, or transliterated between Serbian Latin and Cyrillic) is linked to the first copy
 (``duplicate_of``) and takes over its labels without a model call.
 
-Method (Broder 1997): a text is normalised (:func:`normalize_text`), cut into the set of its overlapping
+Method (Broder 1997): a text is cleaned of boilerplate that unrelated articles share (consent walls, paywalls,
+newsletter boxes: :func:`strip_boilerplate`), normalised (:func:`normalize_text`: invisible characters deleted,
+NFKC, case folded, Cyrillic -> Latin), cut into the set of its overlapping
 ``shingle_size``-word shingles, and two texts are near-duplicates when the *resemblance* (Jaccard similarity) of
 their shingle sets is at least ``threshold``. Each set is summarised by a MinHash signature of ``num_perm``
 32-bit values; the fraction of equal positions of two signatures is an unbiased estimate of the resemblance
@@ -66,6 +68,7 @@ link, not a wrong one). Round trips: ``find`` 2 (all band lookups pipelined, the
 signatures), ``check_and_add`` of a new article 4.
 """
 
+from newsmon.shared.dedup.boilerplate import strip_boilerplate
 from newsmon.shared.dedup.index import (DEFAULT_MIN_WORDS, DEFAULT_NUM_PERM, DEFAULT_SHINGLE_SIZE,
                                         DEFAULT_THRESHOLD, NearDuplicateIndex)
 from newsmon.shared.dedup.lsh import LSH_RECALL_AT_THRESHOLD, lsh_params
@@ -82,4 +85,5 @@ __all__ = [
     "normalize_text",
     "serbian_latin_to_cyrillic",
     "shingles",
+    "strip_boilerplate",
 ]

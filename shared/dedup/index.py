@@ -11,6 +11,7 @@ import numpy as np
 import redis
 from datasketch import MinHash, MinHashLSH
 
+from newsmon.shared.dedup.boilerplate import strip_boilerplate
 from newsmon.shared.dedup.lsh import (lsh_params, pipelined_insert, pipelined_query, redis_glob_escape,
                                       supports_pipelining)
 from newsmon.shared.dedup.text import NORMALISATION_VERSION, normalize_text, shingles
@@ -168,7 +169,8 @@ class NearDuplicateIndex:
             return bool(self._redis.hexists(self._sig_key, article_id.encode("utf-8")))
 
     def signature(self, text: str) -> np.ndarray | None:
-        """MinHash signature of a text: ``uint32[num_perm]``, or ``None`` below ``min_words`` words."""
+        """MinHash signature of a text: ``uint32[num_perm]``, or ``None`` below ``min_words`` words (counted after
+        the boilerplate is removed and the text normalised)."""
         return self._signature(text)
 
     def clear(self) -> None:
@@ -214,7 +216,7 @@ class NearDuplicateIndex:
             raise ValueError("article_id must be a non-empty str")
 
     def _signature(self, text: str) -> np.ndarray | None:
-        words = normalize_text(text).split()
+        words = normalize_text(strip_boilerplate(text)).split()  # consent walls and paywalls link nothing
         if len(words) < self.min_words:
             return None
         m = self._template.copy()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from newsmon.shared.text import clean_text
+
 #: Version of :func:`normalize_text`; part of the stored index configuration (a change needs a new index).
-NORMALISATION_VERSION = 1
+NORMALISATION_VERSION = 2  # 2: clean_text first (invisible characters, mojibake)
 
 # Serbian Cyrillic (Vuk's alphabet) -> Gaj's Latin, plus the Macedonian letters (ѓ ќ ѕ and the accented ѐ ѝ).
 # Lower case only: normalize_text case-folds first.
@@ -23,7 +25,8 @@ _NON_WORD = re.compile(r"[\W_]+")
 def normalize_text(text: str) -> str:
     """Canonical form of a text for shingling.
 
-    Steps: Unicode NFKC (compatibility forms and decomposed diacritics -> composed: ``ﬁ`` -> ``fi``, ``c`` +
+    Steps: :func:`newsmon.shared.text.clean_text` (the same cleaning as before embedding: invisible characters
+    such as a soft hyphen, zero-width space or word joiner inside a word are deleted, mojibake repaired), Unicode NFKC (compatibility forms and decomposed diacritics -> composed: ``ﬁ`` -> ``fi``, ``c`` +
     combining caron -> ``č``), case folding (``str.casefold``: ``ß`` -> ``ss``), Serbian/Macedonian Cyrillic ->
     Latin (а->a ... ч->č, ћ->ć, ђ->đ, ш->š, ж->ž, љ->lj, њ->nj, џ->dž; ѓ->gj, ќ->kj, ѕ->dz, ј->j), every run of
     punctuation, symbols, underscores and whitespace -> one space, stripped.
@@ -37,7 +40,7 @@ def normalize_text(text: str) -> str:
     Returns:
         The normalised text: lower-case words separated by single spaces.
     """
-    text = unicodedata.normalize("NFKC", text).casefold().translate(_TRANSLIT_TABLE)
+    text = unicodedata.normalize("NFKC", clean_text(text)).casefold().translate(_TRANSLIT_TABLE)
     return _NON_WORD.sub(" ", text).strip()
 
 

@@ -1,0 +1,80 @@
+"""Boilerplate that many unrelated articles share, removed before shingling.
+
+A scraped article often carries the outlet's cookie-consent wall, a paywall notice or a newsletter box. Two
+unrelated stories under the same 45-word consent text share most of their 3-word shingles, so their estimated
+Jaccard passes the near-copy threshold, and the second would inherit the first's labels without a model call. The
+near-duplicate check therefore shingles the text without such boilerplate (:func:`strip_boilerplate`).
+
+Known patterns, sentence by sentence: a sentence is boilerplate when it matches one of :data:`PATTERNS`, written
+for the languages we handle (sl, hr, sr in both scripts, bs, mk, sq, en) after :func:`~newsmon.shared.text.clean_text`
+and case folding:
+
+* **cookie / consent walls**: cookies (*piškotki*, *kolačići*, *колачиња*, *biskota*), the IAB consent framework's
+  sentences (*store and/or access information on a device*, *personalised ads and content*), "accept all";
+* **paywalls**: "subscribe to continue", "already a subscriber", *vsebina je na voljo naročnikom*, *sadržaj je
+  dostupan pretplatnicima*, *za nadaljevanje branja*, *postanite naročnik*;
+* **newsletter and share boxes**: "sign up for our newsletter", *prijavite se na e-novice*.
+
+A line (paragraph) in which at least half of the sentences are boilerplate is dropped whole, so the consent
+wall's neutral sentences ("Več o tem v naši politiki zasebnosti.") go with it. What remains is shingled as before;
+if fewer than ``min_words`` words remain, the article is never a near-copy (nothing distinctive to compare).
+
+Only the near-duplicate check uses this; the encoder embeds the whole text. A genuine article *about* cookies
+loses those sentences for the near-duplicate check only, so at worst a copy of it is missed and classified by the
+model (the safe direction).
+"""
+
+from __future__ import annotations
+
+import re
+
+from newsmon.shared.text import clean_text
+
+__all__ = ["PATTERNS", "strip_boilerplate"]
+
+#: Regular expressions (on the cleaned, case-folded sentence) of consent, paywall and newsletter sentences.
+PATTERNS: tuple[str, ...] = (
+    # cookies and consent
+    r"\bcookie", r"piškot", r"kolačić", r"kolačič", r"kolacic", r"колачи", r"\bbiskot",
+    r"store and/or access information", r"personali[sz]ed ads", r"ad and content measurement",
+    r"\baccept all\b", r"\bsprejmi vse\b", r"\bprihvati sve\b", r"\bприхвати све\b", r"\bprano të gjitha\b",
+    r"(soglaš|strinja)\w* z uporabo", r"(pristaj|slaž)\w* (se )?s korištenjem", r"\bgdpr\b",
+    # paywalls
+    r"subscribe (now )?to (continue|read)", r"already a subscriber", r"for subscribers only",
+    r"(available|reserved) (only )?(to|for) (our )?subscribers",
+    r"na voljo (samo |le )?naročnikom", r"postanite naročnik", r"za nadaljevanje branja",
+    r"dostupan (samo |isključivo )?pretplatnicima", r"pretplatite se", r"za nastavak čitanja",
+    r"доступан (само )?претплатницима", r"претплатите се",
+    # newsletters and share boxes
+    r"sign up (for|to) our newsletter", r"subscribe to our newsletter", r"prijavite se na (naše )?e-novice",
+    r"naročite se na (naše )?e-novice", r"prijavite se na (naš )?newsletter",
+)
+_BOILERPLATE = re.compile("|".join(f"(?:{p})" for p in PATTERNS))
+_SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
+_LINES = re.compile(r"\n+")
+
+
+def _is_boilerplate(sentence: str) -> bool:
+    return bool(_BOILERPLATE.search(sentence.casefold()))
+
+
+def strip_boilerplate(text: str) -> str:
+    """``text`` (cleaned with :func:`~newsmon.shared.text.clean_text`) without its consent, paywall and newsletter
+    sentences (see the module docstring); a line at least half of whose sentences are boilerplate is dropped whole.
+
+    Args:
+        text: an article (title + body).
+
+    Returns:
+        The remaining text, lines joined by ``\\n`` (may be empty).
+    """
+    kept_lines = []
+    for line in _LINES.split(clean_text(text)):
+        sentences = [s for s in _SENTENCE_END.split(line) if s.strip()]
+        if not sentences:
+            continue
+        flags = [_is_boilerplate(s) for s in sentences]
+        if 2 * sum(flags) >= len(sentences):
+            continue
+        kept_lines.append(" ".join(s for s, bad in zip(sentences, flags) if not bad))
+    return "\n".join(kept_lines)
