@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, StringConstraints, model_validator
 from pydantic_core import PydanticCustomError
 
-from newsmon.schemas.base import Event, Label, Name, Part, UtcDatetime
+from newsmon.schemas.base import Event, Label, LanguageCode, Name, Part, UtcDatetime
 from newsmon.schemas.examples import LABEL_EVENT_EXAMPLES
 
 __all__ = ["LABEL_EVENTS_TOPIC", "LabelDefinition", "LabelEvent", "LabelFilters"]
@@ -23,8 +23,9 @@ class LabelFilters(Part):
     """Article metadata a label is limited to; an empty list sets no limit on that field. OR within a field,
     AND across fields; an article whose value for a limited field is unknown does not pass."""
 
-    languages: list[Annotated[str, StringConstraints(pattern=r"^[a-z]{2,3}$")]] = Field(
-        default_factory=list, max_length=50, description="ISO 639-1 (or 639-3) codes, lower-case, e.g. sl, hr.")
+    languages: list[LanguageCode] = Field(
+        default_factory=list, max_length=50,
+        description="ISO 639-1 codes of registered languages, e.g. sl, hr (the check of ArticleEvent.lang).")
     countries: list[Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}$")]] = Field(
         default_factory=list, max_length=250, description="ISO 3166-1 alpha-2 codes of the outlet, e.g. SI.")
     sources: list[Value] = Field(default_factory=list, max_length=1000,

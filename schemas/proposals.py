@@ -76,7 +76,8 @@ class Timings(Part):
     dedup_ms: NonNegativeMs = Field(0.0, description="Near-duplicate check, ms (whole batch).")
     embed_ms: NonNegativeMs = Field(0.0, description="Encoding, ms (whole batch).")
     search_ms: NonNegativeMs = Field(0.0, description="Knowledge-memory search, ms (whole batch).")
-    score_ms: NonNegativeMs = Field(0.0, description="Label scoring, ms (whole batch).")
+    score_ms: NonNegativeMs = Field(0.0, description="Label rules: KwE matching and counting the examples of "
+                                    "rule-matched labels, ms (whole batch); RAE-XMC scoring is in search_ms.")
     total_ms: NonNegativeMs = Field(0.0, description="From arrival to the proposal being produced, ms.")
 
 

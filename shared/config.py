@@ -135,6 +135,15 @@ class WorkerSettings(BaseModel):
     http_host: str = Field("0.0.0.0", description="Bind address of the HTTP endpoint.")
 
 
+class LabelSettings(BaseModel):
+    """Labels defined by analysts' keyword Boolean expressions (KwEs) in the label registry."""
+
+    min_examples: int = Field(
+        3, ge=0, description="A label with fewer confirmed examples in the knowledge memory is proposed from its "
+        "KwE match alone (source rule), so a new client topic works from its first article; from this many on, "
+        "retrieval proposes it and a matching KwE is its evidence. 0 = never from the KwE alone.")
+
+
 class TrainingSettings(BaseModel):
     """The nightly job: hard-negative mining, contrastive fine-tuning, tuning, rollout."""
 
@@ -175,6 +184,7 @@ class Settings(BaseSettings):
     rae: RaeSettings = RaeSettings()
     kafka: KafkaSettings = KafkaSettings()
     worker: WorkerSettings = WorkerSettings()
+    labels: LabelSettings = LabelSettings()
     training: TrainingSettings = TrainingSettings()
 
     @property

@@ -160,6 +160,9 @@ def test_filters_in_search(make_memory):
     assert result_ids(SearchFilter(lang="en", labelled=None)) == {"a2", "a3", "a5"}
     assert result_ids(SearchFilter(exclude_ids=("a0", "a4"))) == {"a2", "a5"}
     assert result_ids(SearchFilter(lang="de", labelled=None)) == set()
+    assert result_ids(SearchFilter(labels=("x",))) == {"a0", "a4"}  # any of the labels (label rules' examples)
+    assert result_ids(SearchFilter(labels=("z", "y"), lang="en")) == {"a2", "a5"}
+    assert mem.count(SearchFilter(labels=("x", "z"))) == 3
     for hit in mem.search(vecs[:1], top_k=10)[0]:
         assert hit.labels == tuple(labels[ids.index(hit.article_id)])
 

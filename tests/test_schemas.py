@@ -291,6 +291,14 @@ def test_label_event_definition_and_lowest_version_written():
                                               "definition": {"kwes": ["x"], "filters": {"languages": ["SL"]}}})
 
 
+@pytest.mark.parametrize("code", ["SL", "slv", "xx", "qa", "sl-SI"])
+def test_label_filters_languages_are_iso_639_1(code):
+    base = {"schema_version": 2, "label": "Krka", "occurred_at": "2024-05-01T08:00:00Z", "action": "defined"}
+    why = reason(LabelEvent, {**base, "definition": {"kwes": ["x"], "filters": {"languages": ["sl", code]}}})
+    assert "languages" in why and "ISO 639-1" in why, why
+    assert LabelFilters(languages=["sl", "hr", "sr"]).languages == ["sl", "hr", "sr"]
+
+
 def test_label_proposal_v2_fields():
     ev = LabelProposal(
         article_id="a2", revision=1, model_version="m", memory_version="newsmon_hr_m+newsmon_sl_m",

@@ -2,8 +2,8 @@
 ``label-proposals``.
 
 The worker moves messages: it hands each micro-batch to the pipeline's stages (validate -> near-duplicate
-check -> embed -> retrieve and score -> store pending point -> emit), dead-letters what validation rejects,
-produces the proposals and marks the messages done; committing offsets and the error policy are
+check -> embed -> retrieve and score -> label rules -> store pending point -> emit), dead-letters what
+validation rejects, produces the proposals and marks the messages done; committing offsets and the error policy are
 :class:`~newsmon.workers.base.BatchWorker`'s.
 
 For every proposed article the embedding is kept in the knowledge memory as a *pending* point before the
@@ -31,7 +31,8 @@ class ClassifierWorker(BatchWorker):
 
     Args:
         settings: all settings; classifier: encoder + memory router; dedup: the near-duplicate index
-            (Redis-backed when replicas share it); registry: the label registry (renames, retired labels).
+            (Redis-backed when replicas share it); registry: the label registry (definitions, renames, retired
+            labels).
     """
 
     name = "classifier"
@@ -53,10 +54,7 @@ class ClassifierWorker(BatchWorker):
             ARTICLES.labels("dead_letter").inc()
         if not batch.items:
             return
-        p.near_duplicates(batch)
-        p.embed(batch)
-        p.retrieve_and_score(batch)
-        p.store_pending(batch)  # before the proposals: a moderator can only decide on a produced proposal
+        p.propose(batch)  # near-duplicates, embed, retrieve and score, label rules, store pending points
         for m, proposal in p.emit(batch):
             outbox.produce(m, self.settings.kafka.topic_proposals, proposal.kafka_key(), proposal.to_bytes())
             outbox.done(m)

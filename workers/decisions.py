@@ -25,9 +25,12 @@ only in the replaced version (proposed between the re-embedding and the promotio
 dead-lettered. On switching, the updater carries over the decisions applied to the old version since the
 re-embedding (:func:`newsmon.shared.memory.copy_missing` without an encoder).
 
-Label events (``label-events``), :meth:`DecisionService.apply_label_event`: ``retired`` -> never proposed again
-from the moment the event is consumed; ``renamed`` old -> new -> the old name's history counts for the new
-name; ``added`` -> (re-)activated.
+Label events (``label-events``), :meth:`DecisionService.apply_label_event` (see :mod:`newsmon.workers.labels`):
+``defined`` / ``updated`` -> the label's KwEs and filters are stored and match from the next batch on;
+``retired`` -> never proposed again from the moment the event is consumed, its rules no longer match;
+``renamed`` old -> new -> the old name's history and definition go to the new name; ``added`` -> (re-)activated.
+A definition whose KwE does not parse, or that defines a name renamed away, is dead-lettered with the reason
+(:meth:`DecisionService.parse`).
 """
 
 from __future__ import annotations
@@ -39,13 +42,14 @@ from typing import Literal
 import structlog
 from confluent_kafka import Message
 
-from newsmon.schemas import LabelEvent, LabelProposal, ModeratorDecision, ScoringInfo, parse_event
+from newsmon.schemas import InvalidEvent, LabelEvent, LabelProposal, ModeratorDecision, ScoringInfo, parse_event
 from newsmon.shared.classifier import model_identity
 from newsmon.shared.config import Settings
 from newsmon.shared.memory import MemoryRouter, copy_missing, decision_time, replaced_router, shared_router
 from newsmon.shared.promotion import read_promoted
 from newsmon.workers.copies import inherited_labels, revise_copies
-from newsmon.workers.labels import LabelRegistry
+from newsmon.workers.labels import LabelConflict, LabelRegistry
+from newsmon.workers.rules import kwe_errors
 from newsmon.workers.observability import DECISIONS, LABEL_EVENTS
 
 log = structlog.get_logger(__name__)
@@ -108,15 +112,26 @@ class DecisionService:
         """The event of a consumed message (by topic).
 
         Raises:
-            InvalidEvent: not a valid event of its topic's schema.
+            InvalidEvent: not a valid event of its topic's schema; a label definition with a KwE that does not
+                parse (the KwE's index, the reason and the character position).
         """
         if msg.topic() == self.settings.kafka.topic_label_events:
-            return parse_event(LabelEvent, msg.value())
+            ev = parse_event(LabelEvent, msg.value())
+            bad = kwe_errors(ev.definition.kwes) if ev.definition is not None else []
+            if bad:
+                raise InvalidEvent("; ".join(f"definition.kwes.{i}: {exc}" for i, exc in bad), "LabelEvent")
+            return ev
         return parse_event(ModeratorDecision, msg.value())
 
-    def apply_label_event(self, ev: LabelEvent) -> None:
-        """Update the label registry (retire / rename / add)."""
-        if ev.action == "retired":
+    def apply_label_event(self, ev: LabelEvent) -> str | None:
+        """Update the label registry (define / update / retire / rename / add). Returns None when applied, or
+        why the event cannot be (a definition of a name that was renamed away): dead-letter it."""
+        if ev.action in ("defined", "updated"):
+            try:
+                self.registry.define(ev.label, ev.definition)
+            except LabelConflict as exc:
+                return str(exc)
+        elif ev.action == "retired":
             self.registry.retire(ev.label)
         elif ev.action == "renamed":
             self.registry.rename(ev.label, ev.new_label)
@@ -124,6 +139,7 @@ class DecisionService:
             self.registry.add(ev.label)
         LABEL_EVENTS.labels(ev.action).inc()
         log.info("label event applied", action=ev.action, label=ev.label, new_label=ev.new_label)
+        return None
 
     def apply_decision(self, dec: ModeratorDecision) -> Outcome:
         """Apply one decision to the article's point, in the replaced version first (when there is one and it

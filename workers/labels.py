@@ -1,27 +1,93 @@
-"""The label registry: retired labels and renames (old -> new), applied to every proposal.
+"""The label registry: label definitions (KwEs and filters), retired labels and renames (old -> new).
 
-Label events (added / retired / renamed) arrive on the ``label-events`` topic and are consumed by the
-memory-updater worker, which writes them here; classifier workers read the registry before scoring each
-batch. A renamed label keeps its history: memory articles still carrying the old name count as evidence for
-the new one (the mapping is applied to the neighbours' label sets before RAE-XMC scoring). A retired label
-is removed from the neighbours' label sets, so it is never proposed again from the moment its event is
-consumed.
+Label events (defined / updated / added / retired / renamed) arrive on the ``label-events`` topic and are
+consumed by the memory-updater worker, which writes them here; classifier workers read the registry before
+scoring each batch, and the HTTP API reads it to answer ``GET /v1/labels/{label}`` (it changes it only by
+publishing label events, so the topic stays the single path of truth).
+
+* ``defined`` / ``updated``: the label's :class:`~newsmon.schemas.LabelDefinition` is stored (replacing any
+  earlier one) and the label is active (a retired label defined again comes back). A name that was renamed
+  away cannot be defined again (:class:`LabelConflict`): its history now belongs to the new name.
+* ``retired``: never proposed again from the moment its event is consumed: it is removed from the neighbours'
+  label sets and its rules stop matching (the definition is kept, so ``added`` brings the label back whole).
+* ``renamed``: memory articles still carrying the old name count as evidence for the new one (the mapping is
+  applied to the neighbours' label sets before RAE-XMC scoring), and the old name's definition moves to the
+  new name (merged into the new name's own definition when it has one: its KwEs appended, its filters and
+  options kept).
+* ``added``: the label is (re-)activated.
 
 Labels are kept and compared in their canonical form (:func:`~newsmon.schemas.base.canonical_label`: NFC, lower
 case), on writes and on reads: retiring ``Šport`` (NFC) retires ``Šport`` written in NFD and ``ŠPORT``, also on
 neighbours stored before the label policy.
 
-Two stores: in-process (embedded mode, both workers in one process) and Redis (shared by every replica).
+Every change increments the registry's ``version``, so a reader rebuilds its rule index only when something
+changed. Two stores: in-process (embedded mode, both workers in one process) and Redis (shared by every
+replica).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import redis
+import structlog
 
+from newsmon.schemas import LabelDefinition
 from newsmon.schemas.base import canonical_label as _canon
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["LabelConflict", "LabelRegistry", "RedisLabelRegistry", "RegistryState", "merge_definitions",
+           "open_registry"]
+
+MAX_KWES = 100  # LabelDefinition.kwes max_length
+
+
+class LabelConflict(ValueError):
+    """A label change that contradicts the registry (defining a name that was renamed away)."""
+
+
+class RegistryState(NamedTuple):
+    """The registry as of one moment (``snapshot()``); a tuple, so ``state[0]`` / ``state[1]`` still read the
+    renames and the retired labels.
+
+    Attributes:
+        renamed: old name -> current name (chains resolved); retired: the retired labels; definitions: label ->
+        its definition (retired labels' kept too); version: increases with every change.
+    """
+
+    renamed: dict[str, str]
+    retired: frozenset[str]
+    definitions: dict[str, LabelDefinition]
+    version: int
+
+    def active_definitions(self) -> dict[str, LabelDefinition]:
+        """The definitions of the labels that are not retired (the rules that match)."""
+        return {lb: d for lb, d in self.definitions.items() if lb not in self.retired}
+
+    def names_of(self, label: str) -> tuple[str, ...]:
+        """``label`` and every old name renamed to it (the names its examples carry in the memory)."""
+        return (label, *sorted(old for old, new in self.renamed.items() if new == label))
+
+    def knows(self, label: str) -> bool:
+        """Whether the registry has any record of ``label`` (defined, retired, renamed from or to)."""
+        return (label in self.definitions or label in self.retired or label in self.renamed
+                or label in self.renamed.values())
+
+
+def merge_definitions(kept: LabelDefinition | None, moved: LabelDefinition) -> LabelDefinition:
+    """The definition a rename leaves on the new name: ``moved`` when the new name had none, else ``kept`` with
+    ``moved``'s KwEs appended (duplicates dropped; at most 100, the rest logged and dropped)."""
+    if kept is None:
+        return moved
+    kwes = list(dict.fromkeys([*kept.kwes, *moved.kwes]))
+    if len(kwes) > MAX_KWES:
+        log.warning("rename: KwEs beyond 100 dropped", dropped=kwes[MAX_KWES:])
+        kwes = kwes[:MAX_KWES]
+    return kept.model_copy(update={"kwes": kwes})
 
 
 class LabelRegistry:
@@ -31,38 +97,58 @@ class LabelRegistry:
         self._lock = threading.Lock()
         self._renamed: dict[str, str] = {}
         self._retired: set[str] = set()
+        self._definitions: dict[str, LabelDefinition] = {}
+        self._version = 0
 
     # -- writes (memory updater) -------------------------------------------------------------------
+    def define(self, label: str, definition: LabelDefinition) -> None:
+        """Set (or replace) the definition of ``label`` and activate it.
+
+        Raises:
+            LabelConflict: ``label`` was renamed to another name.
+        """
+        label = _canon(label)
+        with self._lock:
+            _check_not_renamed(label, self._renamed)
+            self._definitions[label] = definition
+            self._retired.discard(label)
+            self._version += 1
+
     def retire(self, label: str) -> None:
-        """Never propose ``label`` (or anything renamed to it) again."""
+        """Never propose ``label`` (or anything renamed to it) again; its rules stop matching."""
         with self._lock:
             self._retired.add(_canon(label))
+            self._version += 1
 
     def add(self, label: str) -> None:
-        """(Re-)activate ``label``: a retired label can come back."""
+        """(Re-)activate ``label``: a retired label can come back (with its definition, if it had one)."""
         with self._lock:
             self._retired.discard(_canon(label))
+            self._version += 1
 
     def rename(self, old: str, new: str) -> None:
-        """``old`` becomes ``new``; earlier renames to ``old`` follow (a -> old -> new gives a -> new)."""
+        """``old`` becomes ``new``; earlier renames to ``old`` follow (a -> old -> new gives a -> new), and the
+        definition of ``old`` moves to ``new`` (:func:`merge_definitions`)."""
         old, new = _canon(old), _canon(new)
         with self._lock:
-            self._renamed[old] = new
-            for k, v in list(self._renamed.items()):
-                if v == old:
-                    self._renamed[k] = new
-            self._renamed.pop(new, None)
+            self._renamed = _renamed_after(self._renamed, old, new)
+            moved = self._definitions.pop(old, None)
+            if moved is not None:
+                self._definitions[new] = merge_definitions(self._definitions.get(new), moved)
+            self._version += 1
 
-    # -- reads (classifier) ------------------------------------------------------------------------
-    def snapshot(self) -> tuple[dict[str, str], frozenset[str]]:
-        """(renames, retired) as of now."""
+    # -- reads (classifier, API) -------------------------------------------------------------------
+    def snapshot(self) -> RegistryState:
+        """The registry as of now."""
         with self._lock:
-            return dict(self._renamed), frozenset(self._retired)
+            return RegistryState(dict(self._renamed), frozenset(self._retired), dict(self._definitions),
+                                 self._version)
 
-    def apply(self, labels: Iterable[str], snapshot: tuple[dict[str, str], frozenset[str]] | None = None) -> tuple:
+    def apply(self, labels: Iterable[str], snapshot: RegistryState | None = None) -> tuple:
         """Map ``labels`` (canonical form first) through renames, drop retired ones; order kept, duplicates
         removed."""
-        renamed, retired = snapshot or self.snapshot()
+        state = snapshot or self.snapshot()
+        renamed, retired = state[0], state[1]
         out = []
         for lb in labels:
             lb = _canon(lb)
@@ -72,8 +158,26 @@ class LabelRegistry:
         return tuple(out)
 
 
+def _check_not_renamed(label: str, renamed: dict[str, str]) -> None:
+    if label in renamed:
+        raise LabelConflict(f"label {label!r} was renamed to {renamed[label]!r}: its history belongs to the new "
+                            "name; define that one, or choose another name")
+
+
+def _renamed_after(renamed: dict[str, str], old: str, new: str) -> dict[str, str]:
+    out = dict(renamed)
+    out[old] = new
+    for k, v in list(out.items()):
+        if v == old:
+            out[k] = new
+    out.pop(new, None)
+    return out
+
+
 class RedisLabelRegistry(LabelRegistry):
-    """The registry in Redis (hash ``<ns>:renamed`` old -> new, set ``<ns>:retired``), shared by replicas.
+    """The registry in Redis, shared by replicas: hash ``<ns>:renamed`` old -> new, set ``<ns>:retired``, hash
+    ``<ns>:definitions`` label -> definition JSON, counter ``<ns>:version``. Every write is one transaction that
+    also increments the version; :meth:`snapshot` reads the definitions again only when the version moved.
 
     Raises:
         redis.exceptions.ConnectionError: Redis unreachable (callers retry).
@@ -83,42 +187,95 @@ class RedisLabelRegistry(LabelRegistry):
         super().__init__()
         self.r = redis.Redis.from_url(url)
         self.ns = namespace
+        self._keys = {k: f"{namespace}:{k}" for k in ("renamed", "retired", "definitions", "version")}
+        self._cached: tuple[int, dict[str, LabelDefinition]] | None = None
+
+    def define(self, label: str, definition: LabelDefinition) -> None:
+        k, label = self._keys, _canon(label)
+
+        def change(pipe, current_renamed):
+            _check_not_renamed(label, current_renamed)
+            pipe.hset(k["definitions"], label, definition.model_dump_json())
+            pipe.srem(k["retired"], label)
+
+        self._transaction(change)
 
     def retire(self, label: str) -> None:
-        self.r.sadd(f"{self.ns}:retired", _canon(label))
+        self._transaction(lambda pipe, _r: pipe.sadd(self._keys["retired"], _canon(label)))
 
     def add(self, label: str) -> None:
-        self.r.srem(f"{self.ns}:retired", _canon(label))
+        self._transaction(lambda pipe, _r: pipe.srem(self._keys["retired"], _canon(label)))
 
     def rename(self, old: str, new: str) -> None:
-        old, new = _canon(old), _canon(new)
-        key = f"{self.ns}:renamed"
+        k, old, new = self._keys, _canon(old), _canon(new)
+
+        def change(pipe, current_renamed):
+            pipe.delete(k["renamed"])
+            pipe.hset(k["renamed"], mapping=_renamed_after(current_renamed, old, new))
+            moved = self._read_definition(old)
+            if moved is not None:
+                pipe.hdel(k["definitions"], old)
+                pipe.hset(k["definitions"], new, merge_definitions(self._read_definition(new), moved)
+                          .model_dump_json())
+
+        self._transaction(change)
+
+    def _read_definition(self, label: str) -> LabelDefinition | None:
+        raw = self.r.hget(self._keys["definitions"], label)
+        return None if raw is None else LabelDefinition.model_validate_json(raw)
+
+    def _transaction(self, change) -> None:
+        """Run ``change(pipe, renamed)`` in a MULTI with the version increment, retried when a key it read
+        changed meanwhile (WATCH)."""
+        k = self._keys
         with self.r.pipeline() as pipe:
             while True:
                 try:
-                    pipe.watch(key)
-                    current = {k.decode(): v.decode() for k, v in pipe.hgetall(key).items()}
+                    pipe.watch(k["renamed"], k["definitions"], k["version"])
+                    current = {a.decode(): b.decode() for a, b in pipe.hgetall(k["renamed"]).items()}
                     pipe.multi()
-                    pipe.hset(key, old, new)
-                    for k, v in current.items():
-                        if v == old:
-                            pipe.hset(key, k, new)
-                    pipe.hdel(key, new)
+                    change(pipe, current)
+                    pipe.incr(k["version"])
                     pipe.execute()
                     return
-                except redis.WatchError:  # the hash changed between WATCH and EXEC: try again
+                except redis.WatchError:  # changed between WATCH and EXEC: try again
                     continue
 
-    def snapshot(self) -> tuple[dict[str, str], frozenset[str]]:
-        with self.r.pipeline(transaction=False) as pipe:
-            pipe.hgetall(f"{self.ns}:renamed")
-            pipe.smembers(f"{self.ns}:retired")
-            renamed, retired = pipe.execute()
-        return ({k.decode(): v.decode() for k, v in renamed.items()}, frozenset(x.decode() for x in retired))
+    def snapshot(self) -> RegistryState:
+        k = self._keys
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.get(k["version"])
+            pipe.hgetall(k["renamed"])
+            pipe.smembers(k["retired"])
+            version, renamed, retired = pipe.execute()
+        version = int(version or 0)
+        if self._cached is not None and self._cached[0] == version:
+            definitions = self._cached[1]
+        else:  # something changed: everything again, from one moment
+            with self.r.pipeline(transaction=True) as pipe:
+                for cmd, key in (("get", "version"), ("hgetall", "renamed"), ("smembers", "retired"),
+                                 ("hgetall", "definitions")):
+                    getattr(pipe, cmd)(k[key])
+                version, renamed, retired, raw = pipe.execute()
+            version, definitions = int(version or 0), _decode_definitions(raw)
+            self._cached = (version, definitions)
+        return RegistryState({a.decode(): b.decode() for a, b in renamed.items()},
+                             frozenset(x.decode() for x in retired), dict(definitions), version)
 
     def clear(self) -> None:
         """Forget everything (tests, demo)."""
-        self.r.delete(f"{self.ns}:renamed", f"{self.ns}:retired")
+        self.r.delete(*self._keys.values())
+        self._cached = None
+
+
+def _decode_definitions(raw: dict) -> dict[str, LabelDefinition]:
+    out = {}
+    for label, value in raw.items():
+        try:
+            out[label.decode()] = LabelDefinition.model_validate_json(value)
+        except ValueError as exc:  # written by another version: skip it rather than stop every classifier
+            log.warning("label definition in Redis not readable; skipped", label=label.decode(), error=str(exc))
+    return out
 
 
 def open_registry(redis_url: str | None, namespace: str = "newsmon:labels") -> LabelRegistry:

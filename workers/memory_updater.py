@@ -60,7 +60,10 @@ class MemoryUpdaterWorker(BatchWorker):
                 self.reject(outbox, m, str(exc.reason))
                 continue
             if isinstance(ev, LabelEvent):
-                self.call("label registry", svc.apply_label_event, ev)
+                refused = self.call("label registry", svc.apply_label_event, ev)
+                if refused:
+                    self.reject(outbox, m, refused)
+                    continue
             else:
                 outcome = self.call("memory", svc.apply_decision, ev)
                 if outcome == "unknown":

@@ -1,6 +1,7 @@
 """The article path, one method per stage, in order:
 
-``validate`` -> ``near_duplicates`` -> ``embed`` -> ``retrieve_and_score`` -> ``store_pending`` -> ``emit``
+``validate`` -> ``near_duplicates`` -> ``embed`` -> ``retrieve_and_score`` -> ``match_rules`` -> ``store_pending``
+-> ``emit`` (:meth:`ArticlePipeline.propose` runs the middle five; the worker and ``POST /v1/suggest`` share it)
 
 :class:`ArticlePipeline` is the classifier worker's service object; the worker
 (:mod:`newsmon.workers.classifier`) only moves messages, offsets and errors. Every dependency call goes through
@@ -9,8 +10,9 @@ the ``call`` it is given (the worker's error policy, :meth:`newsmon.workers.base
 Per batch the knowledge memory is hit by: one ``get`` per language for the originals of the near-copies found,
 read again after the pending points are written (none when there are none), one batched ``search`` per language
 of the batch (plus one per other language for a language whose memory is too small to stand alone, and a count
-for it), and one ``get`` and one ``upsert`` per language for the pending points. The language collections are
-listed at most once per batch.
+for it), one ``get`` and one ``upsert`` per language for the pending points, and, when a label rule matched a
+label retrieval did not propose, one ``count`` per language and such label (its confirmed examples). The language
+collections are listed at most once per batch.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.memory import MemoryPoint, SearchFilter, catch_up, replaced_router
 from newsmon.shared.promotion import read_promoted
 from newsmon.workers.copies import duplicate_labels, inherited_labels, is_moderated
-from newsmon.workers.labels import LabelRegistry
+from newsmon.workers.labels import LabelRegistry, RegistryState
 from newsmon.workers.observability import BATCH_SECONDS, BATCH_SIZE
+from newsmon.workers.rules import RuleBook, RuleOutcome, article_meta, count_examples, match_rules
 
 log = structlog.get_logger(__name__)
 
@@ -61,8 +64,9 @@ class ArticleItem:
     Attributes:
         msg: the consumed message; event: the parsed event; text: title + body cut to ``max_text_chars``;
         duplicate: set by ``near_duplicates``; vector: ``(d,)`` float32 query embedding (set by ``embed``);
-        labels: the proposed labels and searched: the collections searched (set by ``retrieve_and_score``);
-        revision: the proposal's revision and stored: whether its pending point was written (``store_pending``).
+        labels: the proposed labels and searched: the collections searched (set by ``retrieve_and_score``, the
+        labels revised by ``match_rules``, which sets rules: what the label rules did); revision: the proposal's
+        revision and stored: whether its pending point was written (``store_pending``).
     """
 
     msg: Message
@@ -72,6 +76,7 @@ class ArticleItem:
     vector: np.ndarray | None = None
     labels: list[ProposedLabel] = field(default_factory=list)
     searched: tuple[str, ...] = ()
+    rules: RuleOutcome | None = None
     revision: int = 0
     stored: bool = False
 
@@ -83,8 +88,9 @@ class ArticleBatch:
     size: int
     items: list[ArticleItem]
     started: float = field(default_factory=time.perf_counter)
-    seconds: dict[str, float] = field(default_factory=lambda: {"dedup": 0.0, "embed": 0.0, "search_score": 0.0})
-    registry: tuple | None = None  # the label registry's snapshot the batch was scored with
+    seconds: dict[str, float] = field(default_factory=lambda: {"dedup": 0.0, "embed": 0.0, "search_score": 0.0,
+                                                               "rules": 0.0})
+    registry: RegistryState | None = None  # the label registry's snapshot the batch was scored with
 
     @property
     def fresh(self) -> list[ArticleItem]:
@@ -98,7 +104,7 @@ class ArticlePipeline:
     Args:
         settings: all settings; classifier: encoder + memory router (replaced when a model is promoted);
         dedup: the near-duplicate index (Redis-backed when replicas share it); registry: the label registry
-        (renames, retired labels); call: how dependency calls are made (the worker's error policy).
+        (definitions, renames, retired labels); call: how dependency calls are made (the worker's error policy).
     """
 
     def __init__(self, settings: Settings, classifier: Classifier, dedup: NearDuplicateIndex,
@@ -108,6 +114,7 @@ class ArticlePipeline:
         self.dedup = dedup
         self.registry = registry
         self.call = call
+        self.rulebook = RuleBook()
         self._promotion_seen: str | None = None
         self._replaced_checked = False
 
@@ -154,6 +161,14 @@ class ArticlePipeline:
         self.dedup.count()
 
     # -- the stages -------------------------------------------------------------------------------
+    def propose(self, batch: ArticleBatch) -> None:
+        """The stages between ``validate`` and ``emit``, in order, for a batch with valid articles."""
+        self.near_duplicates(batch)
+        self.embed(batch)
+        self.retrieve_and_score(batch)
+        self.match_rules(batch)
+        self.store_pending(batch)  # before the proposals: a moderator can only decide on a produced proposal
+
     def validate(self, msgs: list[Message]) -> tuple[ArticleBatch, list[tuple[Message, str]]]:
         """Parse every message as an :class:`ArticleEvent`. Returns the batch of valid articles and the
         rejected messages with their reason (too large, invalid JSON, schema violation, unknown
@@ -232,6 +247,28 @@ class ArticlePipeline:
             d = it.duplicate
             if d is not None:
                 it.labels = duplicate_labels(d.original_id, relabel(inherited_labels(d.point)), d.jaccard)
+
+    def match_rules(self, batch: ArticleBatch) -> None:
+        """Apply the label rules of the registry snapshot the batch is scored with to the articles that are not
+        near-copies (:func:`newsmon.workers.rules.match_rules`): evidence on the labels whose KwE matched,
+        retrieval proposals the definition refuses dropped, rule-only proposals for labels with fewer than
+        ``labels.min_examples`` confirmed examples."""
+        fresh, state = batch.fresh, batch.registry
+        if not fresh or state is None or not state.definitions:
+            return
+        t0 = time.perf_counter()
+        index = self.rulebook.index(state)
+        enough = self.settings.labels.min_examples
+        router = self.classifier.router
+
+        def examples(names):
+            return self.call("memory count", count_examples, router, names, enough)
+
+        done = match_rules([(it.text, article_meta(it.event), it.labels) for it in fresh], state, index, examples,
+                           enough, self.settings.rae.threshold)
+        for it, (labels, outcome) in zip(fresh, done):
+            it.labels, it.rules = labels, outcome
+        batch.seconds["rules"] = time.perf_counter() - t0
 
     def store_pending(self, batch: ArticleBatch) -> None:
         """Keep each article's embedding in the memory as a pending point (no labels, the proposal in its
@@ -314,14 +351,15 @@ class ArticlePipeline:
                 model_version=self.classifier.model_version,
                 memory_version="+".join(searched) or self.classifier.collection(it.event.lang),
                 scoring=scoring, timings=Timings(batch_size=batch.size, queue_ms=queue_ms, dedup_ms=1000 * sec["dedup"],
-                                embed_ms=1000 * sec["embed"], search_ms=1000 * sec["search_score"], score_ms=0.0,
+                                embed_ms=1000 * sec["embed"], search_ms=1000 * sec["search_score"],
+                                score_ms=1000 * sec["rules"],
                                 total_ms=total_ms),
                 produced_at=now)))
         return out
 
     def observe(self, batch: ArticleBatch) -> None:
         """Record the batch's stage timings (``newsmon_batch_seconds``), after its proposals were produced."""
-        for stage in ("dedup", "embed", "search_score"):
+        for stage in ("dedup", "embed", "search_score", "rules"):
             BATCH_SECONDS.labels(stage).observe(batch.seconds[stage])
         BATCH_SECONDS.labels("total").observe(time.perf_counter() - batch.started)
 

@@ -1,15 +1,15 @@
 """A label's definition as analysts write it: keyword Boolean expressions plus article-metadata filters.
 
-:class:`LabelRule` is the wire/registry form (a pydantic model, JSON-ready; it will be carried by a ``LabelEvent``
-with the ``defined`` / ``updated`` actions): every KwE is validated at construction, so a rule that exists can be
-matched. :class:`LabelRuleIndex` matches one article against all label rules through one :class:`.index.KweIndex`
-and applies the filters.
+:class:`LabelRule` is the registry form (a pydantic model, JSON-ready; the workers build it from the definition a
+``LabelEvent`` with the ``defined`` / ``updated`` actions carries, see :mod:`newsmon.workers.rules`): every KwE is
+validated at construction, so a rule that exists can be matched. :class:`LabelRuleIndex` matches one article
+against all label rules through one :class:`.index.KweIndex` and applies the filters.
 
 A label matches an article when the article passes the label's filters and at least one of its KwEs matches.
 Filters: each non-empty list restricts one metadata field to the values listed (OR within a field, AND across
-fields); an article whose value for a restricted field is unknown does not pass. Languages are ISO 639-1/639-3
-codes compared lower-case, countries ISO 3166-1 alpha-2 codes compared upper-case, sources (outlets) and sections
-free text compared case-insensitively (``str.casefold``).
+fields); an article whose value for a restricted field is unknown does not pass. Languages are ISO 639-1 codes
+(:func:`newsmon.schemas.base.check_language_code`, after lowering), countries ISO 3166-1 alpha-2 codes compared
+upper-case, sources (outlets) and sections free text compared case-insensitively (``str.casefold``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from newsmon.schemas.base import check_label
+from newsmon.schemas.base import check_label, check_language_code
 
 from ..text import Tokens, tokenize
 from .expression import KeywordExpression, KweMatch
@@ -70,7 +70,7 @@ class RuleFilters(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    languages: tuple[Annotated[str, Field(pattern=r"^[a-z]{2,3}$")], ...] = ()
+    languages: tuple[Annotated[str, AfterValidator(check_language_code)], ...] = ()
     countries: tuple[Annotated[str, Field(pattern=r"^[A-Z]{2}$")], ...] = ()
     sources: tuple[str, ...] = ()
     sections: tuple[str, ...] = ()

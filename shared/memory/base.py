@@ -136,12 +136,14 @@ class SearchFilter:
             ``False``: only unlabelled ("pending") points; ``None``: both.
         exclude_ids: article ids to leave out (e.g. the query article itself).
         duplicate_of: only the near-copies of this article (payload ``"duplicate_of"``); ``None``: any.
+        labels: only points carrying at least one of these labels; empty: any.
     """
 
     lang: str | None = None
     labelled: bool | None = True
     exclude_ids: tuple[str, ...] = ()
     duplicate_of: str | None = None
+    labels: tuple[str, ...] = ()
 
 
 @runtime_checkable
@@ -391,4 +393,6 @@ def check_filter(flt: SearchFilter | None) -> SearchFilter | None:
         raise ValueError(f"filter must be a SearchFilter or None, got {type(flt).__name__}")
     if flt is not None and isinstance(flt.exclude_ids, str):
         raise ValueError("SearchFilter.exclude_ids must be a tuple of ids, not a str")
+    if flt is not None and isinstance(flt.labels, str):
+        raise ValueError("SearchFilter.labels must be a tuple of labels, not a str")
     return flt

@@ -94,6 +94,10 @@ class QdrantAdapter:
         """Condition: payload ``key`` equals ``value``."""
         raise NotImplementedError
 
+    def _match_any(self, key: str, values: list[str]) -> Any:
+        """Condition: payload ``key`` (a value or a list of values) holds one of ``values``."""
+        raise NotImplementedError
+
     def _range(self, key: str, gte: float | None = None, lt: float | None = None) -> Any:
         """Condition: numeric payload ``key`` in ``[gte, lt)``."""
         raise NotImplementedError
@@ -157,6 +161,8 @@ class QdrantAdapter:
             must.append(self._match(FIELD_LANG, flt.lang))
         if flt.duplicate_of is not None:
             must.append(self._match(FIELD_DUPLICATE_OF, flt.duplicate_of))
+        if flt.labels:
+            must.append(self._match_any(FIELD_LABELS, list(flt.labels)))
         if flt.labelled is True:
             must.append(self._range(FIELD_N_LABELS, gte=1))
         elif flt.labelled is False:

@@ -98,6 +98,9 @@ class EdgeMemory(QdrantAdapter):
     def _match(self, key: str, value: str) -> Any:
         return qe.FieldCondition(key, match=qe.MatchValue(value))
 
+    def _match_any(self, key: str, values: list[str]) -> Any:
+        return qe.FieldCondition(key, match=qe.MatchAny(values))
+
     def _range(self, key: str, gte: float | None = None, lt: float | None = None) -> Any:
         bounds = {k: v for k, v in (("gte", gte), ("lt", lt)) if v is not None}
         return qe.FieldCondition(key, range=qe.RangeFloat(**bounds))

@@ -166,6 +166,9 @@ class QdrantServerMemory(QdrantAdapter):
     def _match(self, key: str, value: str) -> Any:
         return self._m.FieldCondition(key=key, match=self._m.MatchValue(value=value))
 
+    def _match_any(self, key: str, values: list[str]) -> Any:
+        return self._m.FieldCondition(key=key, match=self._m.MatchAny(any=values))
+
     def _range(self, key: str, gte: float | None = None, lt: float | None = None) -> Any:
         bounds = {k: v for k, v in (("gte", gte), ("lt", lt)) if v is not None}
         return self._m.FieldCondition(key=key, range=self._m.Range(**bounds))

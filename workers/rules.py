@@ -1,0 +1,180 @@
+"""Label rules (analysts' keyword Boolean expressions) in the article path: the ``match_rules`` stage.
+
+The label registry (:mod:`newsmon.workers.labels`) holds each label's :class:`~newsmon.schemas.LabelDefinition`.
+:class:`RuleBook` compiles the active definitions (retired labels left out) into one
+:class:`~newsmon.shared.kwe.LabelRuleIndex`, the term index in front of every KwE, rebuilt only when the
+registry's version moves. :func:`match_rules` then, for each article that is not a near-copy:
+
+1. matches the article (title + body, one tokenisation) against every rule at once, with the article's
+   metadata (language, country, outlet as source, section) for the filters;
+2. gives every proposed label whose rule matched its evidence (``rule``: the first matching KwE and the words
+   that matched);
+3. drops a retrieval proposal of a label whose definition does not admit the article: its filters refuse the
+   article's metadata, or ``require_rule_match`` is set and no KwE matched (the precision filter);
+4. proposes each matched label that retrieval did not propose and that has fewer than
+   ``labels.min_examples`` (default 3) confirmed examples in the knowledge memory (the label or an old name of
+   it, any language), from its KwE alone: ``source: rule``, score ``rae.threshold`` (at the threshold, below
+   every retrieval proposal; a KwE match carries no graded evidence), after the retrieval labels. From that
+   many examples on, retrieval proposes the label and the KwE is its evidence.
+
+Near-copies are left alone: they keep what their original passes on (:mod:`newsmon.workers.copies`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import structlog
+
+from newsmon.schemas import ArticleEvent, LabelDefinition, ProposedLabel, RuleEvidence
+from newsmon.shared.kwe import (ArticleMeta, KweSyntaxError, LabelRule, LabelRuleIndex, RuleFilters, RuleMatch,
+                                parse_kwe)
+from newsmon.shared.memory import MemoryRouter, SearchFilter
+from newsmon.shared.text import Tokens, tokenize
+from newsmon.workers.labels import RegistryState
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["RuleBook", "RuleOutcome", "article_meta", "count_examples", "kwe_errors", "match_rules",
+           "rule_evidence", "rule_of_definition"]
+
+MAX_EVIDENCE_WORDS = 20  # RuleEvidence.matched max_length
+MAX_EVIDENCE_CHARS = 300
+
+
+def rule_of_definition(label: str, definition: LabelDefinition) -> LabelRule:
+    """The matchable :class:`~newsmon.shared.kwe.LabelRule` of a label's wire definition.
+
+    Raises:
+        pydantic.ValidationError: a KwE does not parse (use :func:`kwe_errors` for the positions) or a filter
+            value is invalid.
+    """
+    f = definition.filters
+    return LabelRule(label=label, kwes=tuple(definition.kwes),
+                     filters=RuleFilters(languages=f.languages, countries=f.countries, sources=f.sources,
+                                         sections=f.sections),
+                     require_rule_match=definition.require_rule_match)
+
+
+def kwe_errors(kwes: Iterable[str]) -> list[tuple[int, KweSyntaxError]]:
+    """``(index, error)`` of every KwE that does not parse (empty when all do); the error has ``reason``,
+    ``position`` (0-based character offset) and ``expression``."""
+    out = []
+    for i, kwe in enumerate(kwes):
+        try:
+            parse_kwe(kwe)
+        except KweSyntaxError as exc:
+            out.append((i, exc))
+    return out
+
+
+def article_meta(ev: ArticleEvent) -> ArticleMeta:
+    """The metadata label filters look at: language, country, outlet (as ``source``) and section."""
+    return ArticleMeta(lang=ev.lang, country=ev.country, source=ev.outlet, section=ev.section)
+
+
+def rule_evidence(match: RuleMatch, tokens: Tokens) -> RuleEvidence:
+    """The evidence of a label's rule on one article: its first matching KwE and the article's words that
+    matched its positive terms, as written in the text (distinct, in text order, at most 20)."""
+    first = match.matches[0]
+    hits = sorted(((start, word) for hit in first.hits for start, word in _surfaces(hit, tokens)))
+    words = list(dict.fromkeys(w[:MAX_EVIDENCE_CHARS] for _, w in hits))[:MAX_EVIDENCE_WORDS]
+    return RuleEvidence(kwe=first.expression.source, matched=words)
+
+
+def _surfaces(hit, tokens: Tokens) -> list[tuple[int, str]]:
+    n = len(hit.term.words)
+    return [(i, tokens.surface(i, i + n - 1)) for i in hit.positions]
+
+
+class RuleBook:
+    """The active label rules of the registry as one :class:`~newsmon.shared.kwe.LabelRuleIndex`, rebuilt when
+    the registry's version changes (a definition that no longer parses is skipped with a warning)."""
+
+    def __init__(self) -> None:
+        self._version: int | None = None
+        self._index = LabelRuleIndex()
+
+    def index(self, state: RegistryState) -> LabelRuleIndex:
+        """The rule index of ``state`` (the cached one when its version is unchanged)."""
+        if state.version != self._version:
+            index = LabelRuleIndex()
+            for label, definition in state.active_definitions().items():
+                try:
+                    index.put(rule_of_definition(label, definition))
+                except ValueError as exc:
+                    log.warning("label definition skipped: it does not compile", label=label, error=str(exc))
+            self._index, self._version = index, state.version
+        return self._index
+
+
+@dataclass
+class RuleOutcome:
+    """What :func:`match_rules` did to one article: ``matched`` the labels whose rule matched, ``dropped`` the
+    retrieval proposals its definition refused, ``rule_only`` the labels proposed from their KwE alone."""
+
+    matched: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+    rule_only: tuple[str, ...] = ()
+
+
+def match_rules(articles: list[tuple[str, ArticleMeta, list[ProposedLabel]]], state: RegistryState,
+                index: LabelRuleIndex, examples: Callable[[dict[str, tuple[str, ...]]], dict[str, int]],
+                min_examples: int, rule_score: float) -> list[tuple[list[ProposedLabel], RuleOutcome]]:
+    """Apply the label rules to the retrieval proposals of each article (see the module docstring).
+
+    Args:
+        articles: per article (text, metadata, its retrieval proposals best first).
+        state: the registry snapshot the batch is scored with; index: its rules (:meth:`RuleBook.index`).
+        examples: label -> its names (:meth:`RegistryState.names_of`) in, label -> confirmed examples in the
+            memory out (:func:`count_examples`); called once, for the labels that could be rule-only.
+        min_examples: a label with fewer examples than this is proposed from its KwE alone.
+        rule_score: the score of a rule-only proposal.
+
+    Returns:
+        Per article, its proposals after the rules and what changed.
+    """
+    active = state.active_definitions()
+    if not active:
+        return [(labels, RuleOutcome()) for _t, _m, labels in articles]
+    found: list[tuple[Tokens, dict[str, RuleMatch]]] = []
+    for text, meta, _labels in articles:
+        tokens = tokenize(text)
+        found.append((tokens, {m.label: m for m in index.match(tokens, meta)}))
+    wanted = {lb for (_t, matches), (_x, _m, labels) in zip(found, articles)
+              for lb in matches.keys() - {x.label for x in labels}}
+    counts = examples({lb: state.names_of(lb) for lb in sorted(wanted)}) if wanted and min_examples > 0 else {}
+    out = []
+    for (tokens, matches), (_text, meta, labels) in zip(found, articles):
+        kept, dropped = [], []
+        for x in labels:
+            m, rule = matches.get(x.label), index.get(x.label)
+            if m is not None:
+                kept.append(x.model_copy(update={"rule": rule_evidence(m, tokens)}))
+            elif rule is not None and (rule.require_rule_match or not rule.filters.admits(meta)):
+                dropped.append(x.label)
+            else:
+                kept.append(x)
+        have = {x.label for x in labels}
+        rule_only = [lb for lb in matches if lb not in have and counts.get(lb, 0) < min_examples]
+        kept += [ProposedLabel(label=lb, score=rule_score, source="rule", rule=rule_evidence(matches[lb], tokens))
+                 for lb in rule_only]
+        out.append((kept, RuleOutcome(tuple(matches), tuple(dropped), tuple(rule_only))))
+    return out
+
+
+def count_examples(router: MemoryRouter, names: dict[str, tuple[str, ...]], enough: int) -> dict[str, int]:
+    """Confirmed examples per label in the knowledge memory: labelled points carrying the label or one of its
+    old names, summed over every language collection of ``router``'s model version (one count per language
+    and label; a label stops being counted at ``enough``)."""
+    langs = router.languages()
+    out = {}
+    for label, aliases in names.items():
+        total = 0
+        for lang in langs:
+            total += router.memory(lang).count(SearchFilter(labelled=True, labels=aliases))
+            if total >= enough:
+                break
+        out[label] = total
+    return out
