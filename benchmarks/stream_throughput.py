@@ -64,6 +64,7 @@ def main() -> None:
     s.worker.http_port = None
     s.kafka.session_timeout_ms = 6000
     s.kafka.topic_partitions = 1
+    s.kafka.create_topics = True
 
     clf = Classifier(s)
     clf.add_articles(train, progress=True)  # cached embeddings are fine for the memory

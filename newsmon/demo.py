@@ -192,6 +192,7 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
     settings.memory.url = None
     settings.kafka.session_timeout_ms = 6000
     settings.kafka.topic_partitions = partitions
+    settings.kafka.create_topics = True  # the demo's own broker: the workers create the topics at start-up
     print(f"newsmon demo: {corpus.path} — memory from {len(train)} train articles, streaming {len(test)} test "
           f"articles; embedded Qdrant engine at {memory_dir}")
     with TansuBroker() as broker:

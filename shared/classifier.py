@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import structlog
@@ -37,10 +39,14 @@ class BuildReport:
 
 def model_identity(settings: Settings) -> tuple[str, int]:
     """(model version, embedding dimension) of the encoder in production (the promoted one, else
-    ``encoder.model``) without loading its weights."""
-    from transformers import AutoConfig  # deferred: transformers takes seconds to import
-
+    ``encoder.model``) without loading its weights; a local checkpoint's ``config.json`` is read directly (no
+    transformers, no torch: ``memory stats`` and the memory updater stay light)."""
     path = resolve_model(effective_encoder_settings(settings).model, settings.home)
+    config = Path(path) / "config.json"
+    if config.is_file():
+        return model_fingerprint(path), int(json.loads(config.read_text())["hidden_size"])
+    from transformers import AutoConfig  # deferred: transformers takes seconds to import (a hub id)
+
     return model_fingerprint(path), int(AutoConfig.from_pretrained(path).hidden_size)
 
 

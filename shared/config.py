@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -85,9 +86,18 @@ class KafkaSettings(BaseModel):
     topic_label_events: str = Field("label-events", description="LabelEvent input (key = label).")
     classifier_group: str = Field("newsmon-classifier", description="Consumer group of the classifier workers.")
     updater_group: str = Field("newsmon-memory-updater", description="Consumer group of the memory updater.")
-    create_topics: bool = Field(True, description="Create missing topics (and their .dlq) at start-up.")
-    topic_partitions: int = Field(6, ge=1, description="Partitions of topics created at start-up; the number of "
-                                  "classifier replicas that can share the work.")
+    create_topics: bool = Field(False, description="Create missing topics (and their .dlq) at start-up with the "
+                                "layout below; off: a worker checks that they exist with topic_partitions "
+                                "partitions and refuses to start otherwise (create them with `newsmon topics "
+                                "create`). The demo turns it on.")
+    topic_partitions: int = Field(6, ge=1, description="Partitions of every topic; the most classifier replicas "
+                                  "that can share the work. Workers refuse to start on a topic with another count.")
+    replication_factor: int | None = Field(None, ge=1, description="Copies of each partition of a created topic "
+                                           "(at most the number of brokers); unset = the broker's "
+                                           "default.replication.factor.")
+    min_insync_replicas: int | None = Field(None, ge=1, description="Topic config min.insync.replicas of a created "
+                                            "topic: copies a write with acks=all needs; unset = the broker's "
+                                            "default.")
     session_timeout_ms: int = Field(45000, ge=1000, description="Consumer session.timeout.ms.")
     max_poll_interval_ms: int = Field(
         300000, ge=10000, description="Consumer max.poll.interval.ms; a batch (embed + search + produce) must "
@@ -133,6 +143,12 @@ class WorkerSettings(BaseModel):
     redis_namespace: str = Field("newsmon", description="Prefix of the Redis keys (<ns>:dedup, <ns>:labels).")
     http_port: int | None = Field(8000, description="Port of /metrics, /healthz, /readyz; unset = off.")
     http_host: str = Field("0.0.0.0", description="Bind address of the HTTP endpoint.")
+    startup_timeout_s: float = Field(15.0, gt=0, le=300, description="How long a worker tries to reach Kafka, "
+                                     "Redis and the Qdrant server at start-up before it gives up with one line "
+                                     "naming the address (seconds).")
+    wait_for_dependencies: bool = Field(False, description="At start-up, wait for an unreachable Kafka, Redis or "
+                                        "Qdrant server (or missing topics), reporting not-ready on /readyz, "
+                                        "instead of exiting non-zero after startup_timeout_s.")
 
 
 class LabelSettings(BaseModel):
@@ -191,6 +207,30 @@ class Settings(BaseSettings):
     def memory_path(self) -> Path:
         """Directory of the embedded knowledge memory."""
         return self.memory.path or self.home / "memory"
+
+    def memory_mode(self) -> dict[str, str]:
+        """Which knowledge memory this process uses, safe to log and to show on ``/readyz``:
+        ``{"mode": "server", "url": <URL without credentials>}`` or ``{"mode": "embedded", "path": <dir>}``."""
+        if self.memory.url:
+            return {"mode": "server", "url": redact_url(self.memory.url)}
+        return {"mode": "embedded", "path": str(Path(self.memory_path).expanduser())}
+
+
+def redact_url(url: str) -> str:
+    """``url`` without user name, password and query string (``redis://:pw@host:6379/0`` ->
+    ``redis://host:6379/0``), for logs and error messages; a string that is not a URL is returned as is."""
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.netloc:
+        return url
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = f"{host}:{port}" if port is not None else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _default_text(field) -> str:

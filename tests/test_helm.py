@@ -22,11 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "helm_check.py"
 SECRET_KEYS = {"NEWSMON_KAFKA__SASL_PASSWORD", "NEWSMON_MEMORY__API_KEY", "NEWSMON_WORKER__REDIS_URL",
                "NEWSMON_TRAINING__OPTUNA_STORAGE", "NEWSMON_API__TOKEN"}
-# Settings the chart sets ahead of the code (issue "Deployable as built"): the topic layout that
-# `newsmon topics create` applies, and the HTTP API of `newsmon serve` (issue "Client topics"). Drop each name
-# here once shared/config.py has it (the settings table then lists it).
-PENDING_SETTINGS = {"NEWSMON_KAFKA__REPLICATION_FACTOR", "NEWSMON_KAFKA__MIN_INSYNC_REPLICAS",
-                    "NEWSMON_API__HOST", "NEWSMON_API__PORT", "NEWSMON_API__TOKEN"}
+# Settings the chart sets ahead of the code: the HTTP API of `newsmon serve` (issue "Client topics"). Drop each
+# name here once shared/config.py has it (the settings table then lists it).
+PENDING_SETTINGS = {"NEWSMON_API__HOST", "NEWSMON_API__PORT", "NEWSMON_API__TOKEN"}
 SETTINGS = set(re.findall(r"^\| `(NEWSMON_[A-Z0-9_]+)` \|", settings_reference(), re.M)) | PENDING_SETTINGS
 WORKERS = {"newsmon-classifier": ["newsmon", "worker", "classifier"],
            "newsmon-memory-updater": ["newsmon", "worker", "memory-updater"]}
@@ -300,6 +298,7 @@ def test_rendered_settings_load_in_the_settings_model(rendered, case, monkeypatc
     assert s.log_format == "json" and s.worker.http_port == 8000
     assert s.memory.url and s.worker.redis_url
     assert s.kafka.create_topics is False
+    assert s.kafka.replication_factor == 3 and s.kafka.min_insync_replicas == 2  # `newsmon topics create` applies
     assert str(s.home) == cm["NEWSMON_HOME"]
     assert s.encoder.cache is False  # the classifier's own override
     if case == "gpu":

@@ -392,6 +392,7 @@ def test_sigkill_mid_batch_and_restart_loses_nothing(tansu, newsmon_home, tmp_pa
            "NEWSMON_KAFKA__TOPIC_LABEL_EVENTS": s.kafka.topic_label_events,
            "NEWSMON_KAFKA__CLASSIFIER_GROUP": s.kafka.classifier_group,
            "NEWSMON_KAFKA__SESSION_TIMEOUT_MS": "6000", "NEWSMON_WORKER__BATCH_MAX_MESSAGES": "32",
+           "NEWSMON_KAFKA__TOPIC_PARTITIONS": str(s.kafka.topic_partitions),  # checked at start-up
            "NEWSMON_WORKER__REDIS_URL": redis_url, "NEWSMON_WORKER__REDIS_NAMESPACE": s.worker.redis_namespace,
            "NEWSMON_WORKER__HTTP_PORT": str(port), "NEWSMON_WORKER__HTTP_HOST": "127.0.0.1",
            "NEWSMON_LOG_FORMAT": "json"}
@@ -405,7 +406,9 @@ def test_sigkill_mid_batch_and_restart_loses_nothing(tansu, newsmon_home, tmp_pa
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert 'newsmon_articles_total{outcome="proposed"}' in metrics and "newsmon_batch_seconds" in metrics
         assert urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).status == 200
-        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status == 200
+        ready = urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5)
+        assert ready.status == 200
+        assert json.loads(ready.read())["memory"] == {"mode": "embedded", "path": str(s.memory.path)}
         w1.send_signal(signal.SIGKILL)  # mid-batch: it is busy with the next batch of 32
         w1.wait(30)
         seen_at_kill = len(out.proposals())

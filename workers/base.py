@@ -41,6 +41,11 @@ class DependencyDown(RuntimeError):
     """A dependency call still failed after its retries."""
 
 
+class StartupError(RuntimeError):
+    """A worker cannot start: Kafka, Redis or the Qdrant server unreachable, topics missing or with another
+    partition count. The message is one line for the operator, naming the address or topic and what to do."""
+
+
 class ErrorPolicy:
     """How the workers call their dependencies: retries with exponential backoff, then :class:`DependencyDown`.
 

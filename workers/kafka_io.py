@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 from newsmon.schemas import dead_letter_headers, dead_letter_topic
 from newsmon.shared.config import Settings
+from newsmon.shared.logs import RateLimitedLogBridge
 from newsmon.workers.observability import CONSUMER_LAG, DEAD_LETTERS
 
 log = structlog.get_logger(__name__)
@@ -25,6 +26,8 @@ log = structlog.get_logger(__name__)
 
 def make_consumer(settings: Settings, group: str, topics: list[str], client_id: str) -> Consumer:
     """A consumer in ``group`` subscribed to ``topics``; offsets are committed explicitly by the worker.
+    librdkafka's own log lines go through structlog with their levels, rate-limited (``RateLimitedLogBridge``),
+    as the producer's do.
 
     Classic group protocol (KIP-848 is not used), ``auto.offset.reset=earliest`` so that a new group reads
     the topic from the start, no auto commit.
@@ -34,7 +37,7 @@ def make_consumer(settings: Settings, group: str, topics: list[str], client_id: 
             "enable.auto.commit": False, "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest", "session.timeout.ms": k.session_timeout_ms,
             "max.poll.interval.ms": k.max_poll_interval_ms, "fetch.max.bytes": 64 * 1024 * 1024,
-            "partition.assignment.strategy": "range,roundrobin"}
+            "partition.assignment.strategy": "range,roundrobin", "logger": RateLimitedLogBridge("kafka")}
     conf.update(k.client_options)
     c = Consumer(conf)
     c.subscribe(topics, on_assign=_on_assign(client_id), on_revoke=_on_revoke(client_id, group))
@@ -61,7 +64,8 @@ def _on_revoke(client_id, group):
 def make_producer(settings: Settings, client_id: str) -> Producer:
     """An idempotent producer (acks=all) that accepts messages up to 64 MiB (dead letters keep the original)."""
     conf = {**settings.kafka.client_config(), "client.id": client_id, "enable.idempotence": True, "acks": "all",
-            "linger.ms": 5, "message.max.bytes": 64 * 1024 * 1024, "compression.type": "lz4"}
+            "linger.ms": 5, "message.max.bytes": 64 * 1024 * 1024, "compression.type": "lz4",
+            "logger": RateLimitedLogBridge("kafka")}
     conf.update(settings.kafka.client_options)
     return Producer(conf)
 

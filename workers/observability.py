@@ -3,7 +3,8 @@
 ``GET /metrics`` (Prometheus text format), ``GET /healthz`` (200 while the worker loops are alive: each loop
 beats at least every poll; 503 when a loop has not beaten for ``stale_after_s``), ``GET /readyz`` (200 once
 every worker has its model, memory and consumer up and is not paused on a failing dependency; 503 otherwise,
-with the reason).
+with the reason; both with the knowledge memory's mode, ``{"memory": {"mode": "embedded", "path": ...}}`` or
+``{"mode": "server", "url": ...}`` without credentials).
 """
 
 from __future__ import annotations
@@ -50,6 +51,13 @@ class Health:
         self._lock = threading.Lock()
         self._beats: dict[str, float] = {}
         self._ready: dict[str, str | None] = {}
+        self._info: dict = {}
+
+    def set_info(self, **info) -> None:
+        """What this process runs, shown on /readyz beside the workers (e.g. ``memory={"mode": "server",
+        "url": ...}``); never put credentials here."""
+        with self._lock:
+            self._info.update(info)
 
     def register(self, worker: str) -> None:
         with self._lock:
@@ -79,9 +87,9 @@ class Health:
 
     def ready(self) -> tuple[bool, dict]:
         with self._lock:
-            state = dict(self._ready)
+            state, info = dict(self._ready), dict(self._info)
         return bool(state) and all(v is None for v in state.values()), {"workers": {
-            w: "ready" if v is None else v for w, v in state.items()}}
+            w: "ready" if v is None else v for w, v in state.items()}, **info}
 
 
 HEALTH = Health()

@@ -16,15 +16,16 @@ from http.server import ThreadingHTTPServer
 import structlog
 
 from newsmon.shared.classifier import Classifier, model_identity
-from newsmon.shared.config import Settings
+from newsmon.shared.config import Settings, redact_url
 from newsmon.shared.dedup import NearDuplicateIndex
-from newsmon.shared.memory import MemoryRouter, close_all_routers, shared_router
+from newsmon.shared.memory import MemoryLockedError, MemoryRouter, close_all_routers, shared_router
 from newsmon.workers.base import BatchWorker
 from newsmon.workers.classifier import ClassifierWorker
 from newsmon.workers.labels import LabelRegistry, open_registry
 from newsmon.workers.memory_updater import MemoryUpdaterWorker
-from newsmon.workers.observability import serve_http
-from newsmon.workers.topics import ensure_topics
+from newsmon.workers.observability import HEALTH, serve_http
+from newsmon.workers.startup import wait_for_dependencies
+from newsmon.workers.topics import prepare_topics
 
 log = structlog.get_logger(__name__)
 
@@ -44,12 +45,22 @@ class Runtime:
     threads: list[threading.Thread] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     http: ThreadingHTTPServer | None = None
+    failed: str | None = None  # why a worker ended by itself (the process then exits non-zero)
 
-    def start(self) -> "Runtime":
-        """Start every worker in its own thread (and the HTTP endpoint when ``worker.http_port`` is set)."""
-        k = self.settings.kafka
-        if k.create_topics:
-            ensure_topics(k.client_config(), k.all_topics(), partitions=k.topic_partitions)
+    def start(self, provision: bool = True) -> "Runtime":
+        """Start every worker in its own thread (and the HTTP endpoint when ``worker.http_port`` is set).
+
+        Args:
+            provision: first create (``kafka.create_topics``) or check the workers' topics
+                (:func:`~newsmon.workers.topics.prepare_topics`); off when :func:`run_until_signalled` did it.
+
+        Raises:
+            StartupError: Kafka unreachable, or a topic missing or with another partition count.
+        """
+        if provision:
+            prepare_topics(self.settings.kafka, [w.name for w in self.workers],
+                           self.settings.worker.startup_timeout_s)
+        HEALTH.set_info(memory=self.settings.memory_mode())
         if self.settings.worker.http_port is not None and self.http is None:
             self.http = serve_http(self.settings.worker.http_host, self.settings.worker.http_port)
         for w in self.workers:
@@ -61,7 +72,14 @@ class Runtime:
     def _run_one(self, worker: BatchWorker) -> None:
         try:
             worker.run(self.stop)
-        except Exception:  # noqa: BLE001
+        except MemoryLockedError:
+            self.failed = (f"the embedded knowledge memory at {self.settings.memory_path} is open in another "
+                           "process: run both roles in one process (`newsmon worker all`), or set "
+                           "NEWSMON_MEMORY__URL to a Qdrant server")
+            log.error("worker stopped", worker=worker.name, reason=self.failed)
+            self.stop.set()
+        except Exception as exc:  # noqa: BLE001
+            self.failed = f"worker {worker.name} crashed: {type(exc).__name__}: {exc}"
             log.exception("worker crashed", worker=worker.name)
             self.stop.set()
 
@@ -118,18 +136,42 @@ def build_runtime(settings: Settings, roles: Sequence[str] = ROLES, classifier: 
     return rt
 
 
-def run_until_signalled(settings: Settings, roles: Sequence[str] = ROLES) -> None:
-    """Production entry point: run ``roles`` until SIGTERM / SIGINT, then finish the batch, commit, close."""
-    rt = build_runtime(settings, roles)
+def run_until_signalled(settings: Settings, roles: Sequence[str] = ROLES) -> int:
+    """Production entry point: the start-up checks (:func:`~newsmon.workers.startup.wait_for_dependencies`),
+    then run ``roles`` until SIGTERM / SIGINT, then finish the batch, commit, close.
+
+    The first log line names the roles, the knowledge memory (mode, and path or URL without credentials), Kafka
+    and Redis.
+
+    Returns:
+        the exit status: 0 after a signal, 1 when a worker ended by itself (``Runtime.failed`` logged).
+
+    Raises:
+        StartupError: a start-up check failed (and ``worker.wait_for_dependencies`` is off).
+    """
+    k, w = settings.kafka, settings.worker
+    log.info("newsmon worker starting", roles=list(roles), memory=settings.memory_mode(),
+             kafka=k.bootstrap_servers, topics="create" if k.create_topics else "check",
+             redis=redact_url(w.redis_url) if w.redis_url else "in-process")
+    HEALTH.set_info(memory=settings.memory_mode())
+    stop = threading.Event()
 
     def on_signal(signum, _frame):
         log.info("signal received: finishing the batch in progress", signal=signal.Signals(signum).name)
-        rt.stop.set()
+        stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    rt.start()
+    http = serve_http(w.http_host, w.http_port) if w.http_port is not None and w.wait_for_dependencies else None
+    if not wait_for_dependencies(settings, roles, stop):
+        if http is not None:
+            http.shutdown()
+        return 0
+    rt = build_runtime(settings, roles)
+    rt.stop, rt.http = stop, http
+    rt.start(provision=False)
     try:
         rt.wait()
     finally:
         rt.close()
+    return 1 if rt.failed else 0

@@ -1,7 +1,7 @@
 """The ``newsmon`` command line (typer): one module per command group, wired together here.
 
 ``newsmon eval``, ``memory build|stats``, ``suggest``, ``train nightly|mine|finetune|tune|rollout``,
-``model import-e5-small``, ``settings``, ``worker``, ``demo``. Settings come from ``NEWSMON_*`` environment
+``model import-e5-small``, ``settings``, ``worker``, ``topics create|check``, ``demo``. Settings come from ``NEWSMON_*`` environment
 variables (see ``newsmon settings``); options given here override them.
 """
 
@@ -15,7 +15,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import typer  # noqa: E402
 
-from newsmon.cli import classify, evaluate, run, setup, train  # noqa: E402
+from newsmon.cli import classify, evaluate, run, setup, topics, train  # noqa: E402
 
 
 def _flags_without_placeholder() -> None:
@@ -42,9 +42,12 @@ app = typer.Typer(help="newsmon: label proposals for news articles (RAE-XMC over
 memory_app = typer.Typer(help="Knowledge memory: build and inspect.", no_args_is_help=True)
 model_app = typer.Typer(help="Encoder checkpoints.", no_args_is_help=True)
 train_app = typer.Typer(help="The nightly training job and its stages.", no_args_is_help=True)
+topics_app = typer.Typer(help="Kafka topics: create them (admin) or check them as the workers do.",
+                         no_args_is_help=True)
 app.add_typer(memory_app, name="memory")
 app.add_typer(model_app, name="model")
 app.add_typer(train_app, name="train")
+app.add_typer(topics_app, name="topics")
 
 app.command("settings")(setup.show_settings)
 model_app.command("import-e5-small")(setup.import_e5_small_cmd)
@@ -54,6 +57,8 @@ app.command("suggest")(classify.suggest)
 app.command("eval")(evaluate.eval_cmd)
 app.command("worker")(run.worker_cmd)
 app.command("demo")(run.demo_cmd)
+topics_app.command("create")(topics.topics_create)
+topics_app.command("check")(topics.topics_check)
 train_app.command("mine")(train.train_mine)
 train_app.command("finetune")(train.train_finetune)
 train_app.command("tune")(train.train_tune)

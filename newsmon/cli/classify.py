@@ -46,20 +46,35 @@ def memory_build(
 
 
 def memory_stats() -> None:
-    """Articles per language collection of the current model version (labelled / pending)."""
-    from newsmon.shared.classifier import Classifier  # deferred: see the module docstring
-    from newsmon.shared.memory import SearchFilter
+    """Articles per language collection of the current model version (labelled / pending). Loads no model."""
+    # deferred: see the module docstring; model_identity reads the checkpoint's config.json (no torch)
+    from newsmon.shared.classifier import model_identity
+    from newsmon.shared.memory import MemoryRouter, SearchFilter, stored_collections
 
-    clf = Classifier(settings_from_env())
+    s = settings_from_env()
+    where = s.memory.url and f"the Qdrant server {s.memory_mode()['url']}" or str(s.memory_mode()["path"])
+    names = stored_collections(s)
+    if not names:
+        console.print(f"the knowledge memory at {where} is empty: fill it with `newsmon memory build --data PATH` "
+                      f"(default NEWSMON_DATA={s.data}), then `newsmon suggest TEXT` proposes labels",
+                      soft_wrap=True, markup=False)
+        return
+    version, dim = model_identity(s)
+    router = MemoryRouter(s, version, dim)
     try:
         out = {}
-        for lang in clf.languages():
-            mem = clf.memory(lang)
-            out[clf.collection(lang)] = {"labelled": mem.count(SearchFilter(labelled=True)),
-                                         "pending": mem.count(SearchFilter(labelled=False))}
-        print(json.dumps(out, indent=2))
+        for lang in router.languages():
+            mem = router.memory(lang)
+            out[router.collection(lang)] = {"labelled": mem.count(SearchFilter(labelled=True)),
+                                            "pending": mem.count(SearchFilter(labelled=False))}
     finally:
-        clf.close()
+        router.close()
+    if not out:
+        console.print(f"the knowledge memory at {where} has no collection of the model version {version}, only "
+                      f"{', '.join(names)}: `newsmon memory build` fills it with this model (or set "
+                      "NEWSMON_ENCODER__MODEL to the model of those collections)", soft_wrap=True, markup=False)
+        return
+    print(json.dumps(out, indent=2))
 
 
 def suggest(

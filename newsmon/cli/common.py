@@ -7,6 +7,7 @@ from typing import Any, NoReturn
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Corpus, load_corpus
@@ -33,8 +34,9 @@ def settings_from_env(**overrides: Any) -> Settings:
 
 
 def fail(msg: str, code: int = 2) -> NoReturn:
-    """Print ``error: msg`` to stderr and exit with ``code``."""
-    err.print(f"[red]error:[/red] {msg}")
+    """Print ``error: msg`` to stderr as one line (never wrapped; ``msg`` is not read as markup) and exit with
+    ``code``."""
+    err.print(Text.assemble(("error:", "red"), " ", msg), soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -12,23 +12,25 @@ from typing import Annotated, Optional
 
 import typer
 
-from newsmon.cli.common import err, fail, settings_from_env
+from newsmon.cli.common import fail, settings_from_env
 
 
 def worker_cmd(
     role: Annotated[str, typer.Argument(help="classifier, memory-updater, or all (one process; embedded mode).")],
 ) -> None:
     """Run a production worker against the Kafka, Qdrant and Redis given by the settings, until SIGTERM."""
-    from newsmon.workers.runtime import ROLES, run_until_signalled  # deferred: see the module docstring
+    from newsmon.workers.base import StartupError  # deferred: see the module docstring
+    from newsmon.workers.runtime import ROLES, run_until_signalled
 
     s = settings_from_env()
     roles = ROLES if role == "all" else (role,)
     if any(r not in ROLES for r in roles):
         fail(f"unknown role {role!r}; choose classifier, memory-updater or all")
-    if role != "all" and not s.memory.url:
-        err.print("[yellow]note:[/yellow] the embedded memory is locked by one process; run both roles with "
-                  "`newsmon worker all`, or set NEWSMON_MEMORY__URL to a Qdrant server")
-    run_until_signalled(s, roles)
+    try:
+        code = run_until_signalled(s, roles)
+    except StartupError as exc:
+        fail(str(exc), 1)
+    raise typer.Exit(code)
 
 
 def demo_cmd(

@@ -50,6 +50,30 @@ def open_memory(*, url: str | None, api_key: str | None, path: str | Path, colle
         raise
 
 
+def stored_collections(settings: Settings, client: Any = None) -> list[str]:
+    """Names of every collection of the knowledge memory that starts with ``<collection_prefix>_`` (any
+    language and model version), sorted; opens nothing. In server mode through ``client`` (default: a client
+    of its own, closed afterwards).
+
+    Raises:
+        MemoryUnavailableError: the server did not answer (transient).
+    """
+    m = settings.memory
+    if m.url:
+        own = client is None
+        client = connect(m.url, m.api_key) if own else client
+        try:
+            with server_call("list collections"):
+                names = [c.name for c in client.get_collections().collections]
+        finally:
+            if own:
+                client.close()
+    else:
+        root = Path(settings.memory_path)
+        names = [p.name for p in root.iterdir() if p.is_dir()] if root.exists() else []
+    return sorted(n for n in names if n.startswith(f"{m.collection_prefix}_"))
+
+
 class MemoryRouter:
     """The knowledge memories of one model version: one collection per language, opened on first use.
 
@@ -114,12 +138,7 @@ class MemoryRouter:
     def _list_languages(self) -> list[str]:
         prefix = self.settings.memory.collection_prefix
         suffix = self.collection("xx")[len(f"{prefix}_xx"):]
-        if self.settings.memory.url:
-            with server_call("list collections"):
-                names = [c.name for c in self.server_client().get_collections().collections]
-        else:
-            root = Path(self.settings.memory_path)
-            names = [p.name for p in root.iterdir() if p.is_dir()] if root.exists() else []
+        names = stored_collections(self.settings, self.server_client() if self.settings.memory.url else None)
         pat = re.compile(rf"^{re.escape(prefix)}_([a-z]{{2}}){re.escape(suffix)}$")
         return sorted({m.group(1) for n in names if (m := pat.match(n)) and _is_language(m.group(1))})
 
