@@ -266,3 +266,33 @@ def test_memory_stats_counts_a_real_memory_without_torch(newsmon_home, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {name: {"labelled": 2, "pending": 1}}
     assert "HEAVY=\n" in proc.stderr or proc.stderr.rstrip().endswith("HEAVY="), proc.stderr
+
+
+def test_worker_refuses_an_embedded_memory_held_by_another_process(tansu, newsmon_home, tmp_path):
+    """This test process holds a real embedded collection; a memory updater started on the same directory
+    stops at start-up with one line and the way out (the note is printed only when it is true)."""
+    import numpy as np
+
+    from newsmon.shared.classifier import model_identity
+    from newsmon.shared.config import Settings
+    from newsmon.shared.encoder import resolve_model
+    from newsmon.shared.memory import EdgeMemory, collection_name
+
+    resolve_model(Settings().encoder.model, newsmon_home)
+    s = Settings(home=newsmon_home, memory={"path": tmp_path / "memory"})
+    version, dim = model_identity(s)
+    ns = uuid.uuid4().hex[:8]
+    env = _env(tmp_path, **_topic_env(tansu, ns), NEWSMON_KAFKA__CREATE_TOPICS="true",
+               NEWSMON_HOME=str(newsmon_home), NEWSMON_MEMORY__PATH=str(tmp_path / "memory"))
+    with EdgeMemory(tmp_path / "memory", collection_name("newsmon", "sl", version), dim) as mem:
+        mem.upsert(["a1"], np.ones((1, dim)), [["x"]])
+        proc, took = _newsmon(["worker", "memory-updater"], env)
+    assert proc.returncode == 1, proc.stderr
+    [line] = _error_lines(proc)
+    assert f"the embedded knowledge memory at {tmp_path / 'memory'} is open in another process" in line, line
+    assert "newsmon worker all" in line and "NEWSMON_MEMORY__URL" in line
+    from newsmon.workers.startup import check_embedded_memory
+
+    check_embedded_memory(s)  # released: the same check passes (and leaves the memory closed)
+    with EdgeMemory(tmp_path / "memory", collection_name("newsmon", "sl", version), dim) as mem:
+        assert mem.count() == 1

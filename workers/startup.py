@@ -1,5 +1,6 @@
 """Start-up checks of the workers, before the model loads: Kafka answers and the topics are provisioned
-(:func:`~newsmon.workers.topics.prepare_topics`), Redis answers, the Qdrant server answers. Each check gives up
+(:func:`~newsmon.workers.topics.prepare_topics`), Redis answers, the Qdrant server answers, no other process
+holds the embedded memory. Each check gives up
 after ``worker.startup_timeout_s`` seconds with a :class:`~newsmon.workers.base.StartupError` (one line naming
 the address, credentials left out); with ``worker.wait_for_dependencies`` the worker instead waits, answering
 ``/readyz`` with 503 and the reason, and tries again.
@@ -12,7 +13,9 @@ from collections.abc import Sequence
 
 import structlog
 
+from newsmon.shared.classifier import model_identity
 from newsmon.shared.config import Settings, redact_url
+from newsmon.shared.memory import MemoryLockedError, MemoryRouter, stored_collections
 from newsmon.workers.base import StartupError
 from newsmon.workers.observability import HEALTH
 from newsmon.workers.topics import prepare_topics
@@ -71,8 +74,32 @@ def check_qdrant(settings: Settings) -> None:
             client.close()
 
 
+def check_embedded_memory(settings: Settings) -> None:
+    """In the embedded mode, open (and close again) every collection of the production model's version, so
+    that a memory held by another process stops the worker now, with the way out, instead of pausing it at
+    the first batch. Nothing to check with a Qdrant server, or on an empty memory.
+
+    Raises:
+        StartupError: a collection's directory is locked by another process.
+    """
+    if settings.memory.url or not stored_collections(settings):
+        return
+    version, dim = model_identity(settings)
+    router = MemoryRouter(settings, version, dim)
+    try:
+        for lang in router.languages():
+            router.memory(lang)
+    except MemoryLockedError:
+        raise StartupError(f"the embedded knowledge memory at {settings.memory_path} is open in another process "
+                           "(its lock is held): run both roles in one process (`newsmon worker all`), stop the "
+                           "other process, or set NEWSMON_MEMORY__URL to a Qdrant server") from None
+    finally:
+        router.close()
+
+
 def preflight(settings: Settings, roles: Sequence[str]) -> None:
-    """Every start-up check once: Kafka and the topics of ``roles``, then Redis, then the Qdrant server.
+    """Every start-up check once: Kafka and the topics of ``roles``, then Redis, then the Qdrant server, then
+    the embedded memory's lock.
 
     Raises:
         StartupError: the first check that failed.
@@ -80,6 +107,7 @@ def preflight(settings: Settings, roles: Sequence[str]) -> None:
     prepare_topics(settings.kafka, roles, settings.worker.startup_timeout_s)
     check_redis(settings)
     check_qdrant(settings)
+    check_embedded_memory(settings)
 
 
 def wait_for_dependencies(settings: Settings, roles: Sequence[str], stop: threading.Event) -> bool:
