@@ -155,10 +155,14 @@ def run_until_signalled(settings: Settings, roles: Sequence[str] = ROLES) -> int
              redis=redact_url(w.redis_url) if w.redis_url else "in-process")
     HEALTH.set_info(memory=settings.memory_mode())
     stop = threading.Event()
+    running = threading.Event()  # set once the workers run; before that a signal ends the process at once
 
     def on_signal(signum, _frame):
-        log.info("signal received: finishing the batch in progress", signal=signal.Signals(signum).name)
         stop.set()
+        if not running.is_set():  # waiting for a dependency or loading the model: nothing to finish
+            log.info("signal received before the workers started: exiting", signal=signal.Signals(signum).name)
+            raise SystemExit(0)
+        log.info("signal received: finishing the batch in progress", signal=signal.Signals(signum).name)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -169,6 +173,7 @@ def run_until_signalled(settings: Settings, roles: Sequence[str] = ROLES) -> int
         return 0
     rt = build_runtime(settings, roles)
     rt.stop, rt.http = stop, http
+    running.set()
     rt.start(provision=False)
     try:
         rt.wait()
