@@ -19,8 +19,10 @@ def _topics(s) -> list[str]:
 
 
 def topics_create() -> None:
-    """Create the missing topics (and their .dlq) with NEWSMON_KAFKA__TOPIC_PARTITIONS, __REPLICATION_FACTOR and
-    __MIN_INSYNC_REPLICAS; idempotent. Fails on an existing topic with another partition count."""
+    """Create the missing topics and their .dlq with the layout settings (idempotent).
+
+    The layout: NEWSMON_KAFKA__TOPIC_PARTITIONS, __REPLICATION_FACTOR and __MIN_INSYNC_REPLICAS. Fails on an
+    existing topic with another partition count. Prints the topics as JSON."""
     from newsmon.workers.base import StartupError  # deferred: see the module docstring
     from newsmon.workers.topics import create_topics, describe
 
@@ -38,8 +40,9 @@ def topics_create() -> None:
 
 
 def topics_check() -> None:
-    """Check that every topic exists with NEWSMON_KAFKA__TOPIC_PARTITIONS partitions, as the workers do at
-    start-up; exits 1 with the reason otherwise."""
+    """Check the topics as a worker does at start-up.
+
+    Every topic must exist with NEWSMON_KAFKA__TOPIC_PARTITIONS partitions; exits 1 with the reason otherwise."""
     from newsmon.workers.base import StartupError  # deferred: see the module docstring
     from newsmon.workers.topics import check_topics
 
