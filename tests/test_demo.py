@@ -17,6 +17,7 @@ def test_demo_runs_end_to_end(sentinews_slice, newsmon_home):
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = res.stdout
     assert "Tansu broker on 127.0.0.1:" in out
+    assert "HTTP API on http://127.0.0.1:" in out and "/v1/suggest" in out
     assert "knowledge memory: {'sl': 80} articles" in out
     assert "streamed 10 articles" in out and "10 moderator decisions applied" in out
     assert "micro-F1" in out and "subset accuracy" in out

@@ -22,9 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "helm_check.py"
 SECRET_KEYS = {"NEWSMON_KAFKA__SASL_PASSWORD", "NEWSMON_MEMORY__API_KEY", "NEWSMON_WORKER__REDIS_URL",
                "NEWSMON_TRAINING__OPTUNA_STORAGE", "NEWSMON_API__TOKEN"}
-# Settings the chart sets ahead of the code: the HTTP API of `newsmon serve` (issue "Client topics"). Drop each
-# name here once shared/config.py has it (the settings table then lists it).
-PENDING_SETTINGS = {"NEWSMON_API__HOST", "NEWSMON_API__PORT", "NEWSMON_API__TOKEN"}
+PENDING_SETTINGS: set[str] = set()  # settings the chart would set ahead of the code (none now)
 SETTINGS = set(re.findall(r"^\| `(NEWSMON_[A-Z0-9_]+)` \|", settings_reference(), re.M)) | PENDING_SETTINGS
 WORKERS = {"newsmon-classifier": ["newsmon", "worker", "classifier"],
            "newsmon-memory-updater": ["newsmon", "worker", "memory-updater"]}

@@ -211,3 +211,40 @@ def real_messages(msgs: list[Message]) -> list[Message]:
         elif err.code() != KafkaError._PARTITION_EOF:
             log.warning("consumer error", error=str(err))
     return out
+
+
+def read_latest(settings: Settings, topic: str, n: int, timeout_s: float = 10.0) -> list[Message]:
+    """The latest ``n`` messages of ``topic`` (by message timestamp, newest first), read without a consumer group:
+    the last ``n`` of each partition are fetched, merged, and the newest ``n`` kept.
+
+    Raises:
+        KafkaException: the broker cannot be reached (listing the topic or its offsets timed out).
+    """
+    c = Consumer({**settings.kafka.client_config(), "group.id": "newsmon-read-latest", "enable.auto.commit": False,
+                  "enable.partition.eof": True})
+    try:
+        meta = c.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return []
+        start, end = [], {}
+        for p in meta.partitions:
+            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+            if hi > max(lo, hi - n):
+                start.append(TopicPartition(topic, p, max(lo, hi - n)))
+                end[p] = hi
+        c.assign(start)
+        out: list[Message] = []
+        deadline = time.monotonic() + timeout_s
+        while end and time.monotonic() < deadline:
+            for m in c.consume(500, 0.2):
+                err = m.error()
+                if err is None:
+                    out.append(m)
+                    if m.offset() + 1 >= end.get(m.partition(), 0):
+                        end.pop(m.partition(), None)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    end.pop(m.partition(), None)
+        out.sort(key=lambda m: (m.timestamp()[1], m.offset()), reverse=True)
+        return out[:n]
+    finally:
+        c.close()

@@ -1,8 +1,8 @@
 """The ``newsmon`` command line (typer): one module per command group, wired together here.
 
 ``newsmon eval``, ``memory build|stats``, ``suggest``, ``train nightly|mine|finetune|tune|rollout``,
-``model import-e5-small``, ``settings``, ``worker``, ``topics create|check``, ``demo``. Settings come from ``NEWSMON_*`` environment
-variables (see ``newsmon settings``); options given here override them.
+``model import-e5-small``, ``settings``, ``worker``, ``serve``, ``topics create|check``, ``demo``. Settings come
+from ``NEWSMON_*`` environment variables (see ``newsmon settings``); options given here override them.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ memory_app.command("stats")(classify.memory_stats)
 app.command("suggest")(classify.suggest)
 app.command("eval")(evaluate.eval_cmd)
 app.command("worker")(run.worker_cmd)
+app.command("serve")(run.serve_cmd)
 app.command("demo")(run.demo_cmd)
 topics_app.command("create")(topics.topics_create)
 topics_app.command("check")(topics.topics_check)

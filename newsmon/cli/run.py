@@ -1,4 +1,5 @@
-"""``newsmon worker`` (production workers until SIGTERM) and ``newsmon demo`` (the main job, embedded).
+"""``newsmon worker`` (production workers until SIGTERM), ``newsmon serve`` (the HTTP API) and ``newsmon demo``
+(the main job, embedded).
 
 Each command imports what it runs inside its function (deferred): at the top of the module these imports would
 load scikit-learn, the Kafka, Qdrant and Redis clients for every ``newsmon`` call (``newsmon --help`` 3 s
@@ -12,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from newsmon.cli.common import fail, settings_from_env
+from newsmon.cli.common import err, fail, settings_from_env
 
 
 def worker_cmd(
@@ -31,6 +32,31 @@ def worker_cmd(
     except StartupError as exc:
         fail(str(exc), 1)
     raise typer.Exit(code)
+
+
+def serve_cmd(
+    host: Annotated[Optional[str], typer.Option(help="Bind address (default: NEWSMON_API__HOST).")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Port (default: NEWSMON_API__PORT, 8080).")] = None,
+    workers: Annotated[Optional[bool], typer.Option(
+        "--workers/--no-workers", help="Also run both workers in this process (default: in embedded mode, "
+        "without NEWSMON_MEMORY__URL, where only one process can open the memory).")] = None,
+) -> None:
+    """Serve the HTTP API (FastAPI under uvicorn) until SIGTERM: /v1/suggest, /v1/labels/..., /docs, /healthz,
+    /readyz, /metrics. Label changes are published as LabelEvents to Kafka."""
+    from newsmon.api.server import serve  # deferred: see the module docstring
+    from newsmon.workers.base import StartupError
+
+    s = settings_from_env()
+    if host is not None:
+        s.api.host = host
+    if port is not None:
+        s.api.port = port
+    if s.api.token is None:
+        err.print("[yellow]note:[/yellow] NEWSMON_API__TOKEN is not set: the API accepts every client")
+    try:
+        serve(s, workers)
+    except StartupError as exc:
+        fail(str(exc), 1)
 
 
 def demo_cmd(

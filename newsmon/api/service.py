@@ -1,0 +1,210 @@
+"""What the HTTP API does, without HTTP: propose labels through the classifier's own pipeline, read the label
+registry, publish label events, test a label's rule.
+
+The API never writes the registry: a label change is a :class:`~newsmon.schemas.LabelEvent` produced to the
+``label-events`` topic (acknowledged by the broker before the answer), which the memory updater applies, so
+the topic stays the single path of truth for every replica.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import datetime, timezone
+
+import structlog
+from confluent_kafka import KafkaException, Message, Producer
+
+from newsmon.api.models import LabelChange, LabelTest, LabelTestResult, LabelView, TestedArticle
+from newsmon.schemas import ArticleEvent, InvalidEvent, LabelEvent, LabelProposal, parse_event
+from newsmon.shared.classifier import Classifier
+from newsmon.shared.config import Settings
+from newsmon.shared.dedup import NearDuplicateIndex
+from newsmon.shared.kwe import ArticleMeta, LabelRuleIndex, RuleFilters
+from newsmon.shared.text import tokenize
+from newsmon.workers.kafka_io import make_producer, read_latest
+from newsmon.workers.labels import LabelRegistry, RegistryState, open_registry
+from newsmon.workers.pipeline import ArticlePipeline
+from newsmon.workers.rules import article_meta, count_examples, rule_evidence, rule_of_definition
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["ApiError", "ApiService", "build_service"]
+
+
+class ApiError(Exception):
+    """A request the API refuses: ``status`` (4xx / 503), ``detail`` (one readable line), ``errors`` (each
+    problem as a dict)."""
+
+    def __init__(self, status: int, detail: str, errors: list[dict] | None = None):
+        super().__init__(detail)
+        self.status, self.detail, self.errors = status, detail, errors or []
+
+
+class ApiService:
+    """The API's service object.
+
+    Args:
+        settings: all settings; pipeline: the classifier's article pipeline (its classifier, near-duplicate index
+            and label registry are the ones proposals use); producer: the Kafka producer for label events.
+    """
+
+    def __init__(self, settings: Settings, pipeline: ArticlePipeline, producer: Producer):
+        self.settings = settings
+        self.pipeline = pipeline
+        self.registry: LabelRegistry = pipeline.registry
+        self.producer = producer
+        self._lock = threading.Lock()  # one suggest batch at a time through the pipeline
+
+    # -- proposals ---------------------------------------------------------------------------------
+    def suggest(self, articles: list[dict]) -> list[LabelProposal]:
+        """Proposals for article events (JSON objects, validated exactly as on the articles topic), through the
+        classifier's stages; each article is stored as a pending point, so a moderator decision on it works.
+
+        Raises:
+            ApiError: 413 for too many or too large articles, 422 for an invalid one (all reasons listed).
+        """
+        api = self.settings.api
+        if len(articles) > api.max_articles:
+            raise ApiError(413, f"{len(articles)} articles in one request; at most api.max_articles = "
+                                f"{api.max_articles}")
+        now_ms = int(time.time() * 1000)
+        msgs = [Message(topic="api", partition=0, offset=i, value=json.dumps(a, ensure_ascii=False).encode(),
+                        timestamp=(1, now_ms)) for i, a in enumerate(articles)]
+        with self._lock:
+            batch, rejected = self.pipeline.validate(msgs)
+            if rejected:
+                errors = [{"index": m.offset(), "reason": reason} for m, reason in rejected]
+                status = 413 if all(e["reason"].startswith("too large") for e in errors) else 422
+                raise ApiError(status, "; ".join(f"article {e['index']}: {e['reason']}" for e in errors), errors)
+            self.pipeline.propose(batch)
+            return [p for _m, p in self.pipeline.emit(batch)]
+
+    # -- labels ------------------------------------------------------------------------------------
+    def state(self) -> RegistryState:
+        """The registry as of now."""
+        return self.registry.snapshot()
+
+    def examples(self, label: str, state: RegistryState) -> int:
+        """Confirmed examples of ``label`` (or an old name of it) in the knowledge memory."""
+        found = count_examples(self.pipeline.classifier.router, {label: state.names_of(label)}, 1 << 30)
+        return found[label]
+
+    def view(self, label: str) -> LabelView:
+        """The registry's view of ``label``.
+
+        Raises:
+            ApiError: 404 when neither the registry nor the memory knows the label.
+        """
+        state = self.state()
+        examples = self.examples(label, state)
+        if not state.knows(label) and not examples:
+            raise ApiError(404, f"unknown label {label!r}: no definition, rename or retirement, and no example "
+                                "in the knowledge memory")
+        status = "renamed" if label in state.renamed else "retired" if label in state.retired else "active"
+        return LabelView(label=label, status=status, definition=state.definitions.get(label),
+                         renamed_to=state.renamed.get(label), renamed_from=list(state.names_of(label)[1:]),
+                         examples=examples, registry_version=state.version)
+
+    def publish(self, event: LabelEvent) -> LabelChange:
+        """Produce ``event`` to the label-events topic and wait for the broker's acknowledgement.
+
+        Raises:
+            ApiError: 503 when the broker does not acknowledge within ``api.publish_timeout_s``.
+        """
+        topic = self.settings.kafka.topic_label_events
+        done: dict = {}
+
+        def delivered(err, msg):
+            done["err"], done["msg"] = err, msg
+
+        try:
+            self.producer.produce(topic, key=event.kafka_key(), value=event.to_bytes(), on_delivery=delivered)
+            self.producer.flush(self.settings.api.publish_timeout_s)
+        except (KafkaException, BufferError) as exc:
+            raise ApiError(503, f"the label event could not be published: {exc}") from exc
+        if "msg" not in done or done["err"] is not None:
+            raise ApiError(503, f"the broker did not acknowledge the label event: {done.get('err') or 'timeout'}")
+        msg = done["msg"]
+        log.info("label event published", action=event.action, label=event.label, actor=event.actor)
+        return LabelChange(event=event, topic=topic, partition=msg.partition(), offset=msg.offset())
+
+    def change(self, action: str, label: str, actor: str | None = None, **fields) -> LabelChange:
+        """Publish a :class:`LabelEvent` ``action`` on ``label`` (``definition`` / ``new_label`` in ``fields``)."""
+        event = LabelEvent(action=action, label=label, occurred_at=datetime.now(timezone.utc), actor=actor,
+                           **fields)
+        return self.publish(event)
+
+    def test(self, label: str, body: LabelTest) -> LabelTestResult:
+        """Which articles the label's rule (or ``body.definition``) matches: a posted text, or the latest
+        articles of the articles topic.
+
+        Raises:
+            ApiError: 404 when there is no definition to test.
+        """
+        definition = body.definition or self.state().definitions.get(label)
+        if definition is None:
+            raise ApiError(404, f"label {label!r} has no definition to test: send one in `definition`")
+        rule = rule_of_definition(label, definition)
+        with_filters, bare = LabelRuleIndex([rule]), LabelRuleIndex([rule.model_copy(update={"filters":
+                                                                                             RuleFilters()})])
+        if body.text is not None:
+            text = f"{body.title}\n{body.text}" if body.title else body.text
+            meta = ArticleMeta(lang=body.lang, country=body.country, source=body.outlet, section=body.section)
+            candidates = [(None, text, meta)]
+        else:
+            n = body.articles or self.settings.api.test_articles
+            candidates = [(ev, ev.text, article_meta(ev)) for ev in self.latest_articles(n)]
+        matched, kwe_matched = [], 0
+        for ev, text, meta in candidates:
+            tokens = tokenize(text)
+            kwe_matched += bool(bare.match(tokens))
+            for m in with_filters.match(tokens, meta):
+                about = {} if ev is None else {"article_id": ev.article_id, "title": ev.title, "outlet": ev.outlet,
+                                               "published_at": ev.published_at.isoformat()}
+                matched.append(TestedArticle(lang=meta.lang, rule=rule_evidence(m, tokens), **about))
+        return LabelTestResult(label=label, definition=definition, tested=len(candidates), kwe_matched=kwe_matched,
+                               matched=matched)
+
+    def latest_articles(self, n: int) -> list[ArticleEvent]:
+        """The latest ``n`` valid article events of the articles topic, newest first (invalid ones skipped)."""
+        out = []
+        for m in read_latest(self.settings, self.settings.kafka.topic_articles, n):
+            try:
+                out.append(parse_event(ArticleEvent, m.value()))
+            except InvalidEvent:
+                continue
+        return out
+
+    # -- health ------------------------------------------------------------------------------------
+    def ready(self) -> tuple[bool, dict]:
+        """Whether the registry, the memory and the broker answer (a dict with the reason when not)."""
+        checks = {}
+        for name, fn in (("label registry", self.registry.snapshot),
+                         ("memory", lambda: self.pipeline.classifier.router.languages(refresh=True)),
+                         ("kafka", lambda: self.producer.list_topics(timeout=2))):
+            try:
+                fn()
+                checks[name] = "ok"
+            except Exception as exc:  # noqa: BLE001 -- any failure means not ready, with its reason
+                checks[name] = f"{type(exc).__name__}: {exc}"
+        return all(v == "ok" for v in checks.values()), checks
+
+    def close(self) -> None:
+        """Flush the producer (label events already acknowledged are unaffected)."""
+        self.producer.flush(5)
+
+
+def build_service(settings: Settings, classifier: Classifier | None = None, registry: LabelRegistry | None = None,
+                  dedup: NearDuplicateIndex | None = None) -> ApiService:
+    """An :class:`ApiService` from the settings, sharing ``classifier`` / ``registry`` / ``dedup`` when given (the
+    workers of the same process); otherwise opened from the settings (Qdrant server, Redis)."""
+    w = settings.worker
+    classifier = classifier or Classifier(settings)
+    registry = registry or open_registry(w.redis_url, f"{w.redis_namespace}:labels")
+    dedup = dedup or NearDuplicateIndex(threshold=w.dedup_threshold, redis_url=w.redis_url,
+                                        namespace=f"{w.redis_namespace}:dedup")
+    pipeline = ArticlePipeline(settings, classifier, dedup, registry)
+    return ApiService(settings, pipeline, make_producer(settings, "newsmon-api"))
+

@@ -1,0 +1,173 @@
+"""The HTTP API against the real things: a real ``newsmon serve`` process (uvicorn, with both workers in it, as
+in embedded mode), the real Tansu broker, real Redis, the embedded Qdrant engine on a temp dir, the real
+e5-small weights and real Slovene news. A label defined over HTTP is seen as a LabelEvent on the topic and
+changes the next proposal; bad input gets a readable 4xx.
+
+The stream helpers and fixtures are test_stream.py's."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from newsmon.broker import free_port
+from newsmon.demo import article_event
+from newsmon.schemas import LabelEvent, LabelProposal, parse_event
+from test_stream import REPO, Collector, corpus, publish, stream_settings  # noqa: F401 (fixtures)
+
+LABEL = "client:mercator"
+KWE = "mercator* OR merkator*"
+TOKEN = "test-token-" + "x" * 8
+
+
+def serve_env(s, port: int, redis_url: str) -> dict:
+    k = s.kafka
+    return {**os.environ, "NEWSMON_HOME": str(s.home), "NEWSMON_ENCODER__MODEL": s.encoder.model,
+            "NEWSMON_MEMORY__PATH": str(s.memory.path), "NEWSMON_KAFKA__BOOTSTRAP_SERVERS": k.bootstrap_servers,
+            "NEWSMON_KAFKA__TOPIC_ARTICLES": k.topic_articles, "NEWSMON_KAFKA__TOPIC_PROPOSALS": k.topic_proposals,
+            "NEWSMON_KAFKA__TOPIC_DECISIONS": k.topic_decisions,
+            "NEWSMON_KAFKA__TOPIC_LABEL_EVENTS": k.topic_label_events,
+            "NEWSMON_KAFKA__CLASSIFIER_GROUP": k.classifier_group, "NEWSMON_KAFKA__UPDATER_GROUP": k.updater_group,
+            "NEWSMON_KAFKA__TOPIC_PARTITIONS": "2", "NEWSMON_KAFKA__SESSION_TIMEOUT_MS": "6000",
+            "NEWSMON_WORKER__BATCH_MAX_MS": "200", "NEWSMON_WORKER__REDIS_URL": redis_url,
+            "NEWSMON_WORKER__REDIS_NAMESPACE": s.worker.redis_namespace, "NEWSMON_API__HOST": "127.0.0.1",
+            "NEWSMON_API__PORT": str(port), "NEWSMON_API__TOKEN": TOKEN, "NEWSMON_API__MAX_BODY_BYTES": "300000",
+            "NEWSMON_LOG_FORMAT": "json"}
+
+
+@pytest.fixture
+def api(tansu, newsmon_home, tmp_path, redis_url, encoder, corpus):
+    """``newsmon serve`` in its own process over a memory of 60 real train articles (built here first)."""
+    from newsmon.shared.classifier import Classifier
+    from newsmon.shared.memory import MemoryRouter
+
+    s = stream_settings(tansu, newsmon_home, tmp_path, redis_url)
+    router = MemoryRouter(s, encoder.model_id, encoder.dim)
+    Classifier(s, encoder=encoder, router=router).add_articles(corpus.split("train")[:60])
+    router.close()  # releases the embedded memory for the API process
+    port = free_port()
+    log = open(tmp_path / "serve.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "newsmon.cli", "serve"], env=serve_env(s, port, redis_url),
+                            cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60,
+                          headers={"Authorization": f"Bearer {TOKEN}"})
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            try:
+                if client.get("/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "newsmon serve not ready within 300 s"
+            time.sleep(0.5)
+        yield s, client, proc
+    finally:
+        client.close()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def wait_for(pred, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def test_define_a_label_over_http_then_propose_rename_and_retire(api, corpus):
+    s, client, proc = api
+    hits = [a for a in corpus.split("test") if "Mercator" in a.text][:4]
+    events = Collector(s, s.kafka.topic_label_events)
+    out = Collector(s, s.kafka.topic_proposals)
+    try:
+        # auth, unknown label
+        assert httpx.get(f"{client.base_url}/v1/labels/{LABEL}").status_code == 401
+        assert client.get("/healthz").status_code == 200
+        r = client.get(f"/v1/labels/{LABEL}")
+        assert r.status_code == 404 and "unknown label" in r.json()["detail"]
+
+        # define over HTTP: the LabelEvent is on the topic, the registry has it
+        r = client.put(f"/v1/labels/{LABEL}", params={"actor": "analyst"}, json={"kwes": [KWE]})
+        assert r.status_code == 202, r.text
+        assert r.json()["event"]["action"] == "defined"
+        events.wait_for(lambda c: c.messages, 30, "the LabelEvent on the topic")
+        ev = parse_event(LabelEvent, events.messages[0].value())
+        assert events.messages[0].key() == LABEL.encode()
+        assert (ev.action, ev.label, ev.definition.kwes, ev.actor) == ("defined", LABEL, [KWE], "analyst")
+        view = wait_for(lambda: client.get(f"/v1/labels/{LABEL}").status_code == 200
+                        and client.get(f"/v1/labels/{LABEL}").json(), 30, "the definition in the registry")
+        assert view["status"] == "active" and view["definition"]["kwes"] == [KWE] and view["examples"] == 0
+
+        # its effect on the next proposal: on the stream and over HTTP, from the KwE alone
+        e0 = article_event(hits[0])
+        publish(s, s.kafka.topic_articles, [(e0.kafka_key(), e0.to_bytes())])
+        out.wait_for(lambda c: e0.article_id in c.proposals(), 120, "the next proposal on the topic")
+        streamed = {x.label: x for x in out.proposals()[e0.article_id][0].labels}
+        assert streamed[LABEL].source == "rule" and streamed[LABEL].rule.kwe == KWE
+        r = client.post("/v1/suggest", json=json.loads(article_event(hits[1]).to_bytes()))
+        assert r.status_code == 200, r.text
+        (proposal,) = [LabelProposal.model_validate(p) for p in r.json()]
+        assert proposal.article_id == hits[1].id
+        assert {x.label: x.source for x in proposal.labels}[LABEL] == "rule"
+
+        # the rule tested on a posted text and on the latest articles of the topic
+        r = client.post(f"/v1/labels/{LABEL}/test", json={"text": "Trgovec Mercatorja je objavil rezultate."})
+        assert r.status_code == 200 and r.json()["matched"][0]["rule"]["matched"] == ["Mercatorja"]
+        r = client.post(f"/v1/labels/{LABEL}/test", json={"articles": 10})
+        assert r.status_code == 200 and [m["article_id"] for m in r.json()["matched"]] == [e0.article_id]
+
+        # bad input: a bad KwE with its position, too large, an invalid article
+        r = client.put(f"/v1/labels/{LABEL}", json={"kwes": [KWE, "mercator AND lek"]})
+        assert r.status_code == 422
+        err = r.json()["errors"][0]
+        assert (err["loc"], err["position"]) == (["body", "kwes", 1], 9) and "AND" in err["reason"]
+        assert "kwes.1" in r.json()["detail"] and "position 9" in r.json()["detail"]
+        r = client.post("/v1/suggest", content=b"[" + b" " * 400_000 + b"]",
+                        headers={"Content-Type": "application/json"})
+        assert r.status_code == 413 and "max_body_bytes" in r.json()["detail"]
+        bad = json.loads(article_event(hits[2]).to_bytes()) | {"lang": "xx"}
+        r = client.post("/v1/suggest", json=[bad])
+        assert r.status_code == 422 and "article 0" in r.json()["detail"] and "ISO 639-1" in r.json()["detail"]
+
+        # rename moves the rule; retire stops it
+        r = client.post(f"/v1/labels/{LABEL}/rename", json={"new_label": "client:mercator-group"})
+        assert r.status_code == 202
+        wait_for(lambda: client.get(f"/v1/labels/{LABEL}").json()["status"] == "renamed", 30, "the rename")
+        assert client.put(f"/v1/labels/{LABEL}", json={"kwes": [KWE]}).status_code == 409
+        assert client.delete("/v1/labels/client:mercator-group").status_code == 202
+        wait_for(lambda: client.get("/v1/labels/client:mercator-group").json()["status"] == "retired", 30,
+                 "the retirement")
+        r = client.post("/v1/suggest", json=[json.loads(article_event(hits[3]).to_bytes())])
+        assert all(not x.label.startswith("client:mercator") for x in LabelProposal.model_validate(r.json()[0])
+                   .labels)
+        assert [parse_event(LabelEvent, m.value()).action for m in events.messages] == ["defined", "renamed",
+                                                                                        "retired"]
+
+        # operations
+        metrics = client.get("/metrics").text
+        assert 'newsmon_api_requests_total{route="/v1/suggest",status="200"}' in metrics
+        assert "newsmon_articles_total" in metrics  # the workers' metrics, same process
+        doc = client.get("/openapi.json").json()
+        assert {"/v1/suggest", "/v1/labels/{label}", "/v1/labels/{label}/rename", "/v1/labels/{label}/test"} <= \
+            set(doc["paths"]) and "ArticleEvent" in doc["components"]["schemas"]
+    finally:
+        events.close()
+        out.close()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
