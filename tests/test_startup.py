@@ -296,3 +296,64 @@ def test_worker_refuses_an_embedded_memory_held_by_another_process(tansu, newsmo
     check_embedded_memory(s)  # released: the same check passes (and leaves the memory closed)
     with EdgeMemory(tmp_path / "memory", collection_name("newsmon", "sl", version), dim) as mem:
         assert mem.count() == 1
+
+
+def test_waiting_worker_starts_once_the_broker_comes_up(newsmon_home, tmp_path):
+    """wait_for_dependencies: a memory updater waits (503) for a broker that is not there yet; once a real Tansu
+    comes up on that address it creates its topics, starts and answers 200; SIGTERM then ends it with 0."""
+    from newsmon.broker import TansuBroker
+
+    port = free_port()
+    env = _env(tmp_path, NEWSMON_KAFKA__BOOTSTRAP_SERVERS=f"127.0.0.1:{port}", NEWSMON_KAFKA__CREATE_TOPICS="true",
+               NEWSMON_KAFKA__TOPIC_PARTITIONS="1", NEWSMON_WORKER__WAIT_FOR_DEPENDENCIES="true",
+               NEWSMON_WORKER__STARTUP_TIMEOUT_S="1", NEWSMON_WORKER__PAUSE_BACKOFF_S="0.5",
+               NEWSMON_HOME=str(newsmon_home), NEWSMON_MEMORY__PATH=str(tmp_path / "memory"))
+    http = f"http://127.0.0.1:{env['NEWSMON_WORKER__HTTP_PORT']}/readyz"
+    proc = subprocess.Popen([sys.executable, "-m", "newsmon.cli", "worker", "memory-updater"], cwd=REPO, env=env,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def wait_for(pred, what: str, timeout: float = 60) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[1]
+            try:
+                status, body = _get(http)
+                if pred(status, body):
+                    return body
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            time.sleep(0.3)
+        pytest.fail(f"timed out waiting for {what}")
+
+    try:
+        wait_for(lambda st, b: st == 503 and "waiting" in b["workers"].get("startup", ""), "503 while waiting")
+        with TansuBroker(port=port):
+            body = wait_for(lambda st, b: st == 200, "200 once the broker is up")
+            assert body["workers"] == {"memory-updater": "ready"}
+            assert body["memory"] == {"mode": "embedded", "path": str(tmp_path / "memory")}
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+
+
+def test_a_worker_that_ends_by_itself_fails_the_process():
+    """Runtime records why a worker thread ended (the CLI then exits 1); a lock taken after start-up gets the
+    same one-line way out as at start-up."""
+    from newsmon.shared.config import Settings
+    from newsmon.shared.memory import MemoryLockedError
+    from newsmon.workers.runtime import Runtime
+
+    class Locked:
+        name = "memory-updater"
+
+        def run(self, stop):
+            raise MemoryLockedError("held elsewhere")
+
+    rt = Runtime(Settings())
+    rt._run_one(Locked())
+    assert rt.stop.is_set() and "open in another process" in rt.failed and "newsmon worker all" in rt.failed
