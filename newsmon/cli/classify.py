@@ -47,9 +47,7 @@ def memory_build(
 
 def memory_stats() -> None:
     """Articles per language collection of the current model version (labelled / pending). Loads no model."""
-    # deferred: see the module docstring; model_identity reads the checkpoint's config.json (no torch)
-    from newsmon.shared.classifier import model_identity
-    from newsmon.shared.memory import MemoryRouter, SearchFilter, stored_collections
+    from newsmon.shared.memory import MemoryRouter, SearchFilter, stored_collections  # deferred: see above
 
     s = settings_from_env()
     where = s.memory.url and f"the Qdrant server {s.memory_mode()['url']}" or str(s.memory_mode()["path"])
@@ -59,6 +57,9 @@ def memory_stats() -> None:
                       f"(default NEWSMON_DATA={s.data}), then `newsmon suggest TEXT` proposes labels",
                       soft_wrap=True, markup=False)
         return
+    # deferred, and only for a memory with collections: model_identity reads the checkpoint's config.json
+    from newsmon.shared.classifier import model_identity
+
     version, dim = model_identity(s)
     router = MemoryRouter(s, version, dim)
     try:
