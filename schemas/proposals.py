@@ -26,8 +26,9 @@ class NeighbourRef(Part):
     article_id: ArticleId = Field(description="Id of the memory article.")
     similarity: FiniteFloat = Field(description="Similarity of the memory article to the query article "
                                                 "(cosine of the embeddings; higher is closer).")
-    title: Title | None = Field(None, description="Headline of the memory article (at most 300 characters), "
-                                                  "so a moderator sees why the label was proposed; v2.")
+    title: Title | None = Field(None, description="Headline of the memory article, or the start of its text when "
+                                                  "it has none (at most 300 characters), so a moderator sees why "
+                                                  "the label was proposed; v2.")
 
 
 class RuleEvidence(Part):

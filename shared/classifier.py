@@ -14,11 +14,12 @@ import numpy as np
 import structlog
 from tqdm import tqdm
 
+from newsmon.schemas import NeighbourRef, ProposedLabel, ScoringInfo
 from newsmon.shared.config import RaeSettings, Settings
 from newsmon.shared.data import Article
 from newsmon.shared.encoder import Encoder, model_fingerprint, resolve_model
 from newsmon.shared.memory import KnowledgeMemory, MemoryRouter, SearchFilter, shared_router
-from newsmon.shared.predictors import LabelVocab, Proposal, Retrieval, explain, rae_xmc_scores
+from newsmon.shared.predictors import LabelScore, LabelVocab, Proposal, Retrieval, explain, rae_xmc_scores
 from newsmon.shared.promotion import effective_encoder_settings
 
 log = structlog.get_logger(__name__)
@@ -26,6 +27,22 @@ log = structlog.get_logger(__name__)
 #: Article text kept in each memory point's payload (characters), so the nightly job can re-embed the memory
 #: with a new model version without the original corpus.
 TEXT_PAYLOAD_CHARS = 20_000
+
+#: Labels below the threshold a proposal carries as ``candidates`` for the moderator (the wire allows 20).
+CANDIDATES = 20
+
+
+def proposed_labels(items: Sequence[LabelScore]) -> list[ProposedLabel]:
+    """Scored labels as the wire's :class:`~newsmon.schemas.ProposedLabel` (``source = "retrieval"``): each
+    with its supporting neighbours, their similarity clipped to [-1, 1] and their titles."""
+    return [ProposedLabel(label=x.label, score=float(x.score), neighbours=[
+        NeighbourRef(article_id=a, similarity=float(np.clip(sim, -1, 1)), title=title)
+        for (a, sim), title in zip(x.neighbours, [*x.titles, *[None] * len(x.neighbours)])]) for x in items]
+
+
+def scoring_info(rae: RaeSettings) -> ScoringInfo:
+    """The parameters a proposal was scored with, for the wire."""
+    return ScoringInfo(predictor="rae-xmc", top_k=rae.top_k, tau=rae.tau, threshold=rae.threshold)
 
 
 @dataclass
@@ -130,8 +147,8 @@ class Classifier:
     def propose(self, texts: Sequence[str], langs: Sequence[str | None] | None = None,
                 rae: RaeSettings | None = None, vectors: np.ndarray | None = None,
                 exclude: Sequence[str] = (),
-                relabel: Callable[[tuple[str, ...]], tuple[str, ...]] | None = None
-                ) -> tuple[list[Proposal], np.ndarray]:
+                relabel: Callable[[tuple[str, ...]], tuple[str, ...]] | None = None,
+                candidates: int = CANDIDATES) -> tuple[list[Proposal], np.ndarray]:
         """Label proposals for ``m`` articles: retrieve, then score with RAE-XMC (eq. 8) and keep the labels
         with ``p > threshold``.
 
@@ -140,7 +157,8 @@ class Classifier:
             rae: k / tau / lambda / threshold (default from settings);
             vectors: ``(m, d)`` float32 embeddings when already computed (``query`` role);
             exclude: article ids never used as neighbours; relabel: a function applied to each neighbour's
-            label tuple before scoring (the label registry: renames, retired labels).
+            label tuple before scoring (the label registry: renames, retired labels); candidates: how many of
+            the best labels below the threshold each proposal keeps (``Proposal.candidates``).
 
         Returns:
             (proposals, each with the collections searched in ``searched``; the ``(m, d)`` float32 query
@@ -157,7 +175,7 @@ class Classifier:
         rows = r.label_matrix(vocab)
         scores = rae_xmc_scores(r.sims, rows, rae.top_k, rae.tau, rae.lam, len(vocab)) if len(vocab) else \
             np.zeros((len(texts), 0), dtype=np.float32)
-        proposals = explain(r, scores, vocab, rae.threshold, rae.top_k)
+        proposals = explain(r, scores, vocab, rae.threshold, rae.top_k, candidates=candidates)
         for p, names in zip(proposals, searched):
             p.searched = names
         return proposals, vectors

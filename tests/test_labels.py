@@ -126,6 +126,34 @@ def test_match_rules_evidence_rule_only_precision_filter_and_metadata():
     assert [x.label for x in labels_hr] == ["gospodarstvo", "client:krka"]
 
 
+def test_candidates_below_the_threshold_follow_the_rules():
+    """A candidate promoted rule-only leaves the candidates (a proposal holds each label once, or the worker
+    could not produce it), and a candidate its definition refuses is not offered; the rest stay."""
+    from newsmon.schemas import LabelProposal
+    from newsmon.workers.rules import admitted_candidates
+
+    reg = LabelRegistry()
+    reg.define("client:krka", definition(KRKA))
+    reg.define("client:strict", definition("delnic*", require_rule_match=True))
+    reg.define("client:si-only", definition("rezultat*", filters=LabelFilters(countries=["SI"])))
+    state = reg.snapshot()
+    index = RuleBook().index(state)
+    retrieved = [ProposedLabel(label="gospodarstvo", score=0.9)]
+    candidates = [ProposedLabel(label=lb, score=0.2) for lb in ("client:krka", "client:strict", "client:si-only",
+                                                                "ekonomija")]
+    meta = ArticleMeta(lang="hr", country="HR")
+    (labels, outcome), = match_rules([("Krka je objavila polletne rezultate.", meta, retrieved)], state, index,
+                                     lambda names: dict.fromkeys(names, 0), min_examples=3, rule_score=0.5)
+    assert [x.label for x in labels] == ["gospodarstvo", "client:krka"]
+    kept = admitted_candidates(candidates, labels, outcome, index, meta)
+    assert [x.label for x in kept] == ["ekonomija"]  # krka proposed; strict: no match; si-only: not SI
+    LabelProposal(article_id="a", labels=labels, candidates=kept, model_version="m", memory_version="c",
+                  produced_at=datetime.now(timezone.utc))
+    assert [x.label for x in admitted_candidates(candidates, retrieved, outcome, index,
+                                                 ArticleMeta(lang="sl", country="SI"))] == \
+        ["client:krka", "client:si-only", "ekonomija"]
+
+
 def message(value: bytes, offset: int) -> Message:
     return Message(topic="articles", partition=0, offset=offset, value=value, timestamp=(1, int(time.time() * 1000)))
 

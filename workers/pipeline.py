@@ -27,9 +27,8 @@ import numpy as np
 import structlog
 from confluent_kafka import Message
 
-from newsmon.schemas import (ArticleEvent, InvalidEvent, LabelProposal, NeighbourRef, ProposedLabel, ScoringInfo,
-                             Timings, parse_event)
-from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS, Classifier
+from newsmon.schemas import ArticleEvent, InvalidEvent, LabelProposal, ProposedLabel, ScoringInfo, Timings, parse_event
+from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS, Classifier, proposed_labels
 from newsmon.shared.config import Settings
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.memory import MemoryPoint, SearchFilter, catch_up, replaced_router
@@ -37,7 +36,8 @@ from newsmon.shared.promotion import read_promoted
 from newsmon.workers.copies import duplicate_labels, inherited_labels, is_moderated
 from newsmon.workers.labels import LabelRegistry, RegistryState
 from newsmon.workers.observability import BATCH_SECONDS, BATCH_SIZE
-from newsmon.workers.rules import RuleBook, RuleOutcome, article_meta, count_examples, match_rules
+from newsmon.workers.rules import (RuleBook, RuleOutcome, admitted_candidates, article_meta, count_examples,
+                                   match_rules)
 
 log = structlog.get_logger(__name__)
 
@@ -64,9 +64,10 @@ class ArticleItem:
     Attributes:
         msg: the consumed message; event: the parsed event; text: title + body cut to ``max_text_chars``;
         duplicate: set by ``near_duplicates``; vector: ``(d,)`` float32 query embedding (set by ``embed``);
-        labels: the proposed labels and searched: the collections searched (set by ``retrieve_and_score``, the
-        labels revised by ``match_rules``, which sets rules: what the label rules did); revision: the proposal's
-        revision and stored: whether its pending point was written (``store_pending``).
+        labels: the proposed labels, candidates: the best below the threshold and searched: the collections
+        searched (set by ``retrieve_and_score``; labels and candidates revised by ``match_rules``, which sets
+        rules: what the label rules did); revision: the proposal's revision and stored: whether its pending
+        point was written (``store_pending``).
     """
 
     msg: Message
@@ -75,6 +76,7 @@ class ArticleItem:
     duplicate: Duplicate | None = None
     vector: np.ndarray | None = None
     labels: list[ProposedLabel] = field(default_factory=list)
+    candidates: list[ProposedLabel] = field(default_factory=list)
     searched: tuple[str, ...] = ()
     rules: RuleOutcome | None = None
     revision: int = 0
@@ -240,9 +242,7 @@ class ArticlePipeline:
             batch.seconds["search_score"] = time.perf_counter() - t0
             for it, p in zip(fresh, props):
                 it.searched = p.searched
-                it.labels = [ProposedLabel(label=x.label, score=float(x.score), neighbours=[
-                    NeighbourRef(article_id=a, similarity=float(np.clip(s, -1, 1))) for a, s in x.neighbours])
-                    for x in p.labels]
+                it.labels, it.candidates = proposed_labels(p.labels), proposed_labels(p.candidates)
         for it in batch.items:
             d = it.duplicate
             if d is not None:
@@ -268,6 +268,7 @@ class ArticlePipeline:
                            enough, self.settings.rae.threshold)
         for it, (labels, outcome) in zip(fresh, done):
             it.labels, it.rules = labels, outcome
+            it.candidates = admitted_candidates(it.candidates, labels, outcome, index, article_meta(it.event))
         batch.seconds["rules"] = time.perf_counter() - t0
 
     def store_pending(self, batch: ArticleBatch) -> None:
@@ -347,6 +348,7 @@ class ArticlePipeline:
             searched = (self.classifier.collection(it.duplicate.lang),) if it.duplicate else it.searched
             out.append((it.msg, LabelProposal(
                 article_id=it.event.article_id, revision=it.revision, labels=it.labels,
+                candidates=[] if it.duplicate else it.candidates,
                 duplicate_of=it.duplicate.original_id if it.duplicate else None,
                 model_version=self.classifier.model_version,
                 memory_version="+".join(searched) or self.classifier.collection(it.event.lang),

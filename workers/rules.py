@@ -36,8 +36,8 @@ from newsmon.workers.labels import RegistryState
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["RuleBook", "RuleOutcome", "article_meta", "count_examples", "kwe_errors", "match_rules",
-           "rule_evidence", "rule_of_definition"]
+__all__ = ["RuleBook", "RuleOutcome", "admitted_candidates", "article_meta", "count_examples", "kwe_errors",
+           "match_rules", "rule_evidence", "rule_of_definition"]
 
 MAX_EVIDENCE_WORDS = 20  # RuleEvidence.matched max_length
 MAX_EVIDENCE_CHARS = 300
@@ -161,6 +161,23 @@ def match_rules(articles: list[tuple[str, ArticleMeta, list[ProposedLabel]]], st
         kept += [ProposedLabel(label=lb, score=rule_score, source="rule", rule=rule_evidence(matches[lb], tokens))
                  for lb in rule_only]
         out.append((kept, RuleOutcome(tuple(matches), tuple(dropped), tuple(rule_only))))
+    return out
+
+
+def admitted_candidates(candidates: list[ProposedLabel], labels: list[ProposedLabel], outcome: RuleOutcome,
+                        index: LabelRuleIndex, meta: ArticleMeta) -> list[ProposedLabel]:
+    """The labels below the threshold (``candidates``) that stay offered after :func:`match_rules`: not among
+    the proposed ``labels`` now (a candidate whose KwE matched and that has too few examples is proposed
+    rule-only, and a proposal holds each label once), and admitted by their label's definition as proposals
+    are (its filters, and a KwE match when it requires one)."""
+    proposed = {x.label for x in labels}
+    out = []
+    for x in candidates:
+        rule = index.get(x.label)
+        refused = rule is not None and ((rule.require_rule_match and x.label not in outcome.matched)
+                                        or not rule.filters.admits(meta))
+        if x.label not in proposed and not refused:
+            out.append(x)
     return out
 
 

@@ -8,7 +8,7 @@ score it with the same functions (:func:`~newsmon.shared.predictors.rae_xmc.rae_
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -59,11 +59,14 @@ class Retrieval:
         ids: ``(m, K)`` object array of neighbour article ids (``""`` where fewer than K were found).
         sims: ``(m, K)`` float32 cosine similarities, descending per row (``-inf`` where missing).
         labels: ``m`` lists of ``K`` label tuples (empty tuple where missing).
+        titles: ``m`` lists of ``K`` neighbour titles for people (:func:`display_title`; None where missing or
+            unknown); None when the search returned no payloads.
     """
 
     ids: np.ndarray
     sims: np.ndarray
     labels: list[list[tuple[str, ...]]]
+    titles: list[list[str | None]] | None = None
 
     @classmethod
     def from_neighbours(cls, neighbours: Sequence[Sequence], top_k: int | None = None) -> "Retrieval":
@@ -75,13 +78,15 @@ class Retrieval:
         ids = np.full((m, k), "", dtype=object)
         sims = np.full((m, k), -np.inf, dtype=np.float32)
         labels: list[list[tuple[str, ...]]] = []
+        titles: list[list[str | None]] = []
         for i, row in enumerate(neighbours):
             row = list(row)[:k]
             for j, nb in enumerate(row):
                 ids[i, j] = nb.article_id
                 sims[i, j] = nb.similarity
             labels.append([tuple(nb.labels) for nb in row] + [()] * (k - len(row)))
-        return cls(ids, sims, labels)
+            titles.append([display_title(getattr(nb, "payload", None)) for nb in row] + [None] * (k - len(row)))
+        return cls(ids, sims, labels, titles)
 
     @property
     def k(self) -> int:
@@ -94,7 +99,25 @@ class Retrieval:
 
     def head(self, k: int) -> "Retrieval":
         """The first ``k`` neighbours of each query."""
-        return Retrieval(self.ids[:, :k], self.sims[:, :k], [row[:k] for row in self.labels])
+        return Retrieval(self.ids[:, :k], self.sims[:, :k], [row[:k] for row in self.labels],
+                         None if self.titles is None else [row[:k] for row in self.titles])
+
+
+#: Characters of a neighbour's title (or text snippet) shown to people; the wire allows 300.
+TITLE_CHARS = 160
+
+
+def display_title(payload: dict | None, limit: int = TITLE_CHARS) -> str | None:
+    """What a moderator sees of a memory article: its headline, or when it has none the start of its text
+    (whitespace collapsed), cut to ``limit`` characters with an ellipsis; None without either."""
+    if not payload:
+        return None
+    for key in ("title", "text"):
+        value = payload.get(key)
+        if isinstance(value, str) and value.strip():
+            text = " ".join(value.split())
+            return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+    return None
 
 
 def aggregate(weights: np.ndarray, label_rows: sp.csr_matrix, K: int, n_labels: int) -> np.ndarray:
@@ -116,40 +139,50 @@ def aggregate(weights: np.ndarray, label_rows: sp.csr_matrix, K: int, n_labels: 
 
 @dataclass
 class LabelScore:
-    """One proposed label with its score and the neighbours (article id, cosine similarity) behind it."""
+    """One label with its score and the neighbours (article id, cosine similarity) behind it; ``titles``: the
+    same neighbours' titles for people (:func:`display_title`), in the same order (empty when unknown)."""
 
     label: str
     score: float
     neighbours: list[tuple[str, float]]
+    titles: list[str | None] = field(default_factory=list)
 
 
 @dataclass
 class Proposal:
-    """The labels proposed for one article, best first; ``searched``: the knowledge-memory collections its
-    neighbours were retrieved from (set by the live classifier; empty offline)."""
+    """The labels proposed for one article, best first; ``candidates``: the best labels at or below the
+    threshold (score > 0), best first; ``searched``: the knowledge-memory collections its neighbours were
+    retrieved from (set by the live classifier; empty offline)."""
 
     labels: list[LabelScore]
     searched: tuple[str, ...] = ()
+    candidates: list[LabelScore] = field(default_factory=list)
 
     @property
     def label_set(self) -> set[str]:
         return {x.label for x in self.labels}
 
 
+def _label_score(retrieval: Retrieval, i: int, label: str, score: float, k: int, max_neighbours: int) -> LabelScore:
+    """Label ``label`` of query ``i`` with up to ``max_neighbours`` of its first ``k`` neighbours that carry it."""
+    js = [j for j in range(min(k, retrieval.k)) if label in retrieval.labels[i][j]][:max_neighbours]
+    titles = [retrieval.titles[i][j] for j in js] if retrieval.titles is not None else []
+    return LabelScore(label, score, [(str(retrieval.ids[i, j]), float(retrieval.sims[i, j])) for j in js], titles)
+
+
 def explain(retrieval: Retrieval, scores: np.ndarray, vocab: LabelVocab, threshold: float,
-            k: int | None = None, max_neighbours: int = 5) -> list[Proposal]:
+            k: int | None = None, max_neighbours: int = 5, candidates: int = 0) -> list[Proposal]:
     """Turn ``(m, L)`` scores into :class:`Proposal` objects: labels with ``score > threshold``, each with
-    up to ``max_neighbours`` of the first ``k`` neighbours that carry it (most similar first)."""
+    up to ``max_neighbours`` of the first ``k`` neighbours that carry it (most similar first), and the best
+    ``candidates`` labels with ``0 < score <= threshold`` likewise (for the moderator; none by default)."""
     k = k or retrieval.k
     out = []
     for i in range(scores.shape[0]):
-        cols = np.flatnonzero(scores[i] > threshold)
-        cols = cols[np.argsort(-scores[i, cols], kind="stable")]
-        items = []
-        for c in cols:
-            lb = vocab.labels[c]
-            support = [(str(retrieval.ids[i, j]), float(retrieval.sims[i, j])) for j in range(min(k, retrieval.k))
-                       if lb in retrieval.labels[i][j]][:max_neighbours]
-            items.append(LabelScore(lb, float(scores[i, c]), support))
-        out.append(Proposal(items))
+        order = np.argsort(-scores[i], kind="stable")
+        above = [c for c in order if scores[i, c] > threshold]
+        below = [c for c in order[len(above):len(above) + candidates] if scores[i, c] > 0]
+        out.append(Proposal(
+            [_label_score(retrieval, i, vocab.labels[c], float(scores[i, c]), k, max_neighbours) for c in above],
+            candidates=[_label_score(retrieval, i, vocab.labels[c], float(scores[i, c]), k, max_neighbours)
+                        for c in below]))
     return out
