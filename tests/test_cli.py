@@ -54,6 +54,8 @@ def test_eval_on_slice_writes_table_json_and_plot(cli_env, sentinews_slice):
 
 
 def test_memory_build_then_suggest_explains_with_neighbours(cli_env, sentinews_slice):
+    from newsmon.schemas import LabelProposal, parse_event
+
     res = runner.invoke(app, ["memory", "build", "--data", str(sentinews_slice)])
     assert res.exit_code == 0, res.output
     built = _last_json_line(res.output)
@@ -63,15 +65,34 @@ def test_memory_build_then_suggest_explains_with_neighbours(cli_env, sentinews_s
     art = next(r for r in rows if r["split"] == "train" and len(r["labels"]) >= 2)
     res = runner.invoke(app, ["suggest", art["text"], "--lang", "sl", "--top-k", "1", "--json"])
     assert res.exit_code == 0, res.output
-    got = json.loads(res.output)
-    assert {x["label"] for x in got["labels"]} == set(art["labels"])
-    assert all(x["neighbours"][0]["article_id"] == art["id"] for x in got["labels"])
-    assert got["labels"][0]["neighbours"][0]["similarity"] > 0.99
-    # a test article with the default k / tau / threshold, in the human-readable format
+    got = parse_event(LabelProposal, res.stdout.encode("utf-8"))  # exactly the object of the topic
+    assert {x.label for x in got.labels} == set(art["labels"])
+    assert all(x.neighbours[0].article_id == art["id"] for x in got.labels)
+    assert got.labels[0].neighbours[0].similarity > 0.99 and got.labels[0].neighbours[0].title == art["title"]
+    assert got.scoring.top_k == 1 and got.scoring.threshold == 0.5 and got.scoring.predictor == "rae-xmc"
+    assert got.memory_version.startswith("newsmon_sl_") and got.model_version in got.memory_version.replace("_", "@")
+    assert got.timings.total_ms > 0 and got.article_id.startswith("suggest-") and got.schema_version == 2
+    # nothing above the threshold: still the whole proposal, the labels below it as candidates with their evidence
     test_art = next(r for r in rows if r["split"] == "test")
-    res = runner.invoke(app, ["suggest", test_art["text"]])
+    res = runner.invoke(app, ["suggest", test_art["text"], "--threshold", "1.0", "--json", "--id", "t-1"])
     assert res.exit_code == 0, res.output
-    assert "proposals" in res.output or "no label above the threshold" in res.output
+    got = parse_event(LabelProposal, res.stdout.encode("utf-8"))
+    assert got.article_id == "t-1" and got.labels == [] and got.scoring.threshold == 1.0
+    assert 1 <= len(got.candidates) <= 20 and got.scoring.top_k == 50
+    scores = [x.score for x in got.candidates]
+    assert scores == sorted(scores, reverse=True) and 0 < scores[0] <= 1.0
+    assert all(n.title for x in got.candidates for n in x.neighbours)
+    best = got.candidates[0]
+    # the same article in the readable format: the label, its score and source, its neighbours with titles
+    res = runner.invoke(app, ["suggest", test_art["text"], "--threshold", "1.0"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert "no label above the threshold 1.0" in out and "below the threshold 1.0" in out
+    assert best.label in out and f"{best.score:.3f}" in out and "retrieval" in out
+    assert f"{best.neighbours[0].similarity:.3f}  {best.neighbours[0].article_id}" in out
+    assert best.neighbours[0].title[:40] in out
+    res = runner.invoke(app, ["suggest", test_art["text"]], terminal_width=200)
+    assert res.exit_code == 0 and "threshold=0.5" in res.stdout
 
 
 def test_eval_reports_bad_lines(cli_env, sentinews_slice):
@@ -93,4 +114,12 @@ def test_errors_are_clear(cli_env):
     res = runner.invoke(app, ["eval", "--data", str(cli_env / "nowhere"), "--methods", "svm"])
     assert res.exit_code == 2 and "no corpus at" in res.output
     res = runner.invoke(app, ["suggest"])
-    assert res.exit_code == 2
+    assert res.exit_code == 2 and "give the article text as an argument or with --file" in res.output
+    for empty in ("", "   \n\t "):  # given, but empty: refused as empty, before any model is loaded
+        res = runner.invoke(app, ["suggest", empty])
+        assert res.exit_code == 2 and "the article text is empty" in res.output, res.output
+        assert "as an argument" not in res.output
+    blank = cli_env / "blank.txt"
+    blank.write_text("  \n", encoding="utf-8")
+    res = runner.invoke(app, ["suggest", "--file", str(blank)])
+    assert res.exit_code == 2 and f"the article in {blank} is empty" in " ".join(res.output.split())

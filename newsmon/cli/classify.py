@@ -8,16 +8,19 @@ instead of 0.3 s).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.table import Table
-
 from newsmon.cli.common import console, corpus_or_fail, err, fail, settings_from_env
+from newsmon.shared.config import Settings
+
+if TYPE_CHECKING:
+    from newsmon.schemas import LabelProposal
 
 
 def memory_build(
@@ -85,22 +88,70 @@ def suggest(
     top_k: Annotated[Optional[int], typer.Option(help="Neighbours (k).")] = None,
     tau: Annotated[Optional[float], typer.Option(help="Temperature tau.")] = None,
     threshold: Annotated[Optional[float], typer.Option(help="Proposal threshold.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    article_id: Annotated[Optional[str], typer.Option("--id", help="Article id of the proposal (default: "
+                                                      "suggest-<hash of the text>).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the LabelProposal as on the label-proposals topic.")] = False,
 ) -> None:
-    """Propose labels for one article, with scores and the supporting neighbours."""
+    """Propose labels for one article: each label with its score, source and evidence (the neighbours with
+    their titles and similarity), and the best labels below the threshold."""
     from newsmon.schemas.base import check_language_code  # deferred: see the module docstring (pydantic)
-    from newsmon.shared.classifier import Classifier  # deferred: see the module docstring
 
-    if file is not None:
-        text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
-    if not text or not text.strip():
-        fail("give the article text as an argument or with --file")
+    text = _article_text(text, file)
     if lang is not None:
         try:
             check_language_code(lang)
         except ValueError as exc:
             fail(f"--lang: {exc}")
     s = settings_from_env(rae__top_k=top_k, rae__tau=tau, rae__threshold=threshold)
+    proposal = _propose_one(s, text, lang, article_id or suggestion_id(text))
+    if as_json:
+        print(proposal.model_dump_json(indent=2))
+        return
+    from newsmon.render import render_proposal  # deferred: see the module docstring
+
+    r, t = proposal.scoring, proposal.timings
+    console.print(render_proposal(proposal, neighbours=3, candidates=5, header=(
+        f"{proposal.article_id}: k={r.top_k}, tau={r.tau}, threshold={r.threshold}; {t.total_ms:.0f} ms; "
+        f"searched {proposal.memory_version}")))
+    if not proposal.labels and proposal.candidates:
+        console.print("(lower the threshold with --threshold to propose the labels below it)")
+
+
+def suggestion_id(text: str) -> str:
+    """The article id ``suggest`` gives an article: ``suggest-`` and the first 12 hex digits of the SHA-256 of
+    its UTF-8 text (the same text, the same id)."""
+    return "suggest-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def _article_text(text: str | None, file: Path | None) -> str:
+    """The article from the argument or ``--file`` (``-``: stdin); exits with a clear message when there is
+    none, both are given, or it holds only whitespace."""
+    if text is not None and file is not None:
+        fail("give the article text as an argument or with --file, not both")
+    if file is not None:
+        try:
+            text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+        except OSError as exc:
+            fail(f"--file: cannot read {file}: {exc.strerror or exc}")
+        if not text.strip():
+            fail(f"the article in {'stdin' if str(file) == '-' else file} is empty (only whitespace)")
+        return text
+    if text is None:
+        fail("give the article text as an argument or with --file")
+    if not text.strip():
+        fail("the article text is empty (only whitespace): give its title and body")
+    return text
+
+
+def _propose_one(s: Settings, text: str, lang: str | None, article_id: str) -> LabelProposal:
+    """The :class:`~newsmon.schemas.LabelProposal` of one article, exactly as the classifier worker produces it
+    on the topic: labels, up to 20 candidates below the threshold, the neighbours with titles, the parameters,
+    model and memory version, and the latency (embed, search and score, total)."""
+    from datetime import datetime, timezone
+
+    from newsmon.schemas import LabelProposal, Timings  # deferred: see the module docstring
+    from newsmon.shared.classifier import Classifier, proposed_labels, scoring_info
+
     clf = Classifier(s)
     try:
         known = clf.languages()
@@ -112,35 +163,17 @@ def suggest(
             err.print(f"[yellow]note:[/yellow] the {lang!r} memory is small; searching it with "
                       f"{', '.join(known)} (cross-lingual)")
         t0 = time.perf_counter()
-        # score every label with support (threshold 0), then split at the configured threshold
-        everything = s.rae.model_copy(update={"threshold": 0.0})
-        proposals, _ = clf.propose([text], [lang], rae=everything)
-        ms = 1000 * (time.perf_counter() - t0)
+        vectors = clf.encoder.encode([text], role="query")
+        t1 = time.perf_counter()
+        p = clf.propose([text], [lang], vectors=vectors)[0][0]
+        t2 = time.perf_counter()
+        memory_version = "+".join(p.searched) or clf.collection(lang or known[0])
+        model_version = clf.model_version
     finally:
         clf.close()
-    _print_suggestion(proposals[0], s.rae, ms, as_json)
-
-
-def _print_suggestion(everything, rae, ms: float, as_json: bool) -> None:
-    """Print the labels of a :class:`~newsmon.shared.predictors.Proposal` above ``rae.threshold`` (JSON or a
-    table), or the best candidates below it."""
-    candidates = everything.labels
-    p = type(everything)([x for x in candidates if x.score > rae.threshold])
-    if as_json:
-        print(json.dumps({"labels": [{"label": x.label, "score": x.score, "neighbours": [
-            {"article_id": a, "similarity": sim} for a, sim in x.neighbours]} for x in p.labels],
-            "latency_ms": ms}, ensure_ascii=False, indent=2))
-        return
-    if not p.labels:
-        console.print(f"no label above the threshold {rae.threshold} ({ms:.0f} ms)")
-        if candidates:
-            best = ", ".join(f"{x.label} {x.score:.3f}" for x in candidates[:5])
-            console.print(f"best candidates below it: {best} (lower it with --threshold)")
-        return
-    table = Table(title=f"proposals ({ms:.0f} ms; k={rae.top_k}, tau={rae.tau}, threshold={rae.threshold})")
-    table.add_column("label")
-    table.add_column("score", justify="right")
-    table.add_column("supporting neighbours (id: cosine)")
-    for x in p.labels:
-        table.add_row(x.label, f"{x.score:.3f}", ", ".join(f"{a}: {sim:.3f}" for a, sim in x.neighbours))
-    console.print(table)
+    return LabelProposal(
+        article_id=article_id, labels=proposed_labels(p.labels), candidates=proposed_labels(p.candidates),
+        model_version=model_version, memory_version=memory_version, scoring=scoring_info(s.rae),
+        timings=Timings(batch_size=1, embed_ms=1000 * (t1 - t0), search_ms=1000 * (t2 - t1),
+                        total_ms=1000 * (t2 - t0)),
+        produced_at=datetime.now(timezone.utc))
