@@ -21,11 +21,14 @@ from pathlib import Path
 import numpy as np
 import structlog
 from confluent_kafka import Consumer, Producer
-from tqdm import tqdm
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
 
 from newsmon.broker import TansuBroker, free_port
+from newsmon.render import render_proposal
 from newsmon.schemas import ArticleEvent, LabelDecision, LabelProposal, ModeratorDecision, parse_event
-from newsmon.shared.classifier import Classifier
+from newsmon.shared.classifier import BuildReport, Classifier
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Article, load_corpus
 from newsmon.shared.metrics import classification_metrics, ranking_metrics
@@ -60,13 +63,15 @@ def decision_for(article_id: str, proposed: list[str], gold: list[str],
 @dataclass
 class DemoModerator:
     """A moderator in a thread: reads the proposals, answers each with the gold labels as a decision, prints
-    the first ``show`` proposals, and sets ``done`` once every test article has its proposal."""
+    the first ``show`` proposals (through the progress display's console, so the bar is redrawn below them),
+    advances the progress ``task``, and sets ``done`` once every test article has its proposal."""
 
     settings: Settings
     producer: Producer
     gold: dict[str, list[str]]
     show: int
-    bar: tqdm
+    progress: Progress
+    task: TaskID
     received: dict[str, LabelProposal] = field(default_factory=dict)
     done: threading.Event = field(default_factory=threading.Event)
     shown: int = 0
@@ -99,11 +104,12 @@ class DemoModerator:
         self.producer.poll(0)
         if self.shown < self.show:
             ok = len(set(proposed) & set(gold))
-            dup = f" duplicate of {p.duplicate_of}" if p.duplicate_of else ""
-            self.bar.write(f"{p.article_id}: proposed {proposed or '∅'} | gold {gold} | "
-                           f"{ok} right{dup} ({p.timings.total_ms:.0f} ms batch of {p.timings.batch_size})")
+            dup = f", near-copy of {p.duplicate_of}" if p.duplicate_of else ""
+            header = (f"{p.article_id}: {ok} of {len(proposed)} proposed labels right, gold {', '.join(gold)}{dup} "
+                      f"({p.timings.total_ms:.0f} ms, batch of {p.timings.batch_size})")
+            self.progress.console.print(render_proposal(p, gold, neighbours=2, candidates=2, header=header))
             self.shown += 1
-        self.bar.update(1)
+        self.progress.advance(self.task)
         if len(self.received) == len(self.gold):
             self.done.set()
 
@@ -119,19 +125,18 @@ def _stream(settings: Settings, rt: Runtime, test: list[Article], gold: dict, sh
     """
     k = settings.kafka
     producer = Producer({**k.client_config(), "enable.idempotence": True, "message.max.bytes": 64 * 1024 * 1024})
-    bar = tqdm(total=len(test), desc="proposals", unit="art")
-    mod = DemoModerator(settings, producer, gold, show, bar)
-    thread = threading.Thread(target=mod.run, name="demo-moderator", daemon=True)
-    thread.start()
-    t_stream = time.perf_counter()
-    for a in test:
-        ev = article_event(a)
-        producer.produce(k.topic_articles, key=ev.kafka_key(), value=ev.to_bytes())
-        producer.poll(0)
-    producer.flush(30)
-    finished = mod.done.wait(timeout_s)
-    stream_s = time.perf_counter() - t_stream
-    bar.close()
+    with progress_display() as progress:
+        mod = DemoModerator(settings, producer, gold, show, progress, progress.add_task("proposals", total=len(test)))
+        thread = threading.Thread(target=mod.run, name="demo-moderator", daemon=True)
+        thread.start()
+        t_stream = time.perf_counter()
+        for a in test:
+            ev = article_event(a)
+            producer.produce(k.topic_articles, key=ev.kafka_key(), value=ev.to_bytes())
+            producer.poll(0)
+        producer.flush(30)
+        finished = mod.done.wait(timeout_s)
+        stream_s = time.perf_counter() - t_stream
     producer.flush(30)
     updater = next(w for w in rt.workers if w.name == "memory-updater")
     deadline = time.monotonic() + 30
@@ -150,8 +155,9 @@ def _stream(settings: Settings, rt: Runtime, test: list[Article], gold: dict, sh
 
 
 def _report(test: list[Article], gold: dict, received: dict[str, LabelProposal], stream_s: float,
-            applied: int) -> dict:
-    """Print and return the metrics of the streamed proposals against the gold labels."""
+            applied: int, bad_lines: int = 0) -> dict:
+    """Print and return the metrics of the streamed proposals against the gold labels, and the counts (bad
+    corpus lines skipped included)."""
     vocab = LabelVocab(lb for labels in gold.values() for lb in labels)
     ids = [a.id for a in test]
     Y = vocab.encode([gold[i] for i in ids])
@@ -165,9 +171,11 @@ def _report(test: list[Article], gold: dict, received: dict[str, LabelProposal],
     rk = ranking_metrics(Y, S, ks=(1, 3))
     dups = sum(1 for p in received.values() if p.duplicate_of)
     report = {"articles": len(test), "proposals": len(received), "duplicates": dups, "stream_s": stream_s,
-              "articles_per_s": len(test) / stream_s, "decisions_applied": applied, **m, **rk}
+              "articles_per_s": len(test) / stream_s, "decisions_applied": applied, "bad_lines": bad_lines,
+              **m, **rk}
     print(f"\nstreamed {len(test)} articles in {stream_s:.1f} s ({report['articles_per_s']:.2f} articles/s); "
-          f"{dups} near-duplicates; {applied} moderator decisions applied to the memory")
+          f"{dups} near-duplicates; {applied} moderator decisions applied to the memory; "
+          f"{bad_lines} bad corpus line{'' if bad_lines == 1 else 's'} skipped")
     print(f"streamed proposals vs gold: micro-F1 {100 * m['uF1']:.1f}  micro-P {100 * m['uP']:.1f}  "
           f"micro-R {100 * m['uR']:.1f}  macro-F1 {100 * m['F1']:.1f}  subset accuracy {100 * m['Acc']:.1f}  "
           f"P@1 {100 * rk['P@1']:.1f}  (each decision fed back before later articles were classified)")
@@ -204,16 +212,13 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
         print(f"Tansu broker on {broker.bootstrap} (in memory); topics: {', '.join(settings.kafka.all_topics())}")
         clf = Classifier(settings)
         t0 = time.perf_counter()
-        rep = clf.add_articles(train, progress=True)
+        rep = build_memory(clf, train)
         print(f"knowledge memory: {rep.upserted} articles in {time.perf_counter() - t0:.1f} s "
               f"(collection {clf.collection(train[0].lang)})")
         rt = build_runtime(settings, classifier=clf).start()
         api = _start_api(settings, rt)
         received, stream_s, applied = _stream(settings, rt, test, gold, show, timeout_s, api)
-    report = _report(test, gold, received, stream_s, applied)
-    report["bad_lines"] = len(corpus.bad_lines)
-    print(f"corpus: {len(corpus.articles)} articles read, {len(corpus.bad_lines)} bad lines skipped")
-    return report
+    return _report(test, gold, received, stream_s, applied, len(corpus.bad_lines))
 
 
 def _start_api(settings: Settings, rt: Runtime):
@@ -231,3 +236,27 @@ def _start_api(settings: Settings, rt: Runtime):
     print(f"HTTP API on {url} while the demo runs: OpenAPI {url}/docs, POST {url}/v1/suggest, "
           f"PUT {url}/v1/labels/<label> {{\"kwes\": [\"krka OR krke\"]}}")
     return server
+
+
+def progress_display(console: Console | None = None) -> Progress:
+    """A rich progress display (articles done / total, elapsed, remaining) on ``console`` (default stdout).
+    While it runs, whatever is printed through its console, and what other code writes to stdout and stderr
+    (the workers' logs), is printed above the bar, which is redrawn below: lines never interleave."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("remaining"), TimeRemainingColumn(), console=console or Console())
+
+
+def build_memory(clf: Classifier, articles: list[Article], chunk: int = 64) -> BuildReport:
+    """Embed and upsert ``articles`` into the knowledge memory, ``chunk`` at a time, with a progress display."""
+    upserted: dict[str, int] = {}
+    embed_s = upsert_s = 0.0
+    with progress_display() as progress:
+        task = progress.add_task("memory build", total=len(articles))
+        for start in range(0, len(articles), chunk):
+            rep = clf.add_articles(articles[start:start + chunk], batch=chunk)
+            for lang, n in rep.upserted.items():
+                upserted[lang] = upserted.get(lang, 0) + n
+            embed_s, upsert_s = embed_s + rep.embed_s, upsert_s + rep.upsert_s
+            progress.advance(task, len(articles[start:start + chunk]))
+    return BuildReport(upserted, embed_s, upsert_s)
+

@@ -1,24 +1,92 @@
-"""`newsmon demo` end to end (README command 1) on a real 100-article slice: broker, workers, memory, metrics."""
+"""`newsmon demo` end to end (README command 1) on a real 100-article slice: broker, workers, memory, metrics;
+run in a terminal (a pseudo-terminal), as a new user runs it, with a malformed corpus line."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
+import re
+import select
+import struct
 import subprocess
 import sys
+import termios
+import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+BAR = "━"
 
 
-def test_demo_runs_end_to_end(sentinews_slice, newsmon_home):
-    env = {**os.environ, "NEWSMON_HOME": str(newsmon_home), "NEWSMON_DATA": str(sentinews_slice)}
-    res = subprocess.run([sys.executable, "-m", "newsmon.cli", "demo", "--show", "5"], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    out = res.stdout
-    assert "Tansu broker on 127.0.0.1:" in out
-    assert "HTTP API on http://127.0.0.1:" in out and "/v1/suggest" in out
-    assert "knowledge memory: {'sl': 80} articles" in out
-    assert "streamed 10 articles" in out and "10 moderator decisions applied" in out
-    assert "micro-F1" in out and "subset accuracy" in out
-    assert out.count("| gold [") == 5  # five proposals printed in full
+def run_in_terminal(cmd: list[str], env: dict, timeout: float, columns: int = 160) -> tuple[int, str]:
+    """Run ``cmd`` with stdin, stdout and stderr on one pseudo-terminal of ``columns`` columns, as in a shell
+    window; returns (exit status, everything written to the terminal)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    proc = subprocess.Popen(cmd, cwd=REPO, env={**env, "COLUMNS": str(columns), "TERM": "xterm-256color"},
+                            stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    chunks, deadline = [], time.monotonic() + timeout
+    try:
+        while True:
+            if time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"{cmd} ran over {timeout} s:\n" + b"".join(chunks).decode(errors="replace")[-3000:])
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if not ready:
+                continue
+            try:
+                data = os.read(master, 1 << 16)
+            except OSError:  # EIO: every process holding the terminal has exited
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        os.close(master)
+    return proc.wait(timeout=30), b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def screen_lines(raw: str) -> list[str]:
+    """What stays on the screen, line by line: colours dropped, and after a carriage return only what was
+    written last (rich erases the line before it rewrites it, tqdm pads it)."""
+    out = []
+    for line in raw.replace("\r\n", "\n").split("\n"):
+        segments = [s for s in ANSI.sub("", line).split("\r") if s]
+        out.append(segments[-1] if segments else "")
+    return out
+
+
+def test_demo_runs_end_to_end(sentinews_slice, newsmon_home, tmp_path):
+    lines = sentinews_slice.read_text(encoding="utf-8").splitlines()
+    corpus = tmp_path / "articles.jsonl"
+    corpus.write_text("\n".join([*lines[:5], "{not json", *lines[5:]]) + "\n", encoding="utf-8")
+    env = {**os.environ, "NEWSMON_HOME": str(newsmon_home), "NEWSMON_DATA": str(corpus)}
+    code, raw = run_in_terminal([sys.executable, "-m", "newsmon.cli", "demo", "--show", "5"], env, timeout=900)
+    screen = screen_lines(raw)
+    text = "\n".join(screen)
+    assert code == 0, text[-3000:]
+    assert "Tansu broker on 127.0.0.1:" in text
+    assert "HTTP API on http://127.0.0.1:" in text and "/v1/suggest" in text
+    assert "knowledge memory: {'sl': 80} articles" in text
+    assert "streamed 10 articles" in text and "10 moderator decisions applied" in text
+    assert "micro-F1" in text and "subset accuracy" in text
+    # the malformed line: reported with its number when the corpus is read, and counted in the summary
+    assert "skipped line 6: invalid JSON" in text
+    assert "; 1 bad corpus line skipped" in text
+    # five proposals in full: per label its mark against the gold labels, score and source, then the
+    # neighbours with similarity, id and title
+    headers = [ln for ln in screen if re.match(r"^sl-test-\d+: \d+ of \d+ proposed labels right, gold ", ln)]
+    assert len(headers) == 5, text[-4000:]
+    assert any(re.match(r"^  [✓✗] \S.*  [01]\.\d{3}  retrieval$", ln) for ln in screen), text[-4000:]
+    titled = [ln for ln in screen if re.match(r"^      0\.\d{3}  sl-test-\d+  \S", ln)]
+    assert titled, text[-4000:]
+    # the progress bars never share a line with a result or a log line
+    bars = [ln for ln in screen if BAR in ln]
+    assert bars and all(re.fullmatch(r"(memory build|proposals) ━+ \d+/\d+ \d+:\d\d:\d\d remaining [-\d:]+\s*", ln)
+                        for ln in bars), bars
+    assert not any("proposals" in ln and "[info" in ln for ln in screen)

@@ -1,0 +1,86 @@
+"""A :class:`~newsmon.schemas.LabelProposal` as a moderator reads it, for the demo and ``newsmon suggest``.
+
+Per label: its score and source, then the evidence: the rule that matched (the KwE and the words it found), the
+original of a near-copy, or the top neighbours with their similarity and title. The labels below the threshold
+(``candidates``) follow the same way. Built as rich :class:`~rich.text.Text` (titles are never read as markup)
+and printed through a rich console, so a live progress display on the same console is redrawn around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+
+from newsmon.schemas import LabelProposal, ProposedLabel
+
+__all__ = ["render_proposal"]
+
+_MARK = {True: ("✓", "green"), False: ("✗", "red"), None: ("•", "cyan")}
+
+
+def _evidence(x: ProposedLabel, neighbours: int) -> list[Text]:
+    """The lines of evidence under one label (indented)."""
+    lines = []
+    if x.rule is not None:
+        found = ", ".join(f"“{w}”" for w in x.rule.matched) or "(no positive word recorded)"
+        lines.append(Text.assemble("      rule ", (x.rule.kwe, "magenta"), f" matched {found}"))
+    if x.source == "duplicate":
+        for n in x.neighbours[:1]:
+            lines.append(Text(f"      near-copy of {n.article_id} (estimated Jaccard {n.similarity:.2f}): "
+                              "the labels its original passes on"))
+        return lines
+    for n in x.neighbours[:neighbours]:
+        line = Text(f"      {n.similarity:.3f}  {n.article_id}")
+        if n.title:
+            line.append("  " + n.title, style="italic")
+        lines.append(line)
+    if len(x.neighbours) > neighbours:
+        lines.append(Text(f"      … and {len(x.neighbours) - neighbours} more in the proposal", style="dim"))
+    return lines
+
+
+def _label_line(x: ProposedLabel, gold: set[str] | None, width: int) -> Text:
+    """``  ✓ label  0.577  retrieval`` (✓ / ✗ against the gold labels when known, • otherwise)."""
+    mark, style = _MARK[None if gold is None else x.label in gold]
+    return Text.assemble(f"  {mark} ", (x.label.ljust(width), f"bold {style}"), f"  {x.score:.3f}  ",
+                         (x.source, "dim"))
+
+
+def render_proposal(p: LabelProposal, gold: Sequence[str] | None = None, neighbours: int = 3,
+                    candidates: int = 3, header: str | None = None) -> Text:
+    """The proposal as lines of text.
+
+    Args:
+        p: the proposal; gold: the right labels when known (the demo): each label is marked ✓ or ✗, and the
+            gold labels not proposed are listed; neighbours: neighbours shown per label; candidates: labels
+            below the threshold shown (0: none); header: the first line (default: the article id, and with
+            ``gold`` how many labels are right).
+    """
+    gold_set = set(gold) if gold is not None else None
+    shown_candidates = p.candidates[:candidates]
+    width = max((len(x.label) for x in [*p.labels, *shown_candidates]), default=0)
+    threshold = p.scoring.threshold if p.scoring is not None else None
+    if header is None:
+        header = p.article_id
+        if gold_set is not None:
+            right = sum(1 for x in p.labels if x.label in gold_set)
+            header += f": {right} of {len(p.labels)} proposed labels right, {len(gold_set)} gold"
+        if p.duplicate_of:
+            header += f" (near-copy of {p.duplicate_of})"
+    lines = [Text(header, style="bold")]
+    if not p.labels:
+        lines.append(Text(f"  no label above the threshold {threshold}" if threshold is not None else
+                          "  no label proposed", style="yellow"))
+    for x in p.labels:
+        lines += [_label_line(x, gold_set, width), *_evidence(x, neighbours)]
+    if shown_candidates:
+        lines.append(Text(f"  below the threshold {threshold}:" if threshold is not None else "  candidates:",
+                          style="dim"))
+        for x in shown_candidates:
+            lines += [_label_line(x, gold_set, width), *_evidence(x, neighbours)]
+    if gold_set is not None:
+        missed = [lb for lb in gold or () if lb not in {x.label for x in p.labels}]
+        if missed:
+            lines.append(Text(f"  missed (gold, not proposed): {', '.join(missed)}", style="yellow"))
+    return Text("\n").join(lines)
