@@ -90,7 +90,8 @@ def suggest(
     threshold: Annotated[Optional[float], typer.Option(help="Proposal threshold.")] = None,
     article_id: Annotated[Optional[str], typer.Option("--id", help="Article id of the proposal (default: "
                                                       "suggest-<hash of the text>).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the LabelProposal as on the label-proposals topic.")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the LabelProposal as on the label-proposals topic.")] = False,
 ) -> None:
     """Propose labels for one article: each label with its score, source and evidence (the neighbours with
     their titles and similarity), and the best labels below the threshold."""
@@ -134,12 +135,13 @@ def _article_text(text: str | None, file: Path | None) -> str:
         except OSError as exc:
             fail(f"--file: cannot read {file}: {exc.strerror or exc}")
         if not text.strip():
-            fail(f"the article in {'stdin' if str(file) == '-' else file} is empty (only whitespace)")
+            where = "stdin" if str(file) == "-" else file
+            fail(f"the article in {where} is empty{' (only whitespace)' if text else ''}")
         return text
     if text is None:
         fail("give the article text as an argument or with --file")
     if not text.strip():
-        fail("the article text is empty (only whitespace): give its title and body")
+        fail(f"the article text is empty{' (only whitespace)' if text else ''}: give its title and body")
     return text
 
 
