@@ -100,7 +100,7 @@ PROPOSAL_EXAMPLES: list[dict] = [
         "article_id": "rts-2024-5391207",
         "revision": 0,
         "labels": [
-            {"label": "НИС", "score": 1.0, "source": "rule", "neighbours": [],
+            {"label": "нис", "score": 1.0, "source": "rule", "neighbours": [],
              "rule": {"kwe": "НИС OR \"Нафтна индустрија Србије\" -\"НИС Петрол Бугарска\"",
                       "matched": ["НИС", "Нафтна индустрија Србије"]}},
             {"label": "nafta", "score": 0.57, "source": "retrieval", "rule": None, "neighbours": [
@@ -177,7 +177,7 @@ DECISION_EXAMPLES: list[dict] = [
     {
         "schema_version": 1,
         "article_id": "rts-2024-5391207",
-        "decisions": [{"label": "НИС", "action": "confirmed"}, {"label": "nafta", "action": "rejected"},
+        "decisions": [{"label": "нис", "action": "confirmed"}, {"label": "nafta", "action": "rejected"},
                       {"label": "енергетика", "action": "added"}],
         "moderator": "јелена.петровић",
         "decided_at": "2024-05-02T09:02:11+02:00",
@@ -190,7 +190,7 @@ LABEL_EVENT_EXAMPLES: list[dict] = [
     {
         "schema_version": 2,
         "action": "defined",
-        "label": "Krka",
+        "label": "krka",
         "new_label": None,
         "definition": {
             "kwes": ["krka OR krke OR krki OR krko -\"reka krk*\" -\"otok krk*\"", "\"tovarna zdravil novo mesto\""],
@@ -204,7 +204,7 @@ LABEL_EVENT_EXAMPLES: list[dict] = [
     {
         "schema_version": 2,
         "action": "defined",
-        "label": "НИС",
+        "label": "нис",
         "new_label": None,
         "definition": {
             "kwes": ["НИС OR \"Нафтна индустрија Србије\" -\"НИС Петрол Бугарска\""],
@@ -215,9 +215,9 @@ LABEL_EVENT_EXAMPLES: list[dict] = [
         "occurred_at": "2024-05-01T10:00:00+02:00",
         "actor": "аналитичар.марко",
     },
-    {"schema_version": 1, "action": "renamed", "label": "NKBM", "new_label": "Nova KBM", "definition": None,
+    {"schema_version": 1, "action": "renamed", "label": "nkbm", "new_label": "nova kbm", "definition": None,
      "occurred_at": "2024-05-06T09:30:00+02:00", "actor": "analitik.petra"},
-    {"schema_version": 1, "action": "retired", "label": "Vegrad", "new_label": None, "definition": None,
+    {"schema_version": 1, "action": "retired", "label": "vegrad", "new_label": None, "definition": None,
      "occurred_at": "2024-05-06T09:31:00+02:00", "actor": None},
 ]
 """``LabelEvent``: a Slovene label defined by two KwEs, a Serbian one (Cyrillic KwE, rule match required), a

@@ -1,0 +1,51 @@
+"""How a proposal reads for a moderator (newsmon/render.py), on the schema's example proposals: each label with
+score, source and evidence (neighbours with titles, the rule and its words, a near-copy's original)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from newsmon.render import render_proposal
+from newsmon.schemas import LabelProposal
+
+
+def _text(p: LabelProposal, **kw) -> str:
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(render_proposal(p, **kw))
+    return console.export_text()
+
+
+def _examples() -> list[LabelProposal]:
+    return [LabelProposal.model_validate(e) for e in LabelProposal.json_examples]
+
+
+def test_retrieval_labels_show_score_source_and_titled_neighbours():
+    sl = _examples()[0]
+    out = _text(sl, neighbours=2, candidates=1).splitlines()
+    assert out[0] == "sta-2024-05-06-0412"
+    assert out[1] == "  • bencin     0.830  retrieval"
+    assert out[2] == "      0.912  sl-test-707  Bencin cenejši, dizel dražji"
+    assert out[4] == "      … and 1 more in the proposal"
+    assert "  below the threshold 0.5:" in out and "  • trošarine  0.340  retrieval" in out
+    assert "nafta" not in "\n".join(out)  # one candidate asked for
+
+
+def test_gold_marks_rule_evidence_and_missed_labels():
+    sr = _examples()[1]
+    out = _text(sr, gold=["нис", "енергетика"]).splitlines()
+    assert out[0] == "rts-2024-5391207: 1 of 2 proposed labels right, 2 gold"
+    assert out[1] == "  ✓ нис       1.000  rule"
+    assert out[2] == ('      rule НИС OR "Нафтна индустрија Србије" -"НИС Петрол Бугарска" matched “НИС”, '
+                      '“Нафтна индустрија Србије”')
+    assert "  ✗ nafta     0.570  retrieval" in out
+    assert out[-1] == "  missed (gold, not proposed): енергетика"
+
+
+def test_nothing_above_the_threshold_and_a_near_copy():
+    empty, copy = _examples()[2], _examples()[3]
+    out = _text(empty)
+    assert "  no label above the threshold 0.5" in out and "  • stavka  0.460  retrieval" in out
+    out = _text(copy).splitlines()
+    assert out[0] == "delo-2024-05-06-8812 (near-copy of sta-2024-05-06-0412)"
+    assert out[2] == ("      near-copy of sta-2024-05-06-0412 (estimated Jaccard 0.94): the labels its original "
+                      "passes on")
