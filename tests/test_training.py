@@ -91,14 +91,11 @@ def test_finetune_tune_and_rollout_gate_both_ways(train_settings, reuters_slice,
     assert len(optuna.load_study(study_name=best["study"], storage=optuna_storage(s)).trials) == 4
     s_pg = s.model_copy(deep=True)
     s_pg.training.optuna_storage = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
-    name = f"newsmon-rae-{cand.name}"
-    try:
-        optuna.delete_study(study_name=name, storage=s_pg.training.optuna_storage)
-    except KeyError:
-        pass
     best_pg = tune(s_pg, reuters_slice, str(cand), trials=3)
-    assert len(optuna.load_study(study_name=name, storage=s_pg.training.optuna_storage).trials) == 3
-    optuna.delete_study(study_name=name, storage=s_pg.training.optuna_storage)
+    name, pg = best_pg["study"], optuna_storage(s_pg)
+    assert name.startswith(f"newsmon-rae-{cand.name}-")
+    assert len(optuna.load_study(study_name=name, storage=pg).trials) == 3
+    optuna.delete_study(study_name=name, storage=pg)
     assert best_pg["storage"].endswith("/test")
 
     # gate, refused: a deliberately degraded model; production untouched

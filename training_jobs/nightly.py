@@ -10,8 +10,11 @@ its reason in ``<home>/models/rollouts.jsonl``); non-zero only when a stage fail
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,9 +22,9 @@ import numpy as np
 import structlog
 
 from newsmon.shared.classifier import model_identity
-from newsmon.shared.config import Settings
+from newsmon.shared.config import Settings, mask_url, reveal
 from newsmon.shared.data import Corpus
-from newsmon.shared.encoder import Encoder, resolve_model
+from newsmon.shared.encoder import Encoder, model_fingerprint, resolve_model
 from newsmon.shared.evaluation import run_eval
 from newsmon.shared.memory import MemoryRouter, SearchFilter
 from newsmon.shared.promotion import effective_encoder_settings, settings_with_model
@@ -46,7 +49,7 @@ class NightlyReport:
 def optuna_storage(settings: Settings) -> str:
     """The Optuna storage URL: ``training.optuna_storage`` or SQLite in the home directory."""
     if settings.training.optuna_storage:
-        return settings.training.optuna_storage
+        return reveal(settings.training.optuna_storage)
     Path(settings.home).mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{Path(settings.home) / 'optuna.db'}"
 
@@ -101,15 +104,50 @@ def mine(settings: Settings, corpus: Corpus | None, out_file: Path, progress: bo
     return report.as_dict()
 
 
-def tune(settings: Settings, corpus: Corpus, model: str, trials: int) -> dict:
+def tune(settings: Settings, corpus: Corpus, model: str, trials: int, resume: str | None = None) -> dict:
     """Optuna search of k / tau / lambda / threshold on the validation split with ``model`` (study stored in
-    :func:`optuna_storage`); returns the best params with the validation subset accuracy and micro-F1."""
+    :func:`optuna_storage`); returns the best params with the validation subset accuracy and micro-F1.
+
+    Each run is a new study named after the model, the data and the run (:func:`study_name`), so a run never
+    reports the optimum another run found on other data. ``resume`` names an earlier study to continue; it
+    must have been run on the same data (model and corpus fingerprints), else ``ValueError``.
+    """
+    import optuna  # deferred: 0.5-1 s import
+
     s = settings_with_model(settings, model)
-    name = f"newsmon-rae-{Path(model).name}"
-    report = run_eval(corpus, ["rae"], s, tune=trials, progress=False, tune_storage=optuna_storage(settings),
-                      study_name=name)
+    storage = optuna_storage(settings)
+    fingerprint = {"model": model_fingerprint(resolve_model(model, settings.home)), "data": corpus_fingerprint(corpus)}
+    name = resume or study_name(model, fingerprint)
+    if resume:
+        try:
+            earlier = optuna.load_study(study_name=resume, storage=storage).user_attrs
+        except KeyError:
+            raise ValueError(f"no Optuna study {resume!r} in {mask_url(storage)} to resume") from None
+        if {k: earlier.get(k) for k in fingerprint} != fingerprint:
+            raise ValueError(f"study {resume!r} was run on other data or another model ({earlier}); "
+                             "start a new study instead of resuming it")
+    report = run_eval(corpus, ["rae"], s, tune=trials, progress=False, tune_storage=storage, study_name=name)
+    study = optuna.load_study(study_name=name, storage=storage)
+    for key, value in fingerprint.items():
+        study.set_user_attr(key, value)
     params = report["methods"]["rae_tuned"]["params"]
-    return {"study": name, "storage": optuna_storage(settings).split("@")[-1], **params}
+    return {"study": name, "storage": mask_url(storage), "trials_in_study": len(study.trials), **params}
+
+
+def corpus_fingerprint(corpus: Corpus) -> str:
+    """sha256 of what tuning sees of a corpus: every article's id, split, labels and text, in order."""
+    h = hashlib.sha256()
+    for a in corpus.articles:
+        h.update(json.dumps([a.id, a.split, list(a.labels), a.text], ensure_ascii=False).encode("utf-8"))
+    return h.hexdigest()
+
+
+def study_name(model: str, fingerprint: dict[str, str]) -> str:
+    """``newsmon-rae-<model folder>-<model and data hash, 12 hex>-<UTC time>-<6 random hex>``: one study per
+    run, recognisable by model and data."""
+    digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:12]
+    folder = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model).name)[:60]
+    return f"newsmon-rae-{folder}-{digest}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
 
 
 def run_nightly(settings: Settings, corpus: Corpus, max_steps: int | None = None, trials: int | None = None,

@@ -16,7 +16,7 @@ from http.server import ThreadingHTTPServer
 import structlog
 
 from newsmon.shared.classifier import Classifier, model_identity
-from newsmon.shared.config import Settings, redact_url
+from newsmon.shared.config import Settings, redact_url, reveal
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.memory import MemoryLockedError, MemoryRouter, close_all_routers, shared_router
 from newsmon.workers.base import BatchWorker
@@ -121,11 +121,11 @@ def build_runtime(settings: Settings, roles: Sequence[str] = ROLES, classifier: 
         raise ValueError(f"unknown worker roles {sorted(unknown)}; choose from {', '.join(ROLES)}")
     w = settings.worker
     rt = Runtime(settings)
-    rt.registry = open_registry(w.redis_url, f"{w.redis_namespace}:labels")
+    rt.registry = open_registry(reveal(w.redis_url), f"{w.redis_namespace}:labels")
     if "classifier" in roles:
         rt.classifier = classifier or Classifier(settings)
         rt.router = rt.classifier.router
-        rt.dedup = NearDuplicateIndex(threshold=w.dedup_threshold, redis_url=w.redis_url,
+        rt.dedup = NearDuplicateIndex(threshold=w.dedup_threshold, redis_url=reveal(w.redis_url),
                                       namespace=f"{w.redis_namespace}:dedup")
         rt.workers.append(ClassifierWorker(settings, rt.classifier, rt.dedup, rt.registry))
     else:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import structlog
 
 from newsmon.shared.classifier import model_identity
-from newsmon.shared.config import Settings, redact_url
+from newsmon.shared.config import Settings, redact_url, reveal
 from newsmon.shared.memory import MemoryLockedError, MemoryRouter, stored_collections
 from newsmon.workers.base import StartupError
 from newsmon.workers.observability import HEALTH
@@ -32,7 +32,7 @@ def check_redis(settings: Settings) -> None:
     Raises:
         StartupError: no answer within ``worker.startup_timeout_s`` seconds.
     """
-    url = settings.worker.redis_url
+    url = reveal(settings.worker.redis_url)
     if not url:
         return
     import redis  # deferred: only a worker with a Redis URL needs the client
@@ -56,7 +56,7 @@ def check_qdrant(settings: Settings) -> None:
         StartupError: no answer within ``worker.startup_timeout_s`` seconds, or an error answer (a wrong API
             key).
     """
-    url = settings.memory.url
+    url = reveal(settings.memory.url)
     if not url:
         return
     from qdrant_client import QdrantClient  # deferred: 1-2 s import, server mode only
@@ -64,7 +64,7 @@ def check_qdrant(settings: Settings) -> None:
     t = settings.worker.startup_timeout_s
     client = None
     try:
-        client = QdrantClient(url=url, api_key=settings.memory.api_key or None, timeout=max(1, round(t)))
+        client = QdrantClient(url=url, api_key=reveal(settings.memory.api_key) or None, timeout=max(1, round(t)))
         client.get_collections()
     except Exception as exc:  # noqa: BLE001 - httpx, grpc and qdrant-client errors alike
         raise StartupError(f"cannot reach the Qdrant server at {redact_url(url)} (NEWSMON_MEMORY__URL) within "

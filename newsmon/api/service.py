@@ -19,7 +19,7 @@ from confluent_kafka import KafkaException, Message, Producer
 from newsmon.api.models import LabelChange, LabelTest, LabelTestResult, LabelView, TestedArticle
 from newsmon.schemas import ArticleEvent, InvalidEvent, LabelEvent, LabelProposal, parse_event
 from newsmon.shared.classifier import Classifier
-from newsmon.shared.config import Settings
+from newsmon.shared.config import Settings, reveal
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.kwe import ArticleMeta, LabelRuleIndex, RuleFilters
 from newsmon.shared.text import tokenize
@@ -202,8 +202,8 @@ def build_service(settings: Settings, classifier: Classifier | None = None, regi
     workers of the same process); otherwise opened from the settings (Qdrant server, Redis)."""
     w = settings.worker
     classifier = classifier or Classifier(settings)
-    registry = registry or open_registry(w.redis_url, f"{w.redis_namespace}:labels")
-    dedup = dedup or NearDuplicateIndex(threshold=w.dedup_threshold, redis_url=w.redis_url,
+    registry = registry or open_registry(reveal(w.redis_url), f"{w.redis_namespace}:labels")
+    dedup = dedup or NearDuplicateIndex(threshold=w.dedup_threshold, redis_url=reveal(w.redis_url),
                                         namespace=f"{w.redis_namespace}:dedup")
     pipeline = ArticlePipeline(settings, classifier, dedup, registry)
     return ApiService(settings, pipeline, make_producer(settings, "newsmon-api"))

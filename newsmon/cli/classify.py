@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 def memory_build(
     data: Annotated[Optional[Path], typer.Option(help="Corpus folder or JSONL (default: NEWSMON_DATA).")] = None,
     split: Annotated[str, typer.Option(help="Split to load into the memory.")] = "train",
-    limit: Annotated[Optional[int], typer.Option(help="Read only the first N valid articles.")] = None,
+    limit: Annotated[Optional[int], typer.Option(min=1, help="Read only the first N valid articles.")] = None,
 ) -> None:
     """Embed the labelled articles of one split and upsert them into the knowledge memory."""
     from newsmon.shared.classifier import Classifier  # deferred: see the module docstring

@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
+from pydantic import TypeAdapter, ValidationError
 
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Corpus, load_corpus
@@ -18,19 +19,49 @@ err = Console(stderr=True)
 
 
 def settings_from_env(**overrides: Any) -> Settings:
-    """The settings from ``NEWSMON_*`` variables, with the given overrides (``section__field=value``; None is
-    ignored), logging configured."""
-    s = Settings()
+    """The settings from ``NEWSMON_*`` variables, with the given command-line overrides (``section__field=value``;
+    None is ignored), logging configured.
+
+    Overrides are validated exactly like the environment (the same field constraints: ``--tau 0``, ``--top-k 0``
+    and ``--threshold 1.5`` are refused as ``NEWSMON_RAE__TAU=0`` is). Either way a bad value ends the command
+    with one error line naming the option or variable and the reason, exit status 2, no traceback; the value of a
+    secret is never shown.
+    """
+    try:
+        s = Settings()
+    except ValidationError as exc:
+        fail("; ".join(f"{_env_name(e['loc'])}: {e['msg']}" for e in exc.errors()))
+    by_section: dict[str, dict[str, Any]] = {}
     for key, value in overrides.items():
-        if value is None:
-            continue
-        section, _, name = key.partition("__")
-        if name:
-            setattr(getattr(s, section), name, value)
-        else:
-            setattr(s, section, value)
+        if value is not None:
+            section, _, name = key.partition("__")
+            by_section.setdefault(section if name else "", {})[name or section] = value
+    for section, values in by_section.items():
+        _apply_overrides(s, section, values)
     configure_logging(s.log_format)
     return s
+
+
+def _apply_overrides(s: Settings, section: str, values: dict[str, Any]) -> None:
+    """Validate ``values`` against the settings model (a section, or the top level for ``section == ""``) and
+    set them; a refused value ends the command (see :func:`settings_from_env`)."""
+    try:
+        if section:
+            current = getattr(s, section)
+            setattr(s, section, type(current).model_validate({**dict(current), **values}))  # raw values, unmasked
+            return
+        for name, value in values.items():
+            setattr(s, name, TypeAdapter(Settings.model_fields[name].annotation).validate_python(value))
+    except ValidationError as exc:
+        reasons = []
+        for e in exc.errors():
+            name = str(e["loc"][0]) if e["loc"] else next(iter(values))
+            reasons.append(f"--{name.replace('_', '-')} {values.get(name, '')}: {e['msg']}")
+        fail("; ".join(reasons))
+
+
+def _env_name(loc: tuple) -> str:
+    return "NEWSMON_" + "__".join(str(part).upper() for part in loc)
 
 
 def fail(msg: str, code: int = 2) -> NoReturn:

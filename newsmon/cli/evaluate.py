@@ -22,9 +22,10 @@ _ALL = "rae,zshot,mlknn,svm,logreg"
 def eval_cmd(
     data: Annotated[Optional[Path], typer.Option(help="Corpus folder or JSONL (default: NEWSMON_DATA).")] = None,
     methods: Annotated[str, typer.Option(help=f"Comma-separated: {_ALL}.")] = _ALL,
-    tune: Annotated[int, typer.Option(help="Optuna trials of k/tau/lambda/threshold on validation (0 = off).")] = 0,
+    tune: Annotated[int, typer.Option(min=0, help="Optuna trials of k/tau/lambda/threshold on validation "
+                                                 "(0 = off).")] = 0,
     out: Annotated[Optional[Path], typer.Option(help="Output folder (default runs/eval-<corpus>).")] = None,
-    limit: Annotated[Optional[int], typer.Option(help="Read only the first N valid articles (a slice).")] = None,
+    limit: Annotated[Optional[int], typer.Option(min=1, help="Read only the first N valid articles (a slice).")] = None,
 ) -> None:
     """Evaluate RAE-XMC against zero-shot 1-NN, ML-KNN and TF-IDF SVM / LogReg on the test split; print a
     table like RAE-XMC's Table 7, write results.json, results.md and f1_by_frequency.png."""

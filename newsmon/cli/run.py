@@ -61,8 +61,8 @@ def serve_cmd(
 
 def demo_cmd(
     data: Annotated[Optional[Path], typer.Option(help="Corpus folder or JSONL (default: NEWSMON_DATA).")] = None,
-    limit: Annotated[Optional[int], typer.Option(help="Stream only the first N test articles.")] = None,
-    show: Annotated[int, typer.Option(help="Print this many proposals in full.")] = 15,
+    limit: Annotated[Optional[int], typer.Option(min=1, help="Stream only the first N test articles.")] = None,
+    show: Annotated[int, typer.Option(min=0, help="Print this many proposals in full.")] = 15,
 ) -> None:
     """The main job on the embedded defaults: Tansu broker, embedded Qdrant, both workers, test articles in,
     proposals out, gold labels replayed as moderator decisions, metrics of the streamed proposals."""

