@@ -97,11 +97,23 @@ def precision_at_k(Y_true, scores: np.ndarray, k: int) -> float:
 
 
 def ranking_metrics(Y_true, scores: np.ndarray, ks: Sequence[int] = (1, 3, 5), ndcg_k: int = 5) -> dict:
-    """``P@k`` for each k and ``nDCG@ndcg_k`` (scikit-learn) from ``(n, L)`` scores."""
+    """``P@k`` for each k and ``nDCG@ndcg_k`` (scikit-learn) from ``(n, L)`` scores.
+
+    A figure that is undefined is NaN, with the reason under ``"undefined"`` (``{metric: reason}``): nDCG with
+    fewer than 2 labels to rank (a corpus with a single label), or with no test article carrying a gold label.
+    """
     Yt = _dense(Y_true).astype(float)
-    out = {f"P@{k}": precision_at_k(Yt, scores, k) for k in ks}
+    out: dict = {f"P@{k}": precision_at_k(Yt, scores, k) for k in ks}
     keep = Yt.sum(axis=1) > 0
-    out[f"nDCG@{ndcg_k}"] = float(ndcg_score(Yt[keep], scores[keep], k=ndcg_k)) if keep.sum() else float("nan")
+    name = f"nDCG@{ndcg_k}"
+    if Yt.shape[1] < 2:
+        out[name], out["undefined"] = float("nan"), {name: f"{name} needs at least 2 labels to rank (found "
+                                                            f"{Yt.shape[1]})"}
+    elif not keep.any():
+        out[name], out["undefined"] = float("nan"), {name: f"no test article has a gold label, so {name} is "
+                                                            "undefined"}
+    else:
+        out[name] = float(ndcg_score(Yt[keep], scores[keep], k=ndcg_k))
     return out
 
 

@@ -45,19 +45,28 @@ def ratios_to_svm(methods: dict) -> dict:
     """
     if "svm" not in methods:
         return {}
-    svm = methods["svm"]["metrics"]["all"]
-    n = int(svm.get("n_articles", 0))
+    fitted = _fitted(methods)
+    n = int(fitted[0]["metrics"]["all"].get("n_articles", 0)) if fitted else 0
     out = {}
     for key in ("rae", "rae_tuned"):
         if key in methods:
-            m = methods[key]["metrics"]["all"]
             entry: dict = {"why": {}, "test_articles": n, "low_sample": n < LOW_SAMPLE_ARTICLES}
+            failed = next((m for m in (methods[key], methods["svm"]) if m.get("error")), None)
             for col, what in (("uF1", "micro-F1"), ("Acc", "subset accuracy")):
-                entry[col], why = _ratio_entry(m, svm, col, what)
+                if failed is not None:
+                    entry[col], why = None, f"{failed['name']} could not be fitted"
+                else:
+                    entry[col], why = _ratio_entry(methods[key]["metrics"]["all"], methods["svm"]["metrics"]["all"],
+                                                   col, what)
                 if why:
                     entry["why"][col] = why
             out[key] = entry
     return out
+
+
+def _fitted(methods: dict) -> list[dict]:
+    """The method entries that have metrics (not those that could not be fitted on the corpus)."""
+    return [m for m in methods.values() if not m.get("error")]
 
 
 def format_ratios(name: str, r: dict) -> str:
@@ -82,7 +91,7 @@ def _missing(x) -> bool:
 def _group_articles(report: dict) -> dict[str, int]:
     """Test articles behind each group's figures (the same for every method): all, or those with a gold
     label of the group."""
-    first = next(iter(report["methods"].values()), None)
+    first = next(iter(_fitted(report["methods"])), None)
     if first is None:
         return {}
     return {g: int(first["metrics"][g].get("n_articles", 0)) for g in GROUPS}
@@ -101,6 +110,9 @@ def table_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     low = {g: n < LOW_SAMPLE_ARTICLES for g, n in _group_articles(report).items()}
     rows = []
     for m in report["methods"].values():
+        if m.get("error"):  # could not be fitted: table_notes gives the reason
+            rows.append([m["name"]] + ["–"] * (len(header) - 1))
+            continue
         row = [m["name"]]
         for g in GROUPS:
             row += [_fmt(m["metrics"][g][c], low.get(g, False)) for c in TABLE_COLUMNS]
@@ -119,10 +131,14 @@ def table_notes(report: dict) -> list[str]:
     if low:
         notes.append(f"{LOW_SAMPLE_MARK} low-sample: computed from fewer than {LOW_SAMPLE_ARTICLES} test articles "
                      f"({', '.join(low)}); one article moves such a figure by 1 point or more, read it as rough.")
+    fitted = _fitted(report["methods"])
     for g, n in counts.items():
-        if n == 0 or any(_missing(m["metrics"][g][c]) for m in report["methods"].values() for c in TABLE_COLUMNS):
+        if n == 0 or any(_missing(m["metrics"][g][c]) for m in fitted for c in TABLE_COLUMNS):
             notes.append(f"– in {g}: no test article carries {_GROUP_RULE[g]}, "
                          "so the figure is undefined.")
+    undefined = {k: why for m in fitted for k, why in m["metrics"].get("ranking", {}).get("undefined", {}).items()}
+    notes += [f"– in {k}: {why}." for k, why in undefined.items()]
+    notes += [f"– for {m['name']}: {m['error']}." for m in report["methods"].values() if m.get("error")]
     return notes
 
 
@@ -164,7 +180,7 @@ def plot_f1_by_frequency(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt  # deferred: after choosing the Agg backend
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    methods = list(report["methods"].items())
+    methods = [(k, m) for k, m in report["methods"].items() if not m.get("error")]
     buckets = [b["bucket"] for b in methods[0][1]["f1_by_frequency"]] if methods else []
     width = 0.8 / max(1, len(methods))
     for i, (_key, m) in enumerate(methods):

@@ -152,10 +152,18 @@ def _evaluate_one(p: Predictor, train_set: TrainingSet, test_q: QueryBatch, val_
     t0 = time.perf_counter()
     if progress:
         log.info(f"evaluating {p.display_name}", labels=labels.n_train_labels)
-    p.fit(train_set)
-    scores = p.scores(test_q)
-    report["methods"][p.name] = _method_entry(p.display_name, labels, scores, p.decide(scores),
-                                              time.perf_counter() - t0, p.params)
+    try:
+        p.fit(train_set)
+        scores = p.scores(test_q)
+        decided = p.decide(scores)
+    except Exception as exc:  # noqa: BLE001 - a method that cannot be fitted on this corpus; the others still run
+        reason = str(exc) or type(exc).__name__
+        log.warning(f"{p.display_name} skipped", reason=reason)
+        report["methods"][p.name] = {"name": p.display_name, "error": reason, "metrics": None, "params": {},
+                                     "seconds": time.perf_counter() - t0, "f1_by_frequency": []}
+        return
+    report["methods"][p.name] = _method_entry(p.display_name, labels, scores, decided, time.perf_counter() - t0,
+                                              p.params)
     if tune and p.tunable:
         t0 = time.perf_counter()
         tuned, found = p.tune(val_q, labels.val, tune, **study)

@@ -28,7 +28,12 @@ class TfidfOneVsAll:
     n_jobs: int = 2
 
     def fit(self, texts: Sequence[str], Y: sp.csr_matrix) -> "TfidfOneVsAll":
-        """Fit on ``n`` texts and their ``(n, L)`` 0/1 labels."""
+        """Fit on ``n`` texts and their ``(n, L)`` 0/1 labels.
+
+        Raises:
+            ValueError: the labels leave nothing to learn (every article carries each label, or none carries
+                one); the message says why.
+        """
         # deferred: scikit-learn takes 1-2 s to import; the live classifier imports this module only to register it
         from joblib import parallel_config
         from sklearn.feature_extraction.text import TfidfVectorizer
@@ -48,8 +53,15 @@ class TfidfOneVsAll:
             base = LogisticRegression(C=10.0, solver="liblinear", dual=True, max_iter=200)  # dual: 10x faster here
         # threads, not processes: liblinear releases the GIL, and joblib's process pool hands the workers
         # read-only memory-mapped inputs that liblinear cannot use ("WRITEBACKIFCOPY base is read-only")
+        Ysub = Yd[:, self.columns]
+        if Ysub.shape[1] == 0 or (np.asarray(Ysub.sum(axis=0)).ravel() == Ysub.shape[0]).all():
+            raise ValueError("cannot be fitted: every training article carries each label, so a one-vs-rest "
+                             "classifier has no negative example (one class only)" if Ysub.shape[1] else
+                             "cannot be fitted: no training article carries a label")
+        if Ysub.shape[1] == 1:  # one label: a binary target (sklearn refuses a one-column sparse indicator)
+            Ysub = Ysub.toarray().ravel()
         with parallel_config(backend="threading", n_jobs=self.n_jobs):
-            self.model = OneVsRestClassifier(base, n_jobs=self.n_jobs).fit(X, Yd[:, self.columns])
+            self.model = OneVsRestClassifier(base, n_jobs=self.n_jobs).fit(X, Ysub)
         return self
 
     def scores(self, texts: Sequence[str]) -> np.ndarray:
