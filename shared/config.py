@@ -187,7 +187,14 @@ class WorkerSettings(BaseModel):
                                    "topic (reason: too large).")
     max_text_chars: int = Field(200_000, ge=100, description="Article text beyond this is cut before embedding.")
     retry_attempts: int = Field(3, ge=1, description="Tries of a failing memory/model call before pausing.")
-    pause_backoff_s: float = Field(2.0, gt=0, description="Wait between recovery probes while paused (seconds).")
+    pause_backoff_s: float = Field(2.0, gt=0, description="First wait between recovery probes while paused "
+                                   "(seconds); it doubles per failed probe up to pause_backoff_max_s.")
+    pause_backoff_max_s: float = Field(60.0, gt=0, description="Longest wait between recovery probes while paused "
+                                       "(seconds).")
+    dead_letter_max_bytes: int = Field(1_000_000, ge=10_000, le=64 * 1024 * 1024, description="A dead letter (key, "
+                                       "value, headers) is cut to fit in this many bytes, keeping the reason, stage, "
+                                       "topic, partition and offset; at most the broker's max.message.bytes (Kafka's "
+                                       "default 1048588).")
     dedup_threshold: float = Field(0.6, gt=0, le=1, description="Estimated Jaccard for a near-copy.")
     decision_max_future_s: float = Field(
         300.0, ge=0, description="A decision dated further ahead than now + this (seconds; a moderator's clock "

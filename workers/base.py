@@ -1,74 +1,45 @@
-"""The consume -> handle -> produce -> commit loop shared by the workers, and their error policy.
+"""The consume -> handle -> produce -> commit loop shared by the workers, applying the error policy.
 
 Per micro-batch (up to ``batch_max_messages`` or ``batch_max_ms``): ``handle_batch`` produces every output
 through an :class:`~newsmon.workers.kafka_io.Outbox`; the outbox is flushed; offsets are committed up to the
 first message not fully acknowledged, which is consumed again.
 
-Error policy (all of it here, so that it changes in one place):
-
-1. **Bad input** (a message that cannot be handled because of its own content: invalid JSON or schema, too
-   large, a decision on an unknown article): :meth:`BatchWorker.reject` sends it, bytes untouched, to the
-   dead-letter topic with the reason; the worker carries on.
-2. **Dependency calls** (Qdrant, Redis, the model) go through :meth:`ErrorPolicy.call`: ``retry_attempts``
-   tenacity retries with exponential backoff, then :class:`DependencyDown`.
-3. **A failed batch** (:meth:`BatchWorker._process`): when the dependency probe fails too, the worker commits
-   nothing for the unfinished messages, pauses its partitions, reports not-ready, probes every
-   ``pause_backoff_s`` seconds (while polling, so it stays in the consumer group), then resumes from the first
-   unfinished message. When the probe succeeds, the failure is not the dependency's: the batch's messages are
-   handled one by one, and a message that still fails alone is rejected as in 1, with the error as its reason.
+What happens on an error is :mod:`newsmon.workers.policy` (one place): transient errors pause the partitions and
+retry with backoff without committing; a message that fails on its own is dead-lettered with its reason code and
+stage while the rest of its batch proceeds; a failed commit or lost partitions drop the in-flight batch's offsets
+and the consumer rejoins; a failed produce pauses and retries, visible in ``/readyz`` and the metrics. Only an
+error of the loop itself ends :meth:`BatchWorker.run` (and the process, with a non-zero status).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import structlog
-from confluent_kafka import Consumer, Message, Producer
-from tenacity import Retrying, stop_after_attempt, wait_exponential
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from newsmon.shared.config import Settings, WorkerSettings
+from newsmon.schemas import DeadLetterReason, DeadLetterStage
+from newsmon.shared.config import Settings
 from newsmon.workers.kafka_io import (Outbox, commit_acknowledged, dead_letter, make_consumer, make_producer,
                                       real_messages, record_lag, rewind_to)
-from newsmon.workers.observability import HEALTH
+from newsmon.workers.observability import GROUP_EVENTS, HEALTH
+from newsmon.workers.policy import DependencyDown, ErrorPolicy, Failure, backoff_s, classify, is_transient, \
+    membership_lost
 
 log = structlog.get_logger(__name__)
 
-
-class DependencyDown(RuntimeError):
-    """A dependency call still failed after its retries."""
+__all__ = ["BatchWorker", "DependencyDown", "ErrorPolicy", "StartupError", "probe_ok"]
 
 
 class StartupError(RuntimeError):
     """A worker cannot start: Kafka, Redis or the Qdrant server unreachable, topics missing or with another
     partition count. The message is one line for the operator, naming the address or topic and what to do."""
-
-
-class ErrorPolicy:
-    """How the workers call their dependencies: retries with exponential backoff, then :class:`DependencyDown`.
-
-    Args:
-        settings: ``retry_attempts`` (tries per call) of the worker settings.
-    """
-
-    def __init__(self, settings: WorkerSettings) -> None:
-        self.settings = settings  # read at each call: settings may change while a worker runs
-
-    def call(self, what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)`` with tenacity retries (exponential backoff 0.2 s .. 2 s).
-
-        Raises:
-            DependencyDown: the last try failed too (``what`` and the error in the message, the error chained).
-        """
-        try:
-            for attempt in Retrying(stop=stop_after_attempt(self.settings.retry_attempts),
-                                    wait=wait_exponential(multiplier=0.2, max=2.0), reraise=True):
-                with attempt:
-                    return fn(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001
-            raise DependencyDown(f"{what} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def probe_ok(worker: str, check: Callable[[], None]) -> bool:
@@ -82,9 +53,18 @@ def probe_ok(worker: str, check: Callable[[], None]) -> bool:
 
 
 class BatchWorker:
-    """Base class: subclasses set ``name`` and implement ``handle_batch`` and ``probe``."""
+    """Base class: subclasses set ``name`` and implement ``handle_batch`` and ``probe``.
+
+    Attributes:
+        batches: batches handled; group_events: counts of ``assigned``, ``revoked``, ``lost``, ``commit_failed``,
+            ``consumer_recreated``; dead_letters: counts per reason code; pauses: times paused.
+        after_produce: a hook, set on the class, called as ``hook(worker, msgs)`` with each batch after its
+            outputs were acknowledged and before its offsets are committed (None in production; tests use it to
+            crash a worker exactly there).
+    """
 
     name = "worker"
+    after_produce: Callable[["BatchWorker", list[Message]], None] | None = None
 
     def __init__(self, settings: Settings, group: str, topics: list[str], instance: str | None = None):
         self.settings = settings
@@ -92,14 +72,22 @@ class BatchWorker:
         self.topics = topics
         self.instance = instance or f"{self.name}-{threading.get_ident() % 100000}"
         self.policy = ErrorPolicy(settings.worker)
+        self.stage: DeadLetterStage | None = None
         self.batches = 0
+        self.pauses = 0
+        self.group_events: Counter = Counter()
+        self.dead_letters: Counter = Counter()
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._produce_streak = 0
 
     # -- to implement -----------------------------------------------------------------------------
     def handle_batch(self, msgs: list[Message], outbox: Outbox) -> None:
-        """Produce every output of ``msgs`` through ``outbox`` and mark each one ``outbox.done(msg)``.
+        """Produce every output of ``msgs`` through ``outbox`` and mark each one ``outbox.done(msg)``; say which
+        stage runs with :meth:`at` (it names the stage of a failure).
 
         Raises:
-            DependencyDown: a dependency call failed after its retries.
+            Exception: any error; :mod:`newsmon.workers.policy` decides what follows.
         """
         raise NotImplementedError
 
@@ -109,86 +97,184 @@ class BatchWorker:
 
     # -- the error policy's entry points ------------------------------------------------------------
     def call(self, what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
-        """A dependency call under the error policy (:meth:`ErrorPolicy.call`)."""
+        """A dependency call under the error policy (:meth:`newsmon.workers.policy.ErrorPolicy.call`)."""
         return self.policy.call(what, fn, *args, **kwargs)
 
-    def reject(self, outbox: Outbox, msg: Message, reason: str) -> None:
-        """Bad input: send ``msg`` to its dead-letter topic with ``reason`` (it counts as handled)."""
-        dead_letter(outbox, msg, reason, self.instance)
+    def at(self, stage: DeadLetterStage) -> None:
+        """The stage now running (named in the dead letter of a message that fails in it)."""
+        self.stage = stage
+
+    def reject(self, outbox: Outbox, msg: Message, reason: DeadLetterReason, detail: str,
+               stage: DeadLetterStage | None = None) -> None:
+        """Send ``msg`` to its dead-letter topic with the ``reason`` code, the stage (default: the current one)
+        and ``detail`` in words; it counts as handled."""
+        dead_letter(outbox, msg, DeadLetterReason(reason), stage or self.stage, detail, self.instance,
+                    self.settings.worker.dead_letter_max_bytes)
+        self.dead_letters[DeadLetterReason(reason).value] += 1
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
-        """Consume until ``stop`` is set; the batch in progress is finished and committed first."""
+        """Consume until ``stop`` is set; the batch in progress is finished and committed first.
+
+        Raises:
+            Exception: only an error of the loop itself (creating the clients, a bug); batch errors, failed
+                commits and lost partitions are handled by the policy.
+        """
         w = self.settings.worker
-        consumer = make_consumer(self.settings, self.group, self.topics, self.instance)
-        producer = make_producer(self.settings, self.instance)
+        self._consumer = self._new_consumer()
+        self._producer = make_producer(self.settings, self.instance)
         HEALTH.register(self.name)
         HEALTH.set_ready(self.name, None)
         log.info("worker started", worker=self.name, instance=self.instance, group=self.group, topics=self.topics)
         try:
             while not stop.is_set():
                 HEALTH.beat(self.name)
-                msgs = real_messages(consumer.consume(num_messages=w.batch_max_messages,
-                                                      timeout=w.batch_max_ms / 1000))
+                try:
+                    msgs = real_messages(self._consumer.consume(num_messages=w.batch_max_messages,
+                                                                timeout=w.batch_max_ms / 1000))
+                except KafkaException as exc:
+                    self._consumer_error(exc)
+                    continue
                 if msgs:
-                    self._process(consumer, producer, msgs, stop)
+                    self._process(msgs, stop)
                     self.batches += 1
-                    record_lag(consumer, self.group)
+                    record_lag(self._consumer, self.group)
         finally:
-            producer.flush(10)
-            consumer.close()
-            del producer
+            self._producer.flush(10)
+            try:
+                self._consumer.close()
+            except KafkaException as exc:
+                log.warning("consumer close failed", worker=self.name, error=str(exc))
             HEALTH.unregister(self.name)
             log.info("worker stopped", worker=self.name, instance=self.instance)
 
-    def _process(self, consumer: Consumer, producer: Producer, msgs: list[Message], stop: threading.Event) -> None:
-        """One batch under the error policy: pause on a dependency down, else isolate the failing message."""
-        outbox = Outbox(producer)
+    def _process(self, msgs: list[Message], stop: threading.Event) -> None:
+        """One batch under the error policy (see :mod:`newsmon.workers.policy`)."""
+        outbox = Outbox(self._producer)
+        failure = self._attempt(msgs, outbox)
+        if failure is not None and not failure.transient:
+            failure = self._isolate(msgs, outbox)
+        outbox.wait()
+        if failure is not None:
+            self._pause(msgs, outbox, failure.detail, stop, self.probe)
+            return
+        if outbox.failed:
+            self._produce_failed(msgs, outbox, stop)
+            return
+        self._produce_streak = 0
+        if self.after_produce is not None:
+            self.after_produce(msgs)
+        self._commit(msgs, outbox)
+
+    def _attempt(self, msgs: list[Message], outbox: Outbox) -> Failure | None:
+        """``handle_batch``; None when it went through, else how its error is taken (transient when the
+        dependency probe fails, whatever the error)."""
+        self.stage = None
         try:
             self.handle_batch(msgs, outbox)
-        except DependencyDown as exc:
-            if not self.probe():
-                outbox.wait()
-                self._pause(consumer, msgs, outbox, str(exc), stop)
-                return
-            log.warning("batch failed with healthy dependencies; handling messages one by one", error=str(exc))
-            for m in msgs:
-                if Outbox.key_of(m) in outbox.handled:  # already dead-lettered or proposed
-                    continue
-                try:
-                    self.handle_batch([m], outbox)
-                except DependencyDown as exc1:
-                    if self.probe():
-                        self.reject(outbox, m, f"processing failed: {exc1}")
-                    else:
-                        outbox.wait()
-                        self._pause(consumer, msgs, outbox, str(exc1), stop)
-                        return
-        outbox.wait()
-        commit_acknowledged(consumer, msgs, outbox)
+            return None
+        except Exception as exc:  # noqa: BLE001 - the policy decides
+            failure = classify(exc, self.stage)
+            if not failure.transient and not self.probe():
+                failure = replace(failure, transient=True, detail=f"{failure.detail} (dependency probe failed)")
+            log.warning("batch failed", worker=self.name, messages=len(msgs), transient=failure.transient,
+                        reason=failure.reason.value, detail=failure.detail[:300])
+            return failure
 
-    def _pause(self, consumer: Consumer, msgs: list[Message], outbox: Outbox, reason: str,
-               stop: threading.Event) -> None:
-        """Commit the acknowledged prefix, pause, probe until healthy, resume at the first unfinished message."""
+    def _isolate(self, msgs: list[Message], outbox: Outbox) -> Failure | None:
+        """Handle the unfinished messages one at a time; dead-letter each one that fails alone. Returns a
+        transient failure met on the way (the rest is then left for after the pause), else None."""
+        for m in msgs:
+            if Outbox.key_of(m) in outbox.handled:
+                continue
+            failure = self._attempt([m], outbox)
+            if failure is None:
+                continue
+            if failure.transient:
+                return failure
+            self.reject(outbox, m, failure.reason, failure.detail, failure.stage)
+        return None
+
+    def _commit(self, msgs: list[Message], outbox: Outbox) -> None:
+        """Commit the acknowledged prefix; retriable errors retried; when the group moved on (or the retries
+        ran out) the batch's offsets are dropped: the partitions' next owner reads them again."""
+        try:
+            for attempt in Retrying(stop=stop_after_attempt(self.settings.worker.retry_attempts),
+                                    retry=retry_if_exception(lambda e: is_transient(e) and not membership_lost(e)),
+                                    wait=wait_exponential(multiplier=0.2, max=2.0), reraise=True):
+                with attempt:
+                    commit_acknowledged(self._consumer, msgs, outbox)
+        except KafkaException as exc:
+            self._group_change("commit_failed", [])
+            log.warning("commit failed: the in-flight batch's offsets are dropped and the consumer rejoins; the "
+                        "partitions' next owner reads the batch again", worker=self.name, error=str(exc))
+            if membership_lost(exc) and exc.args[0].fatal():
+                self._renew_consumer(str(exc))
+
+    def _pause(self, msgs: list[Message], outbox: Outbox, reason: str, stop: threading.Event,
+               recovered: Callable[[], bool], first_attempt: int = 1) -> None:
+        """Commit the acknowledged prefix, pause, wait with backoff until ``recovered()``, resume at the first
+        unfinished message (of the partitions still assigned)."""
         unfinished = [m for m in msgs if not outbox.acknowledged(m)]
-        commit_acknowledged(consumer, msgs, outbox)  # stops, per partition, at the first unfinished one
+        self._commit(msgs, outbox)  # stops, per partition, at the first unfinished one
+        consumer = self._consumer
         consumer.pause(consumer.assignment())
-        HEALTH.set_ready(self.name, f"paused: {reason[:200]}")
-        log.error("dependency down: consumption paused, nothing committed for unfinished messages",
-                  worker=self.name, reason=reason, unfinished=len(unfinished))
-        started = time.monotonic()
+        self.pauses += 1
+        HEALTH.set_ready(self.name, f"paused: {reason[:300]}")
+        log.error("consumption paused, nothing committed for unfinished messages", worker=self.name,
+                  reason=reason[:500], unfinished=len(unfinished))
+        started, attempt = time.monotonic(), first_attempt
         while not stop.is_set():
-            HEALTH.beat(self.name)
-            deadline = time.monotonic() + self.settings.worker.pause_backoff_s
+            deadline = time.monotonic() + backoff_s(self.settings.worker, attempt)
             while time.monotonic() < deadline and not stop.is_set():
+                HEALTH.beat(self.name)
                 m = consumer.poll(0.2)  # keeps the group membership; paused partitions deliver nothing
                 if m is not None and m.error() is None:
                     rewind_to(consumer, [m])  # a partition assigned during the pause: read it again later
                     consumer.pause(consumer.assignment())
-            if self.probe():
+            if recovered():
                 break
+            attempt += 1
         consumer.resume(consumer.assignment())
         rewind_to(consumer, unfinished)
         HEALTH.set_ready(self.name, None)
-        log.info("dependency back: consumption resumed", worker=self.name,
-                 paused_s=round(time.monotonic() - started, 1))
+        log.info("consumption resumed", worker=self.name, paused_s=round(time.monotonic() - started, 1))
+
+    def _produce_failed(self, msgs: list[Message], outbox: Outbox, stop: threading.Event) -> None:
+        """Outputs not acknowledged (a proposal or a dead letter): pause with backoff growing over consecutive
+        failures, then handle the unacknowledged messages again (a new producer after a fatal error)."""
+        self._produce_streak += 1
+        detail = "; ".join(sorted({f"{topic}: {err}" for topic, err in outbox.failed.values()}))
+        if outbox.fatal:
+            self._producer.flush(5)
+            self._producer = make_producer(self.settings, self.instance)
+        self._pause(msgs, outbox, f"produce failing ({detail[:300]})", stop, lambda: True, self._produce_streak)
+
+    # -- the consumer's group membership ------------------------------------------------------------
+    def _new_consumer(self) -> Consumer:
+        return make_consumer(self.settings, self.group, self.topics, self.instance, self._group_change)
+
+    def _group_change(self, event: str, partitions: list[TopicPartition]) -> None:
+        self.group_events[event] += 1
+        GROUP_EVENTS.labels(self.name, event).inc()
+        if event == "lost":
+            log.warning("partitions lost: this member was removed from the group; the batch in flight will not "
+                        "be committed and the consumer rejoins", worker=self.name, partitions=len(partitions))
+
+    def _consumer_error(self, exc: KafkaException) -> None:
+        """An error raised by ``consume``: a new consumer when librdkafka says it is fatal (fencing), else a
+        short wait (the client retries by itself)."""
+        if membership_lost(exc) and exc.args[0].fatal():
+            self._renew_consumer(str(exc))
+        else:
+            log.warning("consumer error", worker=self.name, error=str(exc))
+            time.sleep(min(1.0, self.settings.worker.pause_backoff_s))
+
+    def _renew_consumer(self, why: str) -> None:
+        log.warning("recreating the consumer", worker=self.name, reason=why[:300])
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.info("closing the old consumer failed", worker=self.name, error=str(exc))
+        self._consumer = self._new_consumer()
+        self._group_change("consumer_recreated", [])

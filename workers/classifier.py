@@ -19,11 +19,13 @@ from confluent_kafka import Message
 from newsmon.shared.classifier import Classifier
 from newsmon.shared.config import Settings
 from newsmon.shared.dedup import NearDuplicateIndex
+from newsmon.schemas import DeadLetterStage
 from newsmon.workers.base import BatchWorker, DependencyDown, probe_ok
 from newsmon.workers.kafka_io import Outbox
 from newsmon.workers.labels import LabelRegistry
 from newsmon.workers.observability import ARTICLES, PROPOSALS_PER_ARTICLE
 from newsmon.workers.pipeline import ArticlePipeline
+from newsmon.workers.policy import switch_model
 
 
 class ClassifierWorker(BatchWorker):
@@ -47,14 +49,17 @@ class ClassifierWorker(BatchWorker):
 
     def handle_batch(self, msgs: list[Message], outbox: Outbox) -> None:
         p = self.pipeline
-        self.call("model switch", p.follow_promotion)
+        self.at(DeadLetterStage.MODEL_SWITCH)
+        switch_model(self, p.follow_promotion)
+        self.at(DeadLetterStage.VALIDATE)
         batch, rejected = p.validate(msgs)
-        for m, reason in rejected:
-            self.reject(outbox, m, reason)
+        for m, exc in rejected:
+            self.reject(outbox, m, exc.code, exc.reason)
             ARTICLES.labels("dead_letter").inc()
         if not batch.items:
             return
-        p.propose(batch)  # near-duplicates, embed, retrieve and score, label rules, store pending points
+        p.propose(batch, self.at)  # near-duplicates, embed, retrieve and score, label rules, store pending points
+        self.at(DeadLetterStage.EMIT)
         for m, proposal in p.emit(batch):
             outbox.produce(m, self.settings.kafka.topic_proposals, proposal.kafka_key(), proposal.to_bytes())
             outbox.done(m)

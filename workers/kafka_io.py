@@ -10,27 +10,30 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import structlog
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from newsmon.schemas import dead_letter_headers, dead_letter_topic
+from newsmon.schemas import DeadLetterReason, DeadLetterStage, dead_letter_headers, dead_letter_topic, fit_dead_letter
 from newsmon.shared.config import Settings
 from newsmon.shared.logs import RateLimitedLogBridge
-from newsmon.workers.observability import CONSUMER_LAG, DEAD_LETTERS
+from newsmon.workers.observability import CONSUMER_LAG, DEAD_LETTERS, PRODUCE_FAILURES
 
 log = structlog.get_logger(__name__)
 
 
-def make_consumer(settings: Settings, group: str, topics: list[str], client_id: str) -> Consumer:
+def make_consumer(settings: Settings, group: str, topics: list[str], client_id: str,
+                  on_change: Callable[[str, list[TopicPartition]], None] | None = None) -> Consumer:
     """A consumer in ``group`` subscribed to ``topics``; offsets are committed explicitly by the worker.
     librdkafka's own log lines go through structlog with their levels, rate-limited (``RateLimitedLogBridge``),
     as the producer's do.
 
     Classic group protocol (KIP-848 is not used), ``auto.offset.reset=earliest`` so that a new group reads
-    the topic from the start, no auto commit.
+    the topic from the start, no auto commit. ``on_change(event, partitions)`` is called with ``assigned``,
+    ``revoked`` (a rebalance) or ``lost`` (the member was removed from the group: session time-out,
+    ``max.poll.interval.ms`` exceeded, fencing), from inside ``consume``/``poll``.
     """
     k = settings.kafka
     conf = {**k.client_config(), "group.id": group, "client.id": client_id,
@@ -40,25 +43,23 @@ def make_consumer(settings: Settings, group: str, topics: list[str], client_id: 
             "partition.assignment.strategy": "range,roundrobin", "logger": RateLimitedLogBridge("kafka")}
     conf.update(k.client_options)
     c = Consumer(conf)
-    c.subscribe(topics, on_assign=_on_assign(client_id), on_revoke=_on_revoke(client_id, group))
+
+    def handler(event: str):
+        def cb(consumer, partitions):
+            log.info(f"partitions {event}", client=client_id,
+                     partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
+            if event != "assigned":
+                for p in partitions:  # another member reports these from now on
+                    try:
+                        CONSUMER_LAG.remove(group, p.topic, str(p.partition))
+                    except KeyError:
+                        pass
+            if on_change is not None:
+                on_change(event, partitions)
+        return cb
+
+    c.subscribe(topics, on_assign=handler("assigned"), on_revoke=handler("revoked"), on_lost=handler("lost"))
     return c
-
-
-def _on_assign(client_id):
-    def cb(consumer, partitions):
-        log.info("partitions assigned", client=client_id, partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
-    return cb
-
-
-def _on_revoke(client_id, group):
-    def cb(consumer, partitions):
-        log.info("partitions revoked", client=client_id, partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
-        for p in partitions:  # another member reports these from now on
-            try:
-                CONSUMER_LAG.remove(group, p.topic, str(p.partition))
-            except KeyError:
-                pass
-    return cb
 
 
 def make_producer(settings: Settings, client_id: str) -> Producer:
@@ -76,20 +77,26 @@ class Outbox:
 
     ``produce(src, topic, key, value, headers)`` produces and remembers which source message it belongs to;
     ``done(src)`` marks a source message as fully handled (all its outputs produced); ``wait()`` flushes;
-    ``acknowledged(src)`` is true once a message is done and every output of it was acknowledged.
+    ``acknowledged(src)`` is true once a message is done and every output of it was acknowledged. A produce
+    the client refuses at once (too large, unknown topic) or a negative delivery report is recorded in
+    ``failed`` (source -> ``(topic, error)``), never raised; ``fatal`` is set when the producer can no longer be
+    used (librdkafka's fatal errors, e.g. the idempotent producer fenced).
     """
 
     producer: Producer
     pending: dict = field(default_factory=dict)   # (topic, partition, offset) -> outstanding count
-    failed: dict = field(default_factory=dict)    # (topic, partition, offset) -> error text
+    failed: dict = field(default_factory=dict)    # (topic, partition, offset) -> (destination topic, error text)
     handled: set = field(default_factory=set)     # (topic, partition, offset) fully handled
+    fatal: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @staticmethod
     def key_of(msg: Message) -> tuple[str, int, int]:
+        """``(topic, partition, offset)`` of a consumed message."""
         return msg.topic(), msg.partition(), msg.offset()
 
     def produce(self, src: Message, topic: str, key: bytes | None, value: bytes, headers=None) -> None:
+        """Produce one output of ``src`` to ``topic`` (see the class docstring for failures)."""
         k = self.key_of(src)
         with self._lock:
             self.pending[k] = self.pending.get(k, 0) + 1
@@ -97,14 +104,26 @@ class Outbox:
         def on_delivery(err, _msg, k=k):
             with self._lock:
                 self.pending[k] -= 1
-                if err is not None:
-                    self.failed[k] = str(err)
+            if err is not None:
+                self._fail(k, topic, err)
         while True:
             try:
                 self.producer.produce(topic, key=key, value=value, headers=headers, on_delivery=on_delivery)
                 break
             except BufferError:  # local queue full: serve delivery reports, then try again
                 self.producer.poll(0.5)
+            except KafkaException as exc:  # refused at once: too large, unknown topic, fatal producer ...
+                with self._lock:
+                    self.pending[k] -= 1
+                self._fail(k, topic, exc.args[0] if exc.args else exc)
+                break
+
+    def _fail(self, k: tuple[str, int, int], topic: str, err) -> None:
+        with self._lock:
+            self.failed.setdefault(k, (topic, str(err)))
+            if isinstance(err, KafkaError) and err.fatal():
+                self.fatal = True
+        PRODUCE_FAILURES.labels(topic).inc()
 
     def done(self, src: Message) -> None:
         """``src`` needs nothing more: its outputs (if any) are produced."""
@@ -116,24 +135,31 @@ class Outbox:
         remaining = self.producer.flush(timeout_s)
         if remaining:
             with self._lock:
-                for k, n in self.pending.items():
-                    if n > 0:
-                        self.failed.setdefault(k, f"not acknowledged within {timeout_s} s")
+                late = [k for k, n in self.pending.items() if n > 0 and k not in self.failed]
+            for k in late:
+                self._fail(k, "unknown", f"not acknowledged within {timeout_s} s")
 
     def acknowledged(self, msg: Message) -> bool:
+        """Whether ``msg`` is done and every output of it was acknowledged by the broker."""
         k = self.key_of(msg)
         with self._lock:
             return k in self.handled and k not in self.failed and self.pending.get(k, 0) <= 0
 
 
-def dead_letter(outbox: Outbox, msg: Message, reason: str, worker: str) -> None:
-    """Send the original bytes of ``msg`` untouched to ``<topic>.dlq`` with the reason in headers."""
-    headers = dead_letter_headers(reason, worker, msg.topic(), msg.partition(), msg.offset())
-    outbox.produce(msg, dead_letter_topic(msg.topic()), msg.key(), msg.value() or b"", headers)
+def dead_letter(outbox: Outbox, msg: Message, reason: DeadLetterReason, stage: DeadLetterStage | None, detail: str,
+                worker: str, max_bytes: int) -> None:
+    """Send ``msg`` to ``<topic>.dlq``: the original key and value (the value cut to fit in ``max_bytes``, see
+    :func:`newsmon.schemas.fit_dead_letter`), the reason and stage codes and ``detail`` (the error in words) in
+    headers. Counted in ``newsmon_dead_letters_total{topic, reason, stage}`` (codes only)."""
+    headers = dead_letter_headers(detail, worker, msg.topic(), msg.partition(), msg.offset(), reason=reason,
+                                  stage=stage)
+    value, headers = fit_dead_letter(msg.key(), msg.value(), headers, max_bytes)
+    outbox.produce(msg, dead_letter_topic(msg.topic()), msg.key(), value, headers)
     outbox.done(msg)
-    DEAD_LETTERS.labels(msg.topic(), reason.split(":")[0][:40]).inc()
-    log.warning("dead letter", topic=msg.topic(), partition=msg.partition(), offset=msg.offset(),
-                reason=reason[:300], worker=worker)
+    DEAD_LETTERS.labels(msg.topic(), reason.value, stage.value if stage else "none").inc()
+    log.warning("dead letter", topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), reason=reason.value,
+                stage=stage.value if stage else None, detail=detail[:300], worker=worker,
+                cut_from=len(msg.value() or b"") if len(value) < len(msg.value() or b"") else None)
 
 
 def commit_acknowledged(consumer: Consumer, batch: Iterable[Message], outbox: Outbox) -> list[TopicPartition]:
@@ -160,9 +186,9 @@ def commit_acknowledged(consumer: Consumer, batch: Iterable[Message], outbox: Ou
     if commits:
         consumer.commit(offsets=commits, asynchronous=False)
     for tp in rewind:
-        log.warning("message not finished or not acknowledged: rewinding", topic=tp.topic, partition=tp.partition, offset=tp.offset,
-                    error=outbox.failed.get((tp.topic, tp.partition, tp.offset)))
-        consumer.seek(tp)
+        log.warning("message not finished or not acknowledged: rewinding", topic=tp.topic, partition=tp.partition,
+                    offset=tp.offset, error=outbox.failed.get((tp.topic, tp.partition, tp.offset)))
+        _seek(consumer, tp)
     return rewind
 
 
@@ -173,10 +199,14 @@ def rewind_to(consumer: Consumer, batch: Iterable[Message]) -> None:
         k = (m.topic(), m.partition())
         first[k] = min(first.get(k, m.offset()), m.offset())
     for (topic, part), off in first.items():
-        try:
-            consumer.seek(TopicPartition(topic, part, off))
-        except Exception as exc:  # noqa: BLE001 - partition revoked meanwhile: its new owner re-reads it
-            log.info("seek skipped", topic=topic, partition=part, reason=str(exc))
+        _seek(consumer, TopicPartition(topic, part, off))
+
+
+def _seek(consumer: Consumer, tp: TopicPartition) -> None:
+    try:
+        consumer.seek(tp)
+    except KafkaException as exc:  # partition revoked or lost meanwhile: its next owner reads it from the commit
+        log.info("seek skipped", topic=tp.topic, partition=tp.partition, reason=str(exc))
 
 
 _LAST_LAG: dict[str, float] = {}

@@ -11,10 +11,11 @@ acknowledged) and marks the messages done; committing offsets and the error poli
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from confluent_kafka import Message
 
-from newsmon.schemas import InvalidEvent, LabelEvent
+from newsmon.schemas import DeadLetterReason, DeadLetterStage, InvalidEvent, LabelEvent
 from newsmon.shared.config import Settings
 from newsmon.shared.memory import MemoryRouter
 from newsmon.workers.base import BatchWorker, probe_ok
@@ -22,14 +23,16 @@ from newsmon.workers.decisions import DecisionService
 from newsmon.workers.kafka_io import Outbox
 from newsmon.workers.labels import LabelRegistry
 from newsmon.workers.observability import DECISION_LATENCY, DECISIONS
+from newsmon.workers.policy import switch_model
 
 
 class MemoryUpdaterWorker(BatchWorker):
     """Consumer group ``kafka.updater_group`` on ``kafka.topic_decisions`` and ``kafka.topic_label_events``.
 
     Attributes:
-        applied: decisions applied so far; revisions: revised near-copy proposals produced; latencies_s:
-            consumed -> memory serving it (seconds), per applied decision (the last 10,000).
+        applied: decisions applied so far; outcomes: decisions per outcome (applied, stale, unknown); revisions:
+            revised near-copy proposals produced; latencies_s: consumed -> memory serving it (seconds), per
+            applied decision (the last 10,000).
     """
 
     name = "memory-updater"
@@ -40,6 +43,7 @@ class MemoryUpdaterWorker(BatchWorker):
         super().__init__(settings, k.updater_group, [k.topic_decisions, k.topic_label_events], instance)
         self.service = DecisionService(settings, router, registry)
         self.applied = 0
+        self.outcomes: Counter = Counter()
         self.revisions = 0
         self.latencies_s: list[float] = []
 
@@ -48,27 +52,32 @@ class MemoryUpdaterWorker(BatchWorker):
 
     def handle_batch(self, msgs: list[Message], outbox: Outbox) -> None:
         svc = self.service
-        self.call("model switch", svc.follow_promotion)
+        self.at(DeadLetterStage.MODEL_SWITCH)
+        switch_model(self, svc.follow_promotion)
         svc.new_batch()
         for m in msgs:
             if Outbox.key_of(m) in outbox.handled:
                 continue
             consumed = time.perf_counter()
+            self.at(DeadLetterStage.VALIDATE)
             try:
                 ev = svc.parse(m)
             except InvalidEvent as exc:
-                self.reject(outbox, m, str(exc.reason))
+                self.reject(outbox, m, exc.code, exc.reason)
                 continue
             if isinstance(ev, LabelEvent):
+                self.at(DeadLetterStage.LABEL_EVENT)
                 refused = self.call("label registry", svc.apply_label_event, ev)
                 if refused:
-                    self.reject(outbox, m, refused)
+                    self.reject(outbox, m, DeadLetterReason.LABEL_CONFLICT, refused)
                     continue
             else:
+                self.at(DeadLetterStage.DECISION)
                 outcome = self.call("memory", svc.apply_decision, ev)
+                self.outcomes[outcome] += 1
                 if outcome == "unknown":
-                    self.reject(outbox, m, f"unknown article {ev.article_id!r}: no embedding in the knowledge "
-                                           "memory to attach labels to")
+                    self.reject(outbox, m, DeadLetterReason.UNKNOWN_ARTICLE, f"unknown article {ev.article_id!r}: "
+                                "no embedding in the knowledge memory to attach labels to")
                     DECISIONS.labels("dead_letter").inc()
                     continue
                 DECISIONS.labels(outcome).inc()

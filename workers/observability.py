@@ -27,8 +27,16 @@ BATCH_SECONDS = Histogram("newsmon_batch_seconds", "Wall time of a classifier mi
                           registry=REGISTRY)
 PROPOSALS_PER_ARTICLE = Histogram("newsmon_proposals_per_article", "Labels proposed per article.",
                                   buckets=(0, 1, 2, 3, 4, 5, 7, 10, 20), registry=REGISTRY)
-DEAD_LETTERS = Counter("newsmon_dead_letters_total", "Messages sent to a dead-letter topic, by source topic "
-                       "and reason class.", ["topic", "reason"], registry=REGISTRY)
+DEAD_LETTERS = Counter("newsmon_dead_letters_total", "Messages sent to a dead-letter topic, by source topic, "
+                       "reason code (newsmon.schemas.DeadLetterReason) and stage (DeadLetterStage, or none).",
+                       ["topic", "reason", "stage"], registry=REGISTRY)
+PRODUCE_FAILURES = Counter("newsmon_produce_failures_total", "Outputs (proposals, dead letters) the broker did not "
+                           "acknowledge, by destination topic; the worker pauses and retries them.", ["topic"],
+                           registry=REGISTRY)
+GROUP_EVENTS = Counter("newsmon_group_events_total", "Consumer-group events, by worker: assigned, revoked, lost "
+                       "(removed from the group), commit_failed (the in-flight batch's offsets dropped; its next "
+                       "owner reads it again), consumer_recreated (after a fatal consumer error).",
+                       ["worker", "event"], registry=REGISTRY)
 CONSUMER_LAG = Gauge("newsmon_consumer_lag", "Messages behind the high watermark, per topic and partition.",
                      ["group", "topic", "partition"], registry=REGISTRY)
 DECISIONS = Counter("newsmon_decisions_total", "Moderator decisions handled, by outcome "
@@ -39,8 +47,8 @@ LABEL_EVENTS = Counter("newsmon_label_events_total", "Label events applied, by a
 DECISION_LATENCY = Histogram("newsmon_decision_to_memory_seconds", "From consuming a decision to the memory "
                              "serving it (seconds).", buckets=(.001, .005, .01, .025, .05, .1, .25, .5, 1, 2),
                              registry=REGISTRY)
-PAUSED = Gauge("newsmon_worker_paused", "1 while a worker is paused on a failing dependency.", ["worker"],
-               registry=REGISTRY)
+PAUSED = Gauge("newsmon_worker_paused", "1 while a worker is paused on a failing dependency or a failing "
+               "produce.", ["worker"], registry=REGISTRY)
 
 
 class Health:

@@ -5,7 +5,7 @@
 
 :class:`ArticlePipeline` is the classifier worker's service object; the worker
 (:mod:`newsmon.workers.classifier`) only moves messages, offsets and errors. Every dependency call goes through
-the ``call`` it is given (the worker's error policy, :meth:`newsmon.workers.base.ErrorPolicy.call`).
+the ``call`` it is given (the worker's error policy, :meth:`newsmon.workers.policy.ErrorPolicy.call`).
 
 Per batch the knowledge memory is hit by: one ``get`` per language for the originals of the near-copies found,
 read again after the pending points are written (none when there are none), one batched ``search`` per language
@@ -27,7 +27,8 @@ import numpy as np
 import structlog
 from confluent_kafka import Message
 
-from newsmon.schemas import ArticleEvent, InvalidEvent, LabelProposal, ProposedLabel, ScoringInfo, Timings, parse_event
+from newsmon.schemas import (ArticleEvent, DeadLetterReason, DeadLetterStage, InvalidEvent, LabelProposal,
+                             ProposedLabel, ScoringInfo, Timings, parse_event)
 from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS, Classifier, proposed_labels
 from newsmon.shared.config import Settings
 from newsmon.shared.dedup import NearDuplicateIndex
@@ -163,31 +164,37 @@ class ArticlePipeline:
         self.dedup.count()
 
     # -- the stages -------------------------------------------------------------------------------
-    def propose(self, batch: ArticleBatch) -> None:
-        """The stages between ``validate`` and ``emit``, in order, for a batch with valid articles."""
-        self.near_duplicates(batch)
-        self.embed(batch)
-        self.retrieve_and_score(batch)
-        self.match_rules(batch)
-        self.store_pending(batch)  # before the proposals: a moderator can only decide on a produced proposal
+    def propose(self, batch: ArticleBatch, at: Callable[[DeadLetterStage], None] | None = None) -> None:
+        """The stages between ``validate`` and ``emit``, in order, for a batch with valid articles; ``at(stage)``
+        is told each stage before it runs (the worker names the stage of a failure with it)."""
+        for stage, run in ((DeadLetterStage.NEAR_DUPLICATES, self.near_duplicates),
+                           (DeadLetterStage.EMBED, self.embed),
+                           (DeadLetterStage.RETRIEVE_AND_SCORE, self.retrieve_and_score),
+                           (DeadLetterStage.LABEL_RULES, self.match_rules),
+                           # before the proposals: a moderator can only decide on a produced proposal
+                           (DeadLetterStage.STORE_PENDING, self.store_pending)):
+            if at is not None:
+                at(stage)
+            run(batch)
 
-    def validate(self, msgs: list[Message]) -> tuple[ArticleBatch, list[tuple[Message, str]]]:
+    def validate(self, msgs: list[Message]) -> tuple[ArticleBatch, list[tuple[Message, InvalidEvent]]]:
         """Parse every message as an :class:`ArticleEvent`. Returns the batch of valid articles and the
-        rejected messages with their reason (too large, invalid JSON, schema violation, unknown
-        ``schema_version``, empty text). No dependency is called."""
+        rejected messages with why (an :class:`InvalidEvent`: its reason code and text; too large, invalid
+        JSON, schema violation, unknown ``schema_version``, empty text). No dependency is called."""
         w = self.settings.worker
         BATCH_SIZE.observe(len(msgs))
         batch = ArticleBatch(size=len(msgs), items=[])
-        rejected: list[tuple[Message, str]] = []
+        rejected: list[tuple[Message, InvalidEvent]] = []
         for m in msgs:
             raw = m.value()
             if raw is not None and len(raw) > w.max_message_bytes:
-                rejected.append((m, f"too large: {len(raw)} bytes > worker.max_message_bytes {w.max_message_bytes}"))
+                rejected.append((m, InvalidEvent(f"too large: {len(raw)} bytes > worker.max_message_bytes "
+                                                 f"{w.max_message_bytes}", "ArticleEvent", DeadLetterReason.TOO_LARGE)))
                 continue
             try:
                 ev = parse_event(ArticleEvent, raw)
             except InvalidEvent as exc:
-                rejected.append((m, str(exc.reason)))
+                rejected.append((m, exc))
                 continue
             batch.items.append(ArticleItem(m, ev, ev.text[:w.max_text_chars]))
         return batch, rejected
