@@ -22,7 +22,8 @@ class ArticleEvent(Event):
 
     Topic ``articles`` (setting; this is the default), key ``article_id``. Produced by the ingestion feed,
     read by the proposal worker. Unknown fields are ignored (tolerant reader); ``title`` and ``body``
-    together must hold some non-whitespace text. The body size is not capped here: the worker bounds the
+    together must hold some non-whitespace text, and neither may hold a lone surrogate (no UTF-8
+    form). The body size is not capped here: the worker bounds the
     raw message size before parsing.
 
     Versions: 1; 2 adds ``section`` (used by label rules limited to sections). As a tolerant reader, a
@@ -62,4 +63,11 @@ class ArticleEvent(Event):
     def _has_text(self) -> ArticleEvent:
         if not self.text.strip():
             raise PydanticCustomError("empty_text", "empty text: title and body hold no non-whitespace text")
+        for name, value in (("title", self.title or ""), ("body", self.body)):
+            try:  # a lone surrogate (JSON's \ud800 escapes let it through) has no UTF-8 form: no tokenizer,
+                value.encode("utf-8")  # embedding cache or payload can take it
+            except UnicodeEncodeError as exc:
+                raise PydanticCustomError("not_unicode", "{field}: not valid Unicode (a lone surrogate {char} at "
+                                          "position {pos})", {"field": name, "char": f"U+{ord(value[exc.start]):04X}",
+                                                              "pos": exc.start}) from None
         return self

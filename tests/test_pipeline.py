@@ -54,7 +54,7 @@ def test_article_stages_in_order_with_few_memory_calls(memory_classifier, corpus
     sl = classifier.router._memories["sl"] = Counting(classifier.router._memories["sl"])
 
     batch, rejected = p.validate(msgs)
-    assert [m.offset() for m, _ in rejected] == [3] and "invalid JSON" in rejected[0][1]
+    assert [m.offset() for m, _ in rejected] == [3] and "invalid JSON" in rejected[0][1].reason
     assert [it.event.article_id for it in batch.items] == [e.article_id for e in events]
     p.near_duplicates(batch)
     assert all(it.duplicate is None for it in batch.items)

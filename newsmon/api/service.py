@@ -17,7 +17,7 @@ import structlog
 from confluent_kafka import KafkaException, Message, Producer
 
 from newsmon.api.models import LabelChange, LabelTest, LabelTestResult, LabelView, TestedArticle
-from newsmon.schemas import ArticleEvent, InvalidEvent, LabelEvent, LabelProposal, parse_event
+from newsmon.schemas import ArticleEvent, DeadLetterReason, InvalidEvent, LabelEvent, LabelProposal, parse_event
 from newsmon.shared.classifier import Classifier
 from newsmon.shared.config import Settings, reveal
 from newsmon.shared.dedup import NearDuplicateIndex
@@ -75,8 +75,8 @@ class ApiService:
         with self._lock:
             batch, rejected = self.pipeline.validate(msgs)
             if rejected:
-                errors = [{"index": m.offset(), "reason": reason} for m, reason in rejected]
-                status = 413 if all(e["reason"].startswith("too large") for e in errors) else 422
+                errors = [{"index": m.offset(), "reason": exc.reason} for m, exc in rejected]
+                status = 413 if all(exc.code is DeadLetterReason.TOO_LARGE for _m, exc in rejected) else 422
                 raise ApiError(status, "; ".join(f"article {e['index']}: {e['reason']}" for e in errors), errors)
             self.pipeline.propose(batch)
             return [p for _m, p in self.pipeline.emit(batch)]
