@@ -122,6 +122,8 @@ def test_match_rules_evidence_rule_only_precision_filter_and_metadata():
     assert [x.label for x in labels][-1] == "client:krka"  # after the retrieval labels
     assert counted == [{"client:krka": ("client:krka",), "client:old": ("client:old",)}]
     assert set(outcome.rule_only) == {"client:krka"}
+    # the matched label with enough examples that retrieval did not propose: a candidate, with its evidence
+    assert [(c.label, c.source, c.rule.matched) for c in outcome.candidates] == [("client:old", "rule", ["Krka"])]
     # second article: no match for the strict label (dropped) and the filter refuses HR (dropped)
     assert [x.label for x in labels_hr] == ["gospodarstvo", "client:krka"]
 
@@ -189,6 +191,10 @@ def test_label_without_examples_proposed_from_its_rule_then_from_retrieval(memor
     assert mem.count(SearchFilter(labels=("client:mercator", "other"))) == 3
     out = run(hits[1:2], 20)
     assert all(x.source != "rule" for x in out[hits[1].id].labels)
+    # three unrelated articles cannot carry it through retrieval (k = 50): the KwE match is a candidate instead
+    assert "client:mercator" not in {x.label for x in out[hits[1].id].labels}
+    (c,) = [c for c in out[hits[1].id].candidates if c.label == "client:mercator"]
+    assert c.source == "rule" and c.rule.kwe == "mercator* OR merkator*"
 
 
 def test_definition_with_a_bad_kwe_is_refused_by_the_memory_updater(memory_classifier):

@@ -38,7 +38,7 @@ from newsmon.workers.copies import duplicate_labels, inherited_labels, is_modera
 from newsmon.workers.labels import LabelRegistry, RegistryState
 from newsmon.workers.observability import BATCH_SECONDS, BATCH_SIZE
 from newsmon.workers.rules import (RuleBook, RuleOutcome, admitted_candidates, article_meta, count_examples,
-                                   match_rules)
+                                   match_rules, with_rule_candidates)
 
 log = structlog.get_logger(__name__)
 
@@ -259,7 +259,7 @@ class ArticlePipeline:
         """Apply the label rules of the registry snapshot the batch is scored with to the articles that are not
         near-copies (:func:`newsmon.workers.rules.match_rules`): evidence on the labels whose KwE matched,
         retrieval proposals the definition refuses dropped, rule-only proposals for labels with fewer than
-        ``labels.min_examples`` confirmed examples."""
+        ``labels.min_examples`` confirmed examples, the other matched labels among the candidates."""
         fresh, state = batch.fresh, batch.registry
         if not fresh or state is None or not state.definitions:
             return
@@ -275,7 +275,8 @@ class ArticlePipeline:
                            enough, self.settings.rae.threshold)
         for it, (labels, outcome) in zip(fresh, done):
             it.labels, it.rules = labels, outcome
-            it.candidates = admitted_candidates(it.candidates, labels, outcome, index, article_meta(it.event))
+            it.candidates = with_rule_candidates(
+                admitted_candidates(it.candidates, labels, outcome, index, article_meta(it.event)), outcome)
         batch.seconds["rules"] = time.perf_counter() - t0
 
     def store_pending(self, batch: ArticleBatch) -> None:

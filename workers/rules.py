@@ -15,13 +15,18 @@ registry's version moves. :func:`match_rules` then, for each article that is not
    ``labels.min_examples`` (default 3) confirmed examples in the knowledge memory (the label or an old name of
    it, any language), from its KwE alone: ``source: rule``, score ``rae.threshold`` (at the threshold, below
    every retrieval proposal; a KwE match carries no graded evidence), after the retrieval labels. From that
-   many examples on, retrieval proposes the label and the KwE is its evidence.
+   many examples on, retrieval proposes the label and the KwE is its evidence;
+5. lists each matched label with that many examples that retrieval did not propose among the proposal's
+   ``candidates`` (below the threshold, ``source: rule``): a one-click addition for the moderator. With few
+   examples retrieval rarely carries a label (on sentinews_sl, none of 20 labels with 3 examples, see
+   ``benchmarks/kwe_cold_start.py``), so the KwE match stays in sight without lowering the labels' precision.
 
 Near-copies are left alone: they keep what their original passes on (:mod:`newsmon.workers.copies`).
 """
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -37,10 +42,11 @@ from newsmon.workers.labels import RegistryState
 log = structlog.get_logger(__name__)
 
 __all__ = ["RuleBook", "RuleOutcome", "admitted_candidates", "article_meta", "count_examples", "kwe_errors",
-           "match_rules", "rule_evidence", "rule_of_definition"]
+           "match_rules", "rule_evidence", "rule_of_definition", "with_rule_candidates"]
 
 MAX_EVIDENCE_WORDS = 20  # RuleEvidence.matched max_length
 MAX_EVIDENCE_CHARS = 300
+MAX_CANDIDATES = 20  # LabelProposal.candidates max_length
 
 
 def rule_of_definition(label: str, definition: LabelDefinition) -> LabelRule:
@@ -90,7 +96,8 @@ def _surfaces(hit, tokens: Tokens) -> list[tuple[int, str]]:
 
 class RuleBook:
     """The active label rules of the registry as one :class:`~newsmon.shared.kwe.LabelRuleIndex`, rebuilt when
-    the registry's version changes (a definition that no longer parses is skipped with a warning)."""
+    the registry's version changes (a definition that no longer parses is skipped with a warning), then
+    ``gc.freeze()``: without it a full cyclic-GC pass over a large index lands inside some match call."""
 
     def __init__(self) -> None:
         self._version: int | None = None
@@ -106,17 +113,20 @@ class RuleBook:
                 except ValueError as exc:
                     log.warning("label definition skipped: it does not compile", label=label, error=str(exc))
             self._index, self._version = index, state.version
+            gc.freeze()  # the index's ~10^5 objects out of the cyclic GC's passes (see shared/kwe/index.py)
         return self._index
 
 
 @dataclass
 class RuleOutcome:
     """What :func:`match_rules` did to one article: ``matched`` the labels whose rule matched, ``dropped`` the
-    retrieval proposals its definition refused, ``rule_only`` the labels proposed from their KwE alone."""
+    retrieval proposals its definition refused, ``rule_only`` the labels proposed from their KwE alone,
+    ``candidates`` the matched labels with enough examples that retrieval did not propose (best first)."""
 
     matched: tuple[str, ...] = ()
     dropped: tuple[str, ...] = ()
     rule_only: tuple[str, ...] = ()
+    candidates: tuple[ProposedLabel, ...] = ()
 
 
 def match_rules(articles: list[tuple[str, ArticleMeta, list[ProposedLabel]]], state: RegistryState,
@@ -133,7 +143,7 @@ def match_rules(articles: list[tuple[str, ArticleMeta, list[ProposedLabel]]], st
         rule_score: the score of a rule-only proposal.
 
     Returns:
-        Per article, its proposals after the rules and what changed.
+        Per article, its proposals after the rules and what changed (the rule candidates in the outcome).
     """
     active = state.active_definitions()
     if not active:
@@ -160,7 +170,10 @@ def match_rules(articles: list[tuple[str, ArticleMeta, list[ProposedLabel]]], st
         rule_only = [lb for lb in matches if lb not in have and counts.get(lb, 0) < min_examples]
         kept += [ProposedLabel(label=lb, score=rule_score, source="rule", rule=rule_evidence(matches[lb], tokens))
                  for lb in rule_only]
-        out.append((kept, RuleOutcome(tuple(matches), tuple(dropped), tuple(rule_only))))
+        candidates = tuple(ProposedLabel(label=lb, score=rule_score, source="rule",
+                                         rule=rule_evidence(matches[lb], tokens))
+                           for lb in matches if lb not in have and lb not in rule_only)[:MAX_CANDIDATES]
+        out.append((kept, RuleOutcome(tuple(matches), tuple(dropped), tuple(rule_only), candidates)))
     return out
 
 
@@ -179,6 +192,17 @@ def admitted_candidates(candidates: list[ProposedLabel], labels: list[ProposedLa
         if x.label not in proposed and not refused:
             out.append(x)
     return out
+
+
+def with_rule_candidates(candidates: list[ProposedLabel], outcome: RuleOutcome) -> list[ProposedLabel]:
+    """The retrieval ``candidates`` with the rule candidates of ``outcome`` (:func:`match_rules`, step 5): a
+    retrieval candidate whose KwE matched gets the evidence, the other rule candidates are added; best first
+    (a rule candidate scores ``rae.threshold``, above every retrieval candidate), at most 20."""
+    by_rule = {c.label: c for c in outcome.candidates}
+    out = [x.model_copy(update={"rule": by_rule[x.label].rule}) if x.label in by_rule else x for x in candidates]
+    have = {x.label for x in out}
+    out += [c for c in outcome.candidates if c.label not in have]
+    return sorted(out, key=lambda x: -x.score)[:MAX_CANDIDATES]
 
 
 def count_examples(router: MemoryRouter, names: dict[str, tuple[str, ...]], enough: int) -> dict[str, int]:
