@@ -21,7 +21,7 @@ demo: install
 	$(BIN)/newsmon demo --data $(DATA)
 
 eval: install
-	$(BIN)/newsmon eval --data $(DATA) --methods rae,zshot,mlknn,svm,logreg --tune $(TUNE)
+	$(BIN)/newsmon eval --data $(DATA) --methods rae,zshot,mlknn,svm,logreg,newsmon --tune $(TUNE)
 
 # tests/test_image.py builds the container image (about 10 minutes cold on 2 cores): `make image-check` runs it.
 test: install

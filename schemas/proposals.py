@@ -67,6 +67,12 @@ class ScoringInfo(Part):
     threshold: FiniteFloat = Field(description="A label is proposed when its score is above this.")
     calibration: Name | None = Field(None, description="Id of the calibration record the parameters come from; "
                                                        "null when they come from the settings.")
+    floor: FiniteFloat | None = Field(None, description="Floor rule: the best label is proposed when no label passes "
+                                                        "the threshold and its score reaches this; null: off.")
+    set_vote: FiniteFloat | None = Field(None, description="Label-set vote: the neighbours' exact label set holding "
+                                                           "at least this share of the weight is proposed; null: off.")
+    tail_support: int = Field(0, ge=0, description="Tail rule: a label carried by this many close neighbours is "
+                                                   "proposed (0: off).")
 
 
 class Timings(Part):

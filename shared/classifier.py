@@ -19,7 +19,8 @@ from newsmon.shared.config import RaeSettings, Settings
 from newsmon.shared.data import Article
 from newsmon.shared.encoder import Encoder, model_fingerprint, resolve_model
 from newsmon.shared.memory import KnowledgeMemory, MemoryRouter, SearchFilter, shared_router
-from newsmon.shared.predictors import LabelScore, LabelVocab, Proposal, Retrieval, explain, rae_xmc_scores
+from newsmon.shared.calibration import CalibrationStore, effective_scoring, record_id
+from newsmon.shared.predictors import LabelScore, LabelVocab, Proposal, Retrieval, explain, newsmon_decide
 from newsmon.shared.promotion import effective_encoder_settings
 
 log = structlog.get_logger(__name__)
@@ -40,9 +41,12 @@ def proposed_labels(items: Sequence[LabelScore]) -> list[ProposedLabel]:
         for (a, sim), title in zip(x.neighbours, [*x.titles, *[None] * len(x.neighbours)])]) for x in items]
 
 
-def scoring_info(rae: RaeSettings) -> ScoringInfo:
-    """The parameters a proposal was scored with, for the wire."""
-    return ScoringInfo(predictor="rae-xmc", top_k=rae.top_k, tau=rae.tau, threshold=rae.threshold)
+def scoring_info(rae: RaeSettings, calibration: str | None = None) -> ScoringInfo:
+    """The parameters a proposal was scored with (``calibration``: the id of the calibration record they came
+    from), for the wire."""
+    return ScoringInfo(predictor="newsmon", top_k=rae.top_k, tau=rae.tau, threshold=rae.threshold,
+                       calibration=calibration, floor=rae.floor, set_vote=rae.set_vote,
+                       tail_support=rae.tail_support)
 
 
 @dataclass
@@ -88,6 +92,7 @@ class Classifier:
         self.encoder = encoder or Encoder(effective_encoder_settings(settings), settings.home)
         self.model_version = self.encoder.model_id
         self.router = router or shared_router(settings, self.model_version, self.encoder.dim)
+        self.calibrations = CalibrationStore(settings, self.router.server_client() if settings.memory.url else None)
 
     # -- memory -------------------------------------------------------------------------------------
     def collection(self, lang: str) -> str:
@@ -144,43 +149,58 @@ class Classifier:
                                                       self.settings.memory.min_language_articles)
         return Retrieval.from_neighbours(rows, top_k), searched
 
+    def scoring(self, lang: str | None) -> tuple[RaeSettings, str | None]:
+        """The scoring parameters for articles in ``lang``: the calibration record of that language's collection
+        (``newsmon tune``), every field set explicitly in ``settings.rae`` taking precedence
+        (:func:`newsmon.shared.calibration.effective_scoring`). Returns (parameters, record id or None)."""
+        record = self.calibrations.read(self.collection(lang)) if lang else None
+        params, _source = effective_scoring(self.settings, record)
+        return params, record_id(record) if record is not None else None
+
     def propose(self, texts: Sequence[str], langs: Sequence[str | None] | None = None,
                 rae: RaeSettings | None = None, vectors: np.ndarray | None = None,
                 exclude: Sequence[str] = (),
                 relabel: Callable[[tuple[str, ...]], tuple[str, ...]] | None = None,
                 candidates: int = CANDIDATES) -> tuple[list[Proposal], np.ndarray]:
-        """Label proposals for ``m`` articles: retrieve, then score with RAE-XMC (eq. 8) and keep the labels
-        with ``p > threshold``.
+        """Label proposals for ``m`` articles: retrieve, score with RAE-XMC (eq. 8) and decide with the
+        product's rules (:func:`newsmon.shared.predictors.newsmon_decide`), with each language's calibrated
+        parameters (:meth:`scoring`).
 
         Args:
             texts: article texts; langs: ISO 639-1 per article (None: search every language);
-            rae: k / tau / lambda / threshold (default from settings);
+            rae: parameters for every article, replacing the calibration and the settings;
             vectors: ``(m, d)`` float32 embeddings when already computed (``query`` role);
             exclude: article ids never used as neighbours; relabel: a function applied to each neighbour's
             label tuple before scoring (the label registry: renames, retired labels); candidates: how many of
-            the best labels below the threshold each proposal keeps (``Proposal.candidates``).
+            the best labels not proposed each proposal keeps (``Proposal.candidates``).
 
         Returns:
-            (proposals, each with the collections searched in ``searched``; the ``(m, d)`` float32 query
-            embeddings).
+            (proposals, each with its ``searched`` collections, ``scoring`` parameters, ``calibration`` id and
+            ``candidates``; the ``(m, d)`` float32 query embeddings).
         """
-        rae = rae or self.settings.rae
         langs = list(langs) if langs is not None else [None] * len(texts)
         if vectors is None:
             vectors = self.encoder.encode(list(texts), role="query")
-        r, searched = self.retrieve_routed(vectors, langs, rae.top_k, exclude)
-        if relabel is not None:
-            r.labels = [[relabel(lbs) for lbs in row] for row in r.labels]
-        vocab = LabelVocab()
-        rows = r.label_matrix(vocab)
-        scores = rae_xmc_scores(r.sims, rows, rae.top_k, rae.tau, rae.lam, len(vocab)) if len(vocab) else \
-            np.zeros((len(texts), 0), dtype=np.float32)
-        proposals = explain(r, scores, vocab, rae.threshold, rae.top_k, candidates=candidates)
-        for p, names in zip(proposals, searched):
-            p.searched = names
-        return proposals, vectors
+        groups: dict[str, tuple[RaeSettings, str | None, list[int]]] = {}
+        for i, lang in enumerate(langs):
+            params, cal = (rae, None) if rae is not None else self.scoring(lang)
+            groups.setdefault(params.model_dump_json() + str(cal), (params, cal, []))[2].append(i)
+        out: list[Proposal | None] = [None] * len(texts)
+        for params, cal, idx in groups.values():
+            k = max(params.top_k, params.tail_neighbours if params.tail_support else 1)
+            r, searched = self.retrieve_routed(vectors[idx], [langs[i] for i in idx], k, exclude)
+            if relabel is not None:
+                r.labels = [[relabel(lbs) for lbs in row] for row in r.labels]
+            vocab = LabelVocab()
+            scores, chosen = newsmon_decide(r, vocab, params)
+            for i, p, names in zip(idx, explain(r, scores, vocab, params.threshold, params.top_k,
+                                                candidates=candidates, proposed=chosen), searched):
+                p.searched, p.scoring, p.calibration = names, params, cal
+                out[i] = p
+        return out, vectors
 
     def close(self) -> None:
         """Close the memories and the embedding cache."""
         self.router.close()
+        self.calibrations.close()
         self.encoder.close()

@@ -104,12 +104,25 @@ class MemorySettings(BaseModel):
 
 
 class RaeSettings(BaseModel):
-    """Simplified RAE-XMC scoring (RAE-XMC eq. 8); defaults from the research."""
+    """Scoring of the proposals: simplified RAE-XMC (RAE-XMC eq. 8; k, tau, lambda, threshold: defaults from the
+    research) and the product's decision rules (floor, label-set vote, tail support; off by default). A calibration
+    record (``newsmon tune``) replaces the defaults; a field set explicitly here replaces the record's."""
 
     top_k: int = Field(50, ge=1, le=1000, description="Neighbours retrieved from the memory.")
     tau: float = Field(0.04, gt=0, allow_inf_nan=False, description="Softmax temperature over cosine similarities.")
     lam: float = Field(1.0, gt=0, allow_inf_nan=False, description="lambda: weight of the neighbours' label rows.")
     threshold: float = Field(0.5, ge=0, le=1, allow_inf_nan=False, description="A label is proposed when its score p > threshold.")
+    floor: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, description="Propose the best label when no "
+                                "label passes the threshold but its score reaches this (unset: off).")
+    set_vote: float | None = Field(None, gt=0, le=1, allow_inf_nan=False, description="Label-set vote: propose the "
+                                   "neighbours' exact label set that holds at least this share of the softmax weight "
+                                   "(unset: off).")
+    tail_support: int = Field(0, ge=0, le=100, description="Propose a label carried by at least this many of the "
+                              "first tail_neighbours neighbours at cosine >= tail_similarity (0: off); lets a few "
+                              "confirmed close articles carry a new or rare label.")
+    tail_neighbours: int = Field(5, ge=1, le=100, description="Neighbours the tail-support rule looks at.")
+    tail_similarity: float = Field(0.9, ge=-1, le=1, allow_inf_nan=False,
+                                   description="Minimum cosine of a tail-support neighbour.")
 
 
 class KafkaSettings(BaseModel):

@@ -41,7 +41,7 @@ def _queries() -> QueryBatch:
 
 
 def test_registry_names_in_report_order():
-    assert available() == ("rae", "zshot", "mlknn", "svm", "logreg")
+    assert available() == ("rae", "zshot", "mlknn", "svm", "logreg", "newsmon")
     assert all(isinstance(get_predictor(n), Predictor) for n in available())
     with pytest.raises(KeyError, match="unknown predictor 'nope'.*rae"):
         get_predictor("nope")

@@ -29,7 +29,7 @@ from confluent_kafka import Message
 
 from newsmon.schemas import (ArticleEvent, DeadLetterReason, DeadLetterStage, InvalidEvent, LabelProposal,
                              ProposedLabel, ScoringInfo, Timings, parse_event)
-from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS, Classifier, proposed_labels
+from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS, Classifier, proposed_labels, scoring_info
 from newsmon.shared.config import Settings
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.memory import MemoryPoint, SearchFilter, catch_up, replaced_router
@@ -65,7 +65,8 @@ class ArticleItem:
     Attributes:
         msg: the consumed message; event: the parsed event; text: title + body cut to ``max_text_chars``;
         duplicate: set by ``near_duplicates``; vector: ``(d,)`` float32 query embedding (set by ``embed``);
-        labels: the proposed labels, candidates: the best below the threshold and searched: the collections
+        labels: the proposed labels, candidates: the best not proposed, scoring: the parameters used (set with
+        the labels) and searched: the collections
         searched (set by ``retrieve_and_score``; labels and candidates revised by ``match_rules``, which sets
         rules: what the label rules did); revision: the proposal's revision and stored: whether its pending
         point was written (``store_pending``).
@@ -78,6 +79,7 @@ class ArticleItem:
     vector: np.ndarray | None = None
     labels: list[ProposedLabel] = field(default_factory=list)
     candidates: list[ProposedLabel] = field(default_factory=list)
+    scoring: ScoringInfo | None = None
     searched: tuple[str, ...] = ()
     rules: RuleOutcome | None = None
     revision: int = 0
@@ -250,6 +252,7 @@ class ArticlePipeline:
             for it, p in zip(fresh, props):
                 it.searched = p.searched
                 it.labels, it.candidates = proposed_labels(p.labels), proposed_labels(p.candidates)
+                it.scoring = scoring_info(p.scoring, p.calibration)
         for it in batch.items:
             d = it.duplicate
             if d is not None:
@@ -347,8 +350,7 @@ class ArticlePipeline:
         now = datetime.now(timezone.utc)
         total_ms = 1000 * (time.perf_counter() - batch.started)
         sec = batch.seconds
-        rae = self.settings.rae
-        scoring = ScoringInfo(predictor="rae-xmc", top_k=rae.top_k, tau=rae.tau, threshold=rae.threshold)
+        scoring = scoring_info(self.settings.rae)
         out = []
         for it in batch.items:
             _ts_type, ts = it.msg.timestamp()
@@ -360,7 +362,8 @@ class ArticlePipeline:
                 duplicate_of=it.duplicate.original_id if it.duplicate else None,
                 model_version=self.classifier.model_version,
                 memory_version="+".join(searched) or self.classifier.collection(it.event.lang),
-                scoring=scoring, timings=Timings(batch_size=batch.size, queue_ms=queue_ms, dedup_ms=1000 * sec["dedup"],
+                scoring=it.scoring or scoring, timings=Timings(batch_size=batch.size, queue_ms=queue_ms,
+                                dedup_ms=1000 * sec["dedup"],
                                 embed_ms=1000 * sec["embed"], search_ms=1000 * sec["search_score"],
                                 score_ms=1000 * sec["rules"],
                                 total_ms=total_ms),

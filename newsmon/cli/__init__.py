@@ -1,6 +1,6 @@
 """The ``newsmon`` command line (typer): one module per command group, wired together here.
 
-``newsmon eval``, ``memory build|stats``, ``suggest``, ``train nightly|mine|finetune|tune|rollout``,
+``newsmon eval``, ``tune``, ``memory build|stats``, ``suggest``, ``train nightly|mine|finetune|tune|rollout``,
 ``model import-e5-small``, ``settings``, ``worker``, ``serve``, ``topics create|check``, ``demo``. Settings come
 from ``NEWSMON_*`` environment variables (see ``newsmon settings``); options given here override them.
 """
@@ -15,7 +15,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import typer  # noqa: E402
 
-from newsmon.cli import classify, evaluate, run, setup, topics, train  # noqa: E402
+from newsmon.cli import calibrate, classify, evaluate, run, setup, topics, train  # noqa: E402
 
 
 def _flags_without_placeholder() -> None:
@@ -55,6 +55,7 @@ memory_app.command("build")(classify.memory_build)
 memory_app.command("stats")(classify.memory_stats)
 app.command("suggest")(classify.suggest)
 app.command("eval")(evaluate.eval_cmd)
+app.command("tune")(calibrate.tune_cmd)
 app.command("worker")(run.worker_cmd)
 app.command("serve")(run.serve_cmd)
 app.command("demo")(run.demo_cmd)

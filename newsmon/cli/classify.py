@@ -27,9 +27,13 @@ def memory_build(
     data: Annotated[Optional[Path], typer.Option(help="Corpus folder or JSONL (default: NEWSMON_DATA).")] = None,
     split: Annotated[str, typer.Option(help="Split to load into the memory.")] = "train",
     limit: Annotated[Optional[int], typer.Option(min=1, help="Read only the first N valid articles.")] = None,
+    calibrate: Annotated[bool, typer.Option("--calibrate", help="Then calibrate the scoring on the memory "
+                                            "(leave-one-out) and the corpus's validation split, as `newsmon tune`."
+                                            )] = False,
 ) -> None:
     """Embed the labelled articles of one split and upsert them into the knowledge memory."""
-    from newsmon.shared.classifier import Classifier  # deferred: see the module docstring
+    from newsmon.cli.calibrate import print_calibration, run_calibration  # deferred: see the module docstring
+    from newsmon.shared.classifier import Classifier
 
     s = settings_from_env(data=data)
     corpus = corpus_or_fail(s, limit)  # reports the bad lines
@@ -44,6 +48,8 @@ def memory_build(
                           "collections": {lg: clf.collection(lg) for lg in rep.upserted},
                           "embed_s": round(rep.embed_s, 2), "upsert_s": round(rep.upsert_s, 2),
                           "bad_lines": len(corpus.bad_lines)}))
+        if calibrate:
+            print_calibration(run_calibration(clf, corpus.split("validation"), "memory build", str(corpus.path)))
     finally:
         clf.close()
 
@@ -175,7 +181,7 @@ def _propose_one(s: Settings, text: str, lang: str | None, article_id: str) -> L
         clf.close()
     return LabelProposal(
         article_id=article_id, labels=proposed_labels(p.labels), candidates=proposed_labels(p.candidates),
-        model_version=model_version, memory_version=memory_version, scoring=scoring_info(s.rae),
+        model_version=model_version, memory_version=memory_version, scoring=scoring_info(p.scoring, p.calibration),
         timings=Timings(batch_size=1, embed_ms=1000 * (t1 - t0), search_ms=1000 * (t2 - t1),
                         total_ms=1000 * (t2 - t0)),
         produced_at=datetime.now(timezone.utc))

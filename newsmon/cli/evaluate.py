@@ -16,7 +16,7 @@ import typer
 
 from newsmon.cli.common import console, corpus_or_fail, fail, settings_from_env
 #: The registered predictors (newsmon.shared.predictors.available()), named here to keep start-up fast.
-_ALL = "rae,zshot,mlknn,svm,logreg"
+_ALL = "rae,zshot,mlknn,svm,logreg,newsmon"
 
 
 def eval_cmd(

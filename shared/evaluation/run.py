@@ -22,6 +22,7 @@ from newsmon.shared.data import Article, Corpus
 from newsmon.shared.evaluation.neighbours import retrieve_neighbours
 from newsmon.shared.evaluation.report import ratios_to_svm, write_outputs
 from newsmon.shared.metrics import FREQUENT_MIN, RARE_MAX, evaluate, f1_by_frequency
+from newsmon.shared.predictors.calibrate import Params
 from newsmon.shared.predictors import LabelVocab, Predictor, QueryBatch, TrainingSet, available, predictor_class
 
 log = structlog.get_logger(__name__)
@@ -126,10 +127,12 @@ def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: i
     dense = [p for p in predictors if p.needs_retrieval]
     if dense:
         tuning = bool(tune) and any(p.tunable for p in dense)
+        with_val = (tuning or any(p.needs_validation_retrieval for p in dense)) and bool(val)
         top_k = max([p.neighbours_needed() for p in dense] + ([TUNE_TOP_K_MAX] if tuning else []))
         loo_k = max((p.neighbours_needed() for p in dense if p.needs_training_retrieval), default=0)
-        nb = retrieve_neighbours(settings, train, test, val, top_k, tuning, loo_k or None, progress, report)
+        nb = retrieve_neighbours(settings, train, test, val, top_k, with_val, loo_k or None, progress, report)
         train_set.retrieval = nb.train_loo
+        train_set.validation, train_set.validation_labels = nb.validation, labels.val
         test_q.vectors, test_q.retrieval = nb.test_vecs, nb.test
         val_q.vectors, val_q.retrieval = nb.val_vecs, nb.validation
     for p in predictors:
@@ -145,6 +148,24 @@ def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: i
     return report
 
 
+def ablation_rows(p: Predictor, test_q: QueryBatch, labels: Labels) -> dict[str, dict]:
+    """For a calibrated predictor (``newsmon``): one report entry per calibration step (the base k / tau /
+    threshold, then each decision rule tried on top, kept or not), scored on the test split, so the table shows
+    what each lever adds. Empty for other methods."""
+    steps = getattr(getattr(p, "calibration", None), "steps", None) or []
+    out = {}
+    for i, step in enumerate(steps):
+        t0 = time.perf_counter()
+        fixed = type(p)(params=Params(**step["params"]))
+        fixed.vocab = p.vocab
+        scores, proposed = fixed.score_and_decide(test_q)
+        tag = "kept" if step["kept"] else "not kept"
+        name = f"{p.display_name}: {step['step']}" + ("" if i == 0 else f" ({tag})")
+        out[f"{p.name}_step{i}"] = _method_entry(name, labels, scores, proposed, time.perf_counter() - t0,
+                                                 {**step["params"], "calibration_objective": step["objective"]})
+    return out
+
+
 def _evaluate_one(p: Predictor, train_set: TrainingSet, test_q: QueryBatch, val_q: QueryBatch, labels: Labels,
                   report: dict, tune: int, progress: bool, study: dict) -> None:
     """Fit, score and decide with one predictor (and its tuned copy when ``tune`` and it is tunable); add the
@@ -154,8 +175,7 @@ def _evaluate_one(p: Predictor, train_set: TrainingSet, test_q: QueryBatch, val_
         log.info(f"evaluating {p.display_name}", labels=labels.n_train_labels)
     try:
         p.fit(train_set)
-        scores = p.scores(test_q)
-        decided = p.decide(scores)
+        scores, decided = p.score_and_decide(test_q)
     except Exception as exc:  # noqa: BLE001 - a method that cannot be fitted on this corpus; the others still run
         reason = str(exc) or type(exc).__name__
         log.warning(f"{p.display_name} skipped", reason=reason)
@@ -164,6 +184,8 @@ def _evaluate_one(p: Predictor, train_set: TrainingSet, test_q: QueryBatch, val_
         return
     report["methods"][p.name] = _method_entry(p.display_name, labels, scores, decided, time.perf_counter() - t0,
                                               p.params)
+    for key, entry in ablation_rows(p, test_q, labels).items():
+        report["methods"][key] = entry
     if tune and p.tunable:
         t0 = time.perf_counter()
         tuned, found = p.tune(val_q, labels.val, tune, **study)

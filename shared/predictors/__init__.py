@@ -1,6 +1,6 @@
 """Label predictors behind one interface (:class:`Predictor`: ``fit``, ``scores``, ``decide``), found by name
 (:func:`get_predictor`): RAE-XMC (``rae``), zero-shot 1-NN (``zshot``), ML-KNN (``mlknn``) and the TF-IDF
-baselines (``svm``, ``logreg``); plus the retrieval types and RAE-XMC scoring that the live classifier uses.
+baselines (``svm``, ``logreg``), and the product's own ``newsmon`` (calibrated decision rules); plus the retrieval types and RAE-XMC scoring that the live classifier uses.
 """
 
 # The method modules register their predictors on import; this order is the order of the eval report.
@@ -8,11 +8,13 @@ from newsmon.shared.predictors.rae_xmc import RaeXmcPredictor, rae_xmc_scores, t
 from newsmon.shared.predictors.one_nn import OneNnPredictor, one_nn_scores
 from newsmon.shared.predictors.mlknn import MLKNN, MlKnnPredictor, neighbour_counts
 from newsmon.shared.predictors.tfidf import TfidfLogRegPredictor, TfidfOneVsAll, TfidfSvmPredictor
+from newsmon.shared.predictors.newsmon import NewsmonPredictor
+from newsmon.shared.predictors.rules import newsmon_decide
 from newsmon.shared.predictors.base import (Predictor, QueryBatch, TrainingSet, available, get_predictor,
                                             predictor_class, register)
 from newsmon.shared.predictors.retrieval import LabelScore, LabelVocab, Proposal, Retrieval, explain
 
-__all__ = ["MLKNN", "LabelScore", "LabelVocab", "MlKnnPredictor", "OneNnPredictor", "Predictor", "Proposal",
+__all__ = ["MLKNN", "LabelScore", "LabelVocab", "MlKnnPredictor", "NewsmonPredictor", "OneNnPredictor", "Predictor", "Proposal",
            "QueryBatch", "RaeXmcPredictor", "Retrieval", "TfidfLogRegPredictor", "TfidfOneVsAll",
-           "TfidfSvmPredictor", "TrainingSet", "available", "explain", "get_predictor", "neighbour_counts",
+           "TfidfSvmPredictor", "TrainingSet", "available", "explain", "get_predictor", "neighbour_counts", "newsmon_decide",
            "one_nn_scores", "predictor_class", "rae_xmc_scores", "register", "tune_rae"]

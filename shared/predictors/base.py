@@ -36,13 +36,17 @@ class TrainingSet:
         labels: ``(n, L)`` 0/1 CSR matrix over ``vocab`` (``L = len(vocab)``).
         vocab: the label vocabulary; its columns are the columns of every score matrix.
         retrieval: each training article's top-K neighbours among the *other* training articles
-            (leave-one-out), for methods with ``needs_training_retrieval`` (ML-KNN); else None.
+            (leave-one-out), for methods with ``needs_training_retrieval`` (ML-KNN, newsmon); else None.
+        validation / validation_labels: the validation articles' top-K neighbours and their ``(n_val, L)`` 0/1
+            labels, for methods with ``needs_validation_retrieval`` (newsmon calibrates on them); else None.
     """
 
     texts: Sequence[str]
     labels: sp.csr_matrix
     vocab: LabelVocab
     retrieval: Retrieval | None = None
+    validation: Retrieval | None = None
+    validation_labels: sp.csr_matrix | None = None
 
 
 @dataclass
@@ -73,6 +77,7 @@ class Predictor(ABC):
         display_name: the name in reports.
         needs_retrieval: ``scores`` reads ``QueryBatch.retrieval``.
         needs_training_retrieval: ``fit`` reads ``TrainingSet.retrieval`` (leave-one-out neighbours).
+        needs_validation_retrieval: ``fit`` reads ``TrainingSet.validation`` (calibration).
         tunable: :meth:`tune` searches the method's parameters on a validation batch.
     """
 
@@ -80,6 +85,7 @@ class Predictor(ABC):
     display_name: ClassVar[str] = ""
     needs_retrieval: ClassVar[bool] = False
     needs_training_retrieval: ClassVar[bool] = False
+    needs_validation_retrieval: ClassVar[bool] = False
     tunable: ClassVar[bool] = False
 
     @abstractmethod
@@ -95,8 +101,14 @@ class Predictor(ABC):
         """The method's decision rule: ``(m, L)`` bool, True where a label is proposed."""
 
     def predict(self, queries: QueryBatch) -> np.ndarray:
-        """``decide(scores(queries))``: ``(m, L)`` bool."""
-        return self.decide(self.scores(queries))
+        """``(m, L)`` bool proposals (:meth:`score_and_decide`)."""
+        return self.score_and_decide(queries)[1]
+
+    def score_and_decide(self, queries: QueryBatch) -> tuple[np.ndarray, np.ndarray]:
+        """``(m, L)`` float32 scores and ``(m, L)`` bool proposals: ``decide(scores(queries))`` unless the
+        method's rule needs more than the scores (newsmon's label-set vote reads the neighbours)."""
+        s = self.scores(queries)
+        return s, self.decide(s)
 
     @property
     def params(self) -> dict[str, Any]:

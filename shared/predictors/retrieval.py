@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -151,12 +152,16 @@ class LabelScore:
 @dataclass
 class Proposal:
     """The labels proposed for one article, best first; ``candidates``: the best labels at or below the
-    threshold (score > 0), best first; ``searched``: the knowledge-memory collections its neighbours were
-    retrieved from (set by the live classifier; empty offline)."""
+    threshold (score > 0) that were not proposed, best first; ``searched``: the knowledge-memory collections its
+    neighbours were retrieved from (set by the live classifier; empty offline); ``scoring``: the parameters it was
+    scored with (a :class:`newsmon.shared.config.RaeSettings`) and ``calibration`` the id of the calibration
+    record they came from (None: the settings), both set by the live classifier."""
 
     labels: list[LabelScore]
     searched: tuple[str, ...] = ()
     candidates: list[LabelScore] = field(default_factory=list)
+    scoring: Any = None
+    calibration: str | None = None
 
     @property
     def label_set(self) -> set[str]:
@@ -171,16 +176,20 @@ def _label_score(retrieval: Retrieval, i: int, label: str, score: float, k: int,
 
 
 def explain(retrieval: Retrieval, scores: np.ndarray, vocab: LabelVocab, threshold: float,
-            k: int | None = None, max_neighbours: int = 5, candidates: int = 0) -> list[Proposal]:
-    """Turn ``(m, L)`` scores into :class:`Proposal` objects: labels with ``score > threshold``, each with
-    up to ``max_neighbours`` of the first ``k`` neighbours that carry it (most similar first), and the best
-    ``candidates`` labels with ``0 < score <= threshold`` likewise (for the moderator; none by default)."""
+            k: int | None = None, max_neighbours: int = 5, candidates: int = 0,
+            proposed: np.ndarray | None = None) -> list[Proposal]:
+    """Turn ``(m, L)`` scores into :class:`Proposal` objects: the labels of ``proposed`` (``(m, L)`` bool, the
+    decision rules' choice; default ``score > threshold``), each with up to ``max_neighbours`` of the first ``k``
+    neighbours that carry it (most similar first), and the best ``candidates`` labels with a score > 0 that were
+    not proposed likewise (for the moderator; none by default)."""
     k = k or retrieval.k
+    if proposed is None:
+        proposed = scores > threshold
     out = []
     for i in range(scores.shape[0]):
         order = np.argsort(-scores[i], kind="stable")
-        above = [c for c in order if scores[i, c] > threshold]
-        below = [c for c in order[len(above):len(above) + candidates] if scores[i, c] > 0]
+        above = [c for c in order if proposed[i, c]]
+        below = [c for c in order if not proposed[i, c] and scores[i, c] > 0][:candidates]
         out.append(Proposal(
             [_label_score(retrieval, i, vocab.labels[c], float(scores[i, c]), k, max_neighbours) for c in above],
             candidates=[_label_score(retrieval, i, vocab.labels[c], float(scores[i, c]), k, max_neighbours)

@@ -1,0 +1,67 @@
+"""``newsmon tune``: calibrate the knowledge memory (the ``newsmon`` predictor's parameters per language memory)
+and print what was chosen, with the ablation of each decision rule.
+
+Each command imports what it runs inside its function (deferred): at the top of the module these imports would
+load the encoder and the Qdrant clients for every ``newsmon`` call.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from newsmon.cli.common import console, corpus_or_fail, fail, settings_from_env
+
+
+def tune_cmd(
+    data: Annotated[Optional[Path], typer.Option(
+        help="Corpus whose validation split is added to the memory's own articles (default: none; the "
+             "memory is scored leave-one-out).")] = None,
+) -> None:
+    """Calibrate the scoring of every language memory on its own articles (leave-one-out) plus the corpus's
+    validation split, and store the calibration record that the workers, `suggest` and `eval` use."""
+    from newsmon.shared.classifier import Classifier  # deferred: see the module docstring
+
+    s = settings_from_env()
+    validation = []
+    if data is not None:
+        s.data = data
+        validation = corpus_or_fail(s).split("validation")
+    clf = Classifier(s)
+    try:
+        done = run_calibration(clf, validation, "tune", str(data) if data else None)
+    finally:
+        clf.close()
+    print_calibration(done)
+
+
+def run_calibration(clf, validation, written_by: str, corpus: str | None) -> dict:
+    """:func:`newsmon.training_jobs.calibration.calibrate_memory`, failing with one line when there is nothing
+    to calibrate."""
+    from newsmon.training_jobs.calibration import calibrate_memory  # deferred: see the module docstring
+
+    try:
+        return calibrate_memory(clf, validation, written_by=written_by, corpus=corpus)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def print_calibration(done: dict) -> None:
+    """Print each language's chosen parameters and its ablation table (figures on the calibration articles)."""
+    for lang, cal in done.items():
+        r = cal.record
+        f = r.figures
+        table = Table(title=f"calibration of {r.collection} ({r.fit_on['memory_articles_leave_one_out']} memory "
+                            f"articles leave-one-out + {r.fit_on['validation_articles']} validation; "
+                            f"{cal.seconds:.1f} s)")
+        for col in ("step", "micro-F1", "subset acc.", "objective", "kept"):
+            table.add_column(col)
+        for st in cal.steps:
+            table.add_row(st["step"], f"{100 * st['micro_f1']:.1f}", f"{100 * st['subset_accuracy']:.1f}",
+                          f"{st['objective']:.3f}", "yes" if st["kept"] else "no")
+        console.print(table)
+        console.print(f"{lang}: {r.params}; objective {f['objective']:.3f} (bootstrap 90 % "
+                      f"{f['objective_lo']:.3f}-{f['objective_hi']:.3f})")

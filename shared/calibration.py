@@ -1,0 +1,162 @@
+"""Calibration records: the scoring parameters chosen for one language memory and one model version, stored
+next to the memory, and read by the workers, ``suggest`` and ``eval``.
+
+A record (:class:`CalibrationRecord`) says which parameters were chosen (the fields of
+:class:`~newsmon.shared.config.RaeSettings`), the figures behind the choice (micro-F1, subset accuracy and the
+objective with a bootstrap interval), what they were fitted on (memory articles scored leave-one-out, validation
+articles) and when. Records live in one small collection of the knowledge memory itself, ``<prefix>_calibration``
+(server mode: one point per language collection, a 1-d vector and the record as payload), so every replica reads
+the same record from the Qdrant server; in embedded mode it is a JSON file beside the memory's collections.
+
+Precedence (:func:`effective_scoring`): a setting given explicitly (``NEWSMON_RAE__*`` or a CLI option) beats
+the calibration record, which beats the defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from newsmon.shared.config import RaeSettings, Settings
+from newsmon.shared.memory.base import KnowledgeMemory
+from newsmon.shared.memory.router import open_memory
+
+#: Record layout version (bump when a field changes meaning).
+RECORD_VERSION = 1
+
+
+class CalibrationRecord(BaseModel):
+    """The scoring parameters of one language memory of one model version, and the evidence behind them.
+
+    Attributes:
+        collection: the language collection it calibrates (``<prefix>_<lang>_<model version>``).
+        language: ISO 639-1 code; model_version: the encoder's model id.
+        params: the chosen :class:`RaeSettings` fields (top_k, tau, threshold, and the decision rules).
+        objective: what the search maximised (e.g. ``"micro_f1 + subset_accuracy"``).
+        figures: the chosen parameters' figures on the calibration articles (fractions in [0, 1]):
+            ``micro_f1``, ``subset_accuracy``, ``objective``, its bootstrap 90 % interval ``objective_lo`` /
+            ``objective_hi``, and ``n`` articles.
+        fit_on: what it was fitted on (``memory_articles`` scored leave-one-out, ``validation_articles``,
+            ``corpus``), never the test split.
+        written_by: ``tune``, ``memory build``, ``nightly`` or ``demo``; created_at: UTC time.
+    """
+
+    version: int = RECORD_VERSION
+    collection: str
+    language: str
+    model_version: str
+    params: dict[str, Any]
+    objective: str
+    figures: dict[str, float] = Field(default_factory=dict)
+    fit_on: dict[str, Any] = Field(default_factory=dict)
+    written_by: str = "tune"
+    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+
+    def scoring(self) -> RaeSettings:
+        """The record's parameters as :class:`RaeSettings` (unknown fields of newer records are ignored).
+
+        Raises:
+            pydantic.ValidationError: a parameter out of its range.
+        """
+        known = {k: v for k, v in self.params.items() if k in RaeSettings.model_fields}
+        return RaeSettings(**known)
+
+
+def effective_scoring(settings: Settings, record: CalibrationRecord | None) -> tuple[RaeSettings, str]:
+    """The parameters that run: the record's, with every field set explicitly in ``settings.rae`` (environment,
+    ``.env`` or a CLI override) taking precedence. Returns (parameters, where they came from:
+    ``"settings"``, ``"calibration"`` or ``"calibration+settings"``)."""
+    if record is None:
+        return settings.rae, "settings"
+    explicit = {k: getattr(settings.rae, k) for k in settings.rae.model_fields_set}
+    merged = RaeSettings(**{**record.scoring().model_dump(), **explicit})
+    return merged, "calibration+settings" if explicit else "calibration"
+
+
+def record_id(record: CalibrationRecord) -> str:
+    """A short id of a record for proposals and logs: ``<collection>@<UTC time, seconds>``."""
+    return f"{record.collection}@{record.created_at.astimezone(timezone.utc):%Y%m%dT%H%M%SZ}"
+
+
+class CalibrationStore:
+    """Calibration records of one deployment's knowledge memory.
+
+    Embedded mode: one JSON file per language collection in ``<memory path>/calibration/`` (written atomically;
+    readable while the workers hold the memory's lock). Server mode: one point per language collection in the
+    collection ``<prefix>_calibration`` of the Qdrant server (a 1-d vector, the record as payload), so every
+    replica reads the same record.
+
+    Args:
+        settings: memory settings (embedded path or Qdrant URL) and the collection prefix.
+        client: a ``QdrantClient`` to use in server mode (the router's; not closed here), else one is opened.
+        ttl_s: how long a read record is reused before it is read again (seconds): a worker sees a record
+            written by ``newsmon tune`` within ``ttl_s`` without a read per batch.
+
+    Raises:
+        MemoryUnavailableError: the Qdrant server is unreachable (transient).
+    """
+
+    def __init__(self, settings: Settings, client: Any = None, ttl_s: float = 30.0) -> None:
+        m = settings.memory
+        self.ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, CalibrationRecord | None]] = {}
+        self._mem: KnowledgeMemory | None = None
+        self.directory = settings.memory_path / "calibration"
+        if m.url:
+            self._mem = open_memory(url=m.url, api_key=_secret(m.api_key), path=settings.memory_path,
+                                    collection=f"{m.collection_prefix}_calibration", dim=1, client=client)
+
+    def write(self, record: CalibrationRecord) -> None:
+        """Store ``record`` under its collection name (replacing the previous one)."""
+        text = record.model_dump_json(indent=2)
+        with self._lock:
+            if self._mem is not None:
+                self._mem.upsert([record.collection], np.ones((1, 1), dtype=np.float32), [[]], [{"record": text}])
+            else:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                tmp = self.directory / f".{record.collection}.json.tmp"
+                tmp.write_text(text, encoding="utf-8")
+                os.replace(tmp, self.directory / f"{record.collection}.json")
+            self._cache[record.collection] = (time.monotonic(), record)
+
+    def read(self, collection: str) -> CalibrationRecord | None:
+        """The record of ``collection`` (None when it was never calibrated); reused for ``ttl_s`` seconds.
+
+        Raises:
+            ValueError: a stored record that does not parse (names the file or collection).
+        """
+        with self._lock:
+            hit = self._cache.get(collection)
+            if hit is not None and time.monotonic() - hit[0] < self.ttl_s:
+                return hit[1]
+            text = self._read_text(collection)
+            try:
+                rec = CalibrationRecord.model_validate_json(text) if text is not None else None
+            except ValueError as exc:
+                raise ValueError(f"calibration record of {collection} does not parse: {exc}") from exc
+            self._cache[collection] = (time.monotonic(), rec)
+            return rec
+
+    def _read_text(self, collection: str) -> str | None:
+        if self._mem is not None:
+            point = self._mem.get([collection])[0]
+            return point.payload.get("record") if point is not None else None
+        path = self.directory / f"{collection}.json"
+        return path.read_text(encoding="utf-8") if path.exists() else None
+
+    def close(self) -> None:
+        """Close the server collection (nothing to close in embedded mode)."""
+        if self._mem is not None:
+            self._mem.close()
+
+
+def _secret(value: Any) -> Any:
+    """The plain value of a pydantic secret (or the value itself)."""
+    return value.get_secret_value() if hasattr(value, "get_secret_value") else value

@@ -1,0 +1,91 @@
+"""The product's predictor, ``newsmon``: what the workers propose (:func:`newsmon.shared.predictors.rules.newsmon_decide`)
+with the parameters a calibration chose (:func:`newsmon.shared.predictors.calibrate.calibrate`), as one
+:class:`Predictor` so that ``eval`` measures the production path beside the baselines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
+from newsmon.shared.predictors.calibrate import GRID_K, calibrate
+from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
+from newsmon.shared.predictors.rules import newsmon_decide
+
+
+def concat(parts: list[Retrieval]) -> Retrieval:
+    """The queries of several retrievals, in order, cut to the smallest K."""
+    k = min(p.k for p in parts)
+    return Retrieval(np.vstack([p.ids[:, :k] for p in parts]), np.vstack([p.sims[:, :k] for p in parts]),
+                     [row[:k] for p in parts for row in p.labels])
+
+
+@register
+class NewsmonPredictor(Predictor):
+    """What the workers propose: :func:`newsmon_decide` with parameters calibrated by
+    :func:`newsmon.shared.predictors.calibrate.calibrate` on the memory (leave-one-out) and the validation
+    articles in :meth:`fit` (never the test split), or with the ``params`` given.
+
+    Args:
+        params: fixed parameters (a :class:`newsmon.shared.config.RaeSettings` or any object with its fields);
+            None = calibrate in :meth:`fit`.
+    """
+
+    name = "newsmon"
+    display_name = "newsmon"
+    needs_retrieval = True
+    needs_training_retrieval = True
+    needs_validation_retrieval = True
+
+    def __init__(self, params: Any = None) -> None:
+        self.fixed = params
+        self.chosen: Any = params
+        self.calibration: Any = None
+        self.vocab = LabelVocab()
+
+    def fit(self, train: TrainingSet) -> "NewsmonPredictor":
+        """Keep the vocabulary and, without fixed parameters, calibrate on ``train.retrieval`` (leave-one-out)
+        plus ``train.validation`` (see :class:`TrainingSet`)."""
+        self.vocab = train.vocab
+        if self.fixed is None:
+            parts, gold = [train.retrieval], _label_sets(train.labels, train.vocab)
+            if train.validation is not None and train.validation_labels is not None:
+                parts.append(train.validation)
+                gold += _label_sets(train.validation_labels, train.vocab)
+            self.calibration = calibrate(concat(parts), gold)
+            self.chosen = self.calibration.params
+        return self
+
+    def score_and_decide(self, queries: QueryBatch) -> tuple[np.ndarray, np.ndarray]:
+        """``(m, L)`` float32 scores and ``(m, L)`` bool proposals over the training vocabulary."""
+        vocab = LabelVocab(self.vocab.labels)
+        scores, proposed = newsmon_decide(queries.retrieval, vocab, self.chosen)
+        L = len(self.vocab)
+        return scores[:, :L], proposed[:, :L]
+
+    def scores(self, queries: QueryBatch) -> np.ndarray:
+        return self.score_and_decide(queries)[0]
+
+    def decide(self, scores: np.ndarray) -> np.ndarray:
+        """Only the threshold part of the rule (the others need the neighbours: use :meth:`score_and_decide`)."""
+        return scores > self.chosen.threshold
+
+    @property
+    def params(self) -> dict[str, Any]:
+        p = self.chosen
+        out = p.as_dict() if hasattr(p, "as_dict") else p.model_dump() if hasattr(p, "model_dump") else {}
+        if self.calibration is not None:
+            out["calibration"] = {k: round(v, 4) for k, v in self.calibration.figures.items()}
+        return out
+
+    def neighbours_needed(self) -> int:
+        return max(GRID_K) if self.fixed is None else self.fixed.top_k
+
+
+def _label_sets(Y: sp.csr_matrix, vocab: LabelVocab) -> list[tuple[str, ...]]:
+    """The label sets of the rows of a 0/1 CSR matrix over ``vocab``."""
+    Y = sp.csr_matrix(Y)
+    return [tuple(vocab.labels[j] for j in Y.indices[Y.indptr[i]:Y.indptr[i + 1]]) for i in range(Y.shape[0])]

@@ -1,0 +1,113 @@
+"""The decision rules of the product's predictor (``newsmon``, :mod:`newsmon.shared.predictors.newsmon`): RAE-XMC scores over the retrieved neighbours, with decision rules that
+the research method lacks, each switchable and calibrated on the memory itself (leave-one-out) plus validation:
+
+- **threshold**: ``p > threshold`` on the RAE-XMC score ``p = softmax(s / tau) . Y`` (RAE-XMC eq. 8, lambda 1:
+  lambda only rescales ``p`` against the threshold, so it is not searched);
+- **floor**: the best label is proposed when its score reaches ``floor`` even if no label passes the
+  threshold (an article always close to its neighbours gets at least one label);
+- **label-set vote**: the neighbours vote, with their softmax weights, for their *exact* label sets; when the
+  winning set holds at least ``set_vote`` of the weight it is proposed as a whole (a kNN over label powersets,
+  which targets subset accuracy);
+- **tail support**: a label carried by at least ``tail_support`` of the first ``tail_neighbours`` neighbours,
+  each at cosine >= ``tail_similarity``, is proposed whatever its softmax share, so 3 confirmed close articles
+  suffice for a new or rare label (the paper notes RAE-XMC hurts the tail and suggests 1-NN there).
+
+:func:`newsmon_decide` is the one implementation: the live classifier, ``suggest`` and ``eval`` all call it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
+from newsmon.shared.predictors.rae_xmc import rae_xmc_scores
+from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
+
+#: The decision rules' parameters when nothing is calibrated: the research defaults, rules off.
+RULE_DEFAULTS: dict[str, Any] = {"floor": None, "set_vote": None, "tail_support": 0, "tail_neighbours": 5,
+                                 "tail_similarity": 0.9}
+
+
+def set_vote(retrieval: Retrieval, k: int, tau: float) -> tuple[list[tuple[str, ...]], np.ndarray]:
+    """The label-set vote: per query, the exact label set with the largest summed softmax weight among its
+    first ``k`` neighbours (weights ``softmax(s / tau)``), and that weight.
+
+    Returns:
+        (``m`` winning label sets (sorted tuples; ``()`` without neighbours), ``(m,)`` float64 weights in [0, 1]).
+    """
+    sims = retrieval.sims[:, :k].astype(np.float64)
+    finite = np.isfinite(sims)
+    s = np.where(finite, sims / tau, -np.inf)
+    mx = np.max(np.where(finite, s, -1e300), axis=1, keepdims=True)
+    e = np.where(finite, np.exp(s - mx), 0.0)
+    z = e.sum(axis=1, keepdims=True)
+    w = np.divide(e, z, out=np.zeros_like(e), where=z > 0)
+    sets, weights = [], np.zeros(len(w))
+    for i, row in enumerate(retrieval.labels):
+        acc: dict[tuple[str, ...], float] = {}
+        for j, labels in enumerate(row[:k]):
+            if w[i, j] > 0 and labels:
+                key = tuple(sorted(labels))
+                acc[key] = acc.get(key, 0.0) + w[i, j]
+        best = max(acc.items(), key=lambda kv: (kv[1], -len(kv[0])), default=((), 0.0))
+        sets.append(best[0])
+        weights[i] = best[1]
+    return sets, weights
+
+
+def tail_support(retrieval: Retrieval, vocab: LabelVocab, support: int, neighbours: int,
+                 similarity: float) -> np.ndarray:
+    """``(m, L)`` bool: labels carried by at least ``support`` of each query's first ``neighbours`` neighbours
+    that have cosine similarity >= ``similarity``."""
+    n = min(neighbours, retrieval.k)
+    close = retrieval.head(n)
+    rows = close.label_matrix(vocab)
+    L = len(vocab)
+    rows = sp.csr_matrix((rows.data, rows.indices, rows.indptr), shape=(rows.shape[0], L))
+    ok = (np.nan_to_num(close.sims, neginf=-1.0) >= similarity).astype(np.float32).reshape(-1)
+    m = close.sims.shape[0]
+    W = sp.csr_matrix((ok, (np.repeat(np.arange(m), n), np.arange(m * n))), shape=(m, m * n))
+    return np.asarray((W @ rows).todense()) >= support
+
+
+def newsmon_decide(retrieval: Retrieval, vocab: LabelVocab, params: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Scores and decisions of the ``newsmon`` predictor for ``m`` queries.
+
+    Args:
+        retrieval: the queries' top-K neighbours (K >= ``params.top_k``).
+        vocab: the label vocabulary (grows with the neighbours' labels).
+        params: an object with ``top_k``, ``tau``, ``threshold``, ``floor``, ``set_vote``, ``tail_support``,
+            ``tail_neighbours``, ``tail_similarity`` (e.g. :class:`newsmon.shared.config.RaeSettings`).
+
+    Returns:
+        (``(m, L)`` float32 scores, ``(m, L)`` bool proposals) with ``L = len(vocab)`` after the call. A label
+        proposed by a rule but under the threshold keeps its RAE-XMC score (the moderator sees the real share).
+
+    Raises:
+        ValueError: ``top_k < 1`` or ``tau <= 0``.
+    """
+    rows = retrieval.label_matrix(vocab)
+    L = len(vocab)
+    m = retrieval.sims.shape[0]
+    if L == 0:
+        return np.zeros((m, 0), dtype=np.float32), np.zeros((m, 0), dtype=bool)
+    scores = rae_xmc_scores(retrieval.sims, rows, params.top_k, params.tau, 1.0, L)
+    proposed = scores > params.threshold
+    if params.set_vote is not None:
+        sets, weights = set_vote(retrieval, params.top_k, params.tau)
+        for i in np.flatnonzero(weights >= params.set_vote):
+            proposed[i] = False
+            proposed[i, [vocab.index[lb] for lb in sets[i]]] = True
+    if params.tail_support:
+        proposed |= tail_support(retrieval, vocab, params.tail_support, params.tail_neighbours,
+                                 params.tail_similarity)
+    if params.floor is not None:
+        empty = ~proposed.any(axis=1)
+        best = scores.argmax(axis=1)
+        hit = empty & (scores[np.arange(m), best] >= params.floor)
+        proposed[np.flatnonzero(hit), best[hit]] = True
+    return scores, proposed
+

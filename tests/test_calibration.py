@@ -1,0 +1,150 @@
+"""The product predictor's decision rules on small cases computed by hand, its calibration search, and the
+calibration record's round trip (written, read after a restart, overridden by an explicit setting)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from newsmon.shared.calibration import CalibrationRecord, CalibrationStore, effective_scoring, record_id
+from newsmon.shared.config import RaeSettings, Settings
+from newsmon.shared.predictors import LabelVocab, Retrieval, get_predictor, newsmon_decide
+from newsmon.shared.predictors.calibrate import Params, bootstrap_interval, calibrate
+from newsmon.shared.predictors.rules import set_vote, tail_support
+
+
+@dataclass
+class Hit:
+    article_id: str
+    similarity: float
+    labels: tuple
+
+
+def _r(rows) -> Retrieval:
+    return Retrieval.from_neighbours([[Hit(f"n{j}", s, lb) for j, (s, lb) in enumerate(row)] for row in rows])
+
+
+def test_threshold_alone_is_rae_xmc():
+    # tau large -> equal weights over the 4 neighbours: a 3/4, b 1/4
+    r = _r([[(0.9, ("a",)), (0.9, ("a",)), (0.9, ("a", "b")), (0.9, ("c",))]])
+    vocab = LabelVocab()
+    scores, chosen = newsmon_decide(r, vocab, Params(top_k=4, tau=100.0, threshold=0.5))
+    got = dict(zip(vocab.labels, scores[0].round(3)))
+    assert got == {"a": 0.75, "b": 0.25, "c": 0.25}
+    assert [vocab.labels[j] for j in np.flatnonzero(chosen[0])] == ["a"]
+
+
+def test_floor_proposes_the_best_label_only_when_nothing_passes():
+    r = _r([[(0.9, ("a",)), (0.9, ("b",)), (0.9, ("a",)), (0.9, ("c",))],   # a 0.5, not > 0.6
+            [(0.9, ("a",)), (0.9, ("a",)), (0.9, ("a",)), (0.9, ("b",))]])  # a 0.75 passes
+    vocab = LabelVocab()
+    _, off = newsmon_decide(r, vocab, Params(top_k=4, tau=100.0, threshold=0.6))
+    assert off.sum(axis=1).tolist() == [0, 1]
+    _, on = newsmon_decide(r, vocab, Params(top_k=4, tau=100.0, threshold=0.6, floor=0.4))
+    assert [vocab.labels[j] for j in np.flatnonzero(on[0])] == ["a"] and on.sum(axis=1).tolist() == [1, 1]
+    _, high = newsmon_decide(r, vocab, Params(top_k=4, tau=100.0, threshold=0.6, floor=0.55))
+    assert high.sum(axis=1).tolist() == [0, 1]
+
+
+def test_set_vote_proposes_the_winning_exact_label_set():
+    # sets: {a,b} twice, {a} once, {c} once -> {a,b} holds 0.5 of the weight
+    r = _r([[(0.9, ("a", "b")), (0.9, ("b", "a")), (0.9, ("a",)), (0.9, ("c",))]])
+    sets, w = set_vote(r, 4, 100.0)
+    assert sets == [("a", "b")] and w[0] == pytest.approx(0.5)
+    vocab = LabelVocab()
+    _, base = newsmon_decide(r, vocab, Params(top_k=4, tau=100.0, threshold=0.6))
+    assert [vocab.labels[j] for j in np.flatnonzero(base[0])] == ["a"]  # a 0.75; b 0.5 is not > 0.6
+    _, voted = newsmon_decide(r, vocab, Params(top_k=4, tau=100.0, threshold=0.6, set_vote=0.5))
+    assert sorted(vocab.labels[j] for j in np.flatnonzero(voted[0])) == ["a", "b"]
+    _, short = newsmon_decide(r, vocab, Params(top_k=4, tau=100.0, threshold=0.6, set_vote=0.51))
+    assert [vocab.labels[j] for j in np.flatnonzero(short[0])] == ["a"]
+
+
+def test_tail_support_lets_three_close_confirmations_carry_a_new_label():
+    # a new label 'x' on 3 close neighbours among 50 that carry the head label 'h': its softmax share is small
+    row = [(0.95, ("x", "h")), (0.94, ("x",)), (0.93, ("x",))] + [(0.92, ("h",))] * 47
+    r = _r([row])
+    vocab = LabelVocab()
+    scores, base = newsmon_decide(r, vocab, Params(top_k=50, tau=0.04, threshold=0.3))
+    x = vocab.index["x"]
+    assert scores[0, x] < 0.3 and not base[0, x]
+    assert tail_support(r, vocab, 3, 5, 0.9)[0, x]
+    _, tail = newsmon_decide(r, vocab, Params(top_k=50, tau=0.04, threshold=0.3, tail_support=3,
+                                              tail_neighbours=5, tail_similarity=0.9))
+    assert tail[0, x]
+    _, far = newsmon_decide(r, vocab, Params(top_k=50, tau=0.04, threshold=0.3, tail_support=3,
+                                             tail_neighbours=5, tail_similarity=0.96))
+    assert not far[0, x]
+
+
+def test_calibration_is_deterministic_and_keeps_only_rules_that_lift():
+    rng = np.random.default_rng(0)
+    rows, gold = [], []
+    for i in range(60):  # two well-separated topics; each article's neighbours mostly share its label set
+        mine = ("a",) if i % 2 else ("b", "c")
+        other = ("b", "c") if i % 2 else ("a",)
+        nb = [(0.9 - 0.01 * j, mine if rng.random() < 0.8 else other) for j in range(10)]
+        rows.append(nb)
+        gold.append(mine)
+    r = _r(rows)
+    one, two = calibrate(r, gold), calibrate(r, gold)
+    assert one.params == two.params and one.figures == two.figures
+    assert one.figures["subset_accuracy"] > 0.9 and one.figures["objective_lo"] <= one.figures["objective"]
+    assert one.steps[0]["kept"] and [s["step"] for s in one.steps][1:] == ["+ floor", "+ set_vote",
+                                                                         "+ tail_support"]
+    for s in one.steps[1:]:
+        assert s["kept"] == (s["objective"] > max(t["objective"] for t in one.steps[:one.steps.index(s)]
+                                                  if t["kept"]) + 1e-9)
+
+
+def test_bootstrap_interval_brackets_the_objective():
+    Y = np.array([[1, 0], [0, 1], [1, 1], [1, 0]], dtype=bool)
+    P = np.array([[1, 0], [0, 0], [1, 1], [0, 1]], dtype=bool)
+    lo, hi = bootstrap_interval(Y, P)
+    assert 0 <= lo <= hi <= 2
+
+
+def test_newsmon_predictor_calibrates_on_memory_and_validation_only():
+    from newsmon.shared.predictors import QueryBatch, TrainingSet
+
+    vocab = LabelVocab(["a", "b"])
+    loo = _r([[(0.9, ("a",)), (0.8, ("a",))], [(0.9, ("b",)), (0.8, ("b",))]] * 5)
+    train = TrainingSet(["x"] * 10, vocab.encode([("a",), ("b",)] * 5), vocab, retrieval=loo)
+    p = get_predictor("newsmon").fit(train)
+    assert p.calibration is not None and p.calibration.figures["n"] == 10
+    s, d = p.score_and_decide(QueryBatch(["q"], ["sl"], retrieval=_r([[(0.9, ("b",)), (0.85, ("b",))]])))
+    assert s.shape == (1, 2) and d[0].tolist() == [False, True]
+
+
+def test_calibration_record_round_trip_and_explicit_settings_win(tmp_path, monkeypatch):
+    s = Settings(home=tmp_path)
+    rec = CalibrationRecord(collection="newsmon_sl_m1", language="sl", model_version="m1",
+                            params=Params(top_k=20, tau=0.02, threshold=0.35, floor=0.1).as_dict(),
+                            objective="micro_f1 + subset_accuracy", figures={"micro_f1": 0.5})
+    CalibrationStore(s).write(rec)
+    again = CalibrationStore(Settings(home=tmp_path)).read("newsmon_sl_m1")  # a new process reads the file
+    assert again == rec and record_id(again).startswith("newsmon_sl_m1@")
+    assert CalibrationStore(s).read("newsmon_hr_m1") is None
+    params, source = effective_scoring(s, again)
+    assert (params.top_k, params.tau, params.threshold, params.floor, source) == (20, 0.02, 0.35, 0.1, "calibration")
+    monkeypatch.setenv("NEWSMON_RAE__THRESHOLD", "0.6")
+    explicit = Settings(home=tmp_path)
+    params, source = effective_scoring(explicit, again)
+    assert (params.top_k, params.threshold, source) == (20, 0.6, "calibration+settings")
+    assert effective_scoring(explicit, None) == (explicit.rae, "settings")
+    assert RaeSettings().floor is None and RaeSettings().tail_support == 0
+
+
+def test_calibration_record_in_server_mode_reaches_every_client(tmp_path):
+    from qdrant_client import QdrantClient
+
+    client = QdrantClient(path=str(tmp_path / "qdrant"))  # local mode speaks the server's client API
+    s = Settings(home=tmp_path)
+    s.memory.url = "http://qdrant.invalid:6333"
+    rec = CalibrationRecord(collection="newsmon_en_m1", language="en", model_version="m1",
+                            params=Params(top_k=10).as_dict(), objective="micro_f1 + subset_accuracy")
+    CalibrationStore(s, client=client).write(rec)
+    assert CalibrationStore(s, client=client, ttl_s=0).read("newsmon_en_m1") == rec
+    client.close()

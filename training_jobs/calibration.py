@@ -1,0 +1,104 @@
+"""Calibrate the knowledge memory: choose the ``newsmon`` predictor's parameters per language memory and write
+a calibration record that the workers, ``suggest`` and ``eval`` read (:mod:`newsmon.shared.calibration`).
+
+Calibration articles: every labelled article of the language's memory scored leave-one-out (its neighbours among
+the *other* memory articles, retrieved through the production routing), plus the corpus's validation split
+when one is given. Never the test split. Run by ``newsmon tune``, ``newsmon memory build --calibrate``, the
+nightly job after a promotion, and the demo before it streams.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import structlog
+
+from newsmon.shared.calibration import CalibrationRecord
+from newsmon.shared.classifier import Classifier
+from newsmon.shared.data import Article
+from newsmon.shared.memory import SearchFilter
+from newsmon.shared.predictors import Retrieval
+from newsmon.shared.predictors.calibrate import GRID_K, OBJECTIVE, calibrate
+from newsmon.shared.predictors.newsmon import concat
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class LanguageCalibration:
+    """What :func:`calibrate_memory` wrote for one language: the record, the ablation steps and seconds."""
+
+    record: CalibrationRecord
+    steps: list[dict]
+    seconds: float
+
+
+def _leave_one_out(clf: Classifier, lang: str, k: int, limit: int | None) -> tuple[Retrieval, list[tuple]]:
+    """The labelled memory articles of ``lang`` (at most ``limit``, in scroll order) with their top-``k``
+    neighbours among the others (production routing), and their label sets."""
+    points = []
+    for p in clf.memory(lang).scroll(SearchFilter(labelled=True), with_vectors=True):
+        points.append(p)
+        if limit is not None and len(points) >= limit:
+            break
+    if not points:
+        return Retrieval(np.empty((0, k), dtype=object), np.empty((0, k), dtype=np.float32), []), []
+    vecs = np.stack([p.vector for p in points]).astype(np.float32)
+    flt = SearchFilter(labelled=True)
+    rows, _ = clf.router.search_languages(vecs, [lang] * len(points), k + 1, flt,
+                                          clf.settings.memory.min_language_articles)
+    rows = [[n for n in hits if n.article_id != p.article_id][:k] for p, hits in zip(points, rows)]
+    return Retrieval.from_neighbours(rows, k), [tuple(p.labels) for p in points]
+
+
+def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), written_by: str = "tune",
+                     corpus: str | None = None, max_memory_articles: int | None = 20_000
+                     ) -> dict[str, LanguageCalibration]:
+    """Calibrate every language memory of ``clf``'s model version and store the records.
+
+    Args:
+        clf: the classifier (encoder, memory router, calibration store) of the model version to calibrate.
+        validation: labelled articles that are not in the memory (the corpus's validation split); each is
+            used for its own language.
+        written_by: recorded in the record (``tune``, ``memory build``, ``nightly``, ``demo``).
+        corpus: the corpus path, recorded; max_memory_articles: cap on leave-one-out articles per language.
+
+    Returns:
+        per language, the record written and the ablation steps.
+
+    Raises:
+        ValueError: no language memory holds labelled articles.
+    """
+    k = max(GRID_K)
+    out: dict[str, LanguageCalibration] = {}
+    for lang in clf.languages():
+        t0 = time.perf_counter()
+        loo, gold = _leave_one_out(clf, lang, k, max_memory_articles)
+        if not gold:
+            continue
+        parts, n_val = [loo], 0
+        val = [a for a in validation if a.lang == lang and a.labels]
+        if val:
+            vecs = clf.encoder.encode([a.text for a in val], role="query")
+            parts.append(clf.retrieve(vecs, [lang] * len(val), k))
+            gold = gold + [tuple(a.labels) for a in val]
+            n_val = len(val)
+        result = calibrate(concat(parts), gold)
+        record = CalibrationRecord(
+            collection=clf.collection(lang), language=lang, model_version=clf.model_version,
+            params=result.params.as_dict(), objective=OBJECTIVE, figures=result.figures,
+            fit_on={"memory_articles_leave_one_out": len(loo.labels), "validation_articles": n_val,
+                    "corpus": corpus},
+            written_by=written_by)
+        clf.calibrations.write(record)
+        out[lang] = LanguageCalibration(record, result.steps, time.perf_counter() - t0)
+        log.info("calibrated", collection=record.collection, params=record.params,
+                 micro_f1=round(result.figures["micro_f1"], 4),
+                 subset_accuracy=round(result.figures["subset_accuracy"], 4), seconds=round(out[lang].seconds, 1))
+    if not out:
+        raise ValueError("nothing to calibrate: no language memory holds labelled articles (run `newsmon memory "
+                         "build` first)")
+    return out
