@@ -69,7 +69,7 @@ def test_memory_build_then_suggest_explains_with_neighbours(cli_env, sentinews_s
     assert {x.label for x in got.labels} == set(art["labels"])
     assert all(x.neighbours[0].article_id == art["id"] for x in got.labels)
     assert got.labels[0].neighbours[0].similarity > 0.99 and got.labels[0].neighbours[0].title == art["title"]
-    assert got.scoring.top_k == 1 and got.scoring.threshold == 0.5 and got.scoring.predictor == "rae-xmc"
+    assert got.scoring.top_k == 1 and got.scoring.threshold == 0.5 and got.scoring.predictor == "newsmon"
     assert got.memory_version.startswith("newsmon_sl_") and got.model_version in got.memory_version.replace("_", "@")
     assert got.timings.total_ms > 0 and got.article_id.startswith("suggest-") and got.schema_version == 2
     # nothing above the threshold: still the whole proposal, the labels below it as candidates with their evidence
@@ -93,6 +93,31 @@ def test_memory_build_then_suggest_explains_with_neighbours(cli_env, sentinews_s
     assert best.neighbours[0].title[:40] in out
     res = runner.invoke(app, ["suggest", test_art["text"]], terminal_width=200)
     assert res.exit_code == 0 and "threshold=0.5" in res.stdout
+
+
+
+def test_calibration_reaches_suggest_and_explicit_options_win(cli_env, sentinews_slice):
+    """memory build --calibrate writes the record; suggest scores with it (the proposal names it); an explicit
+    --threshold replaces only that parameter; tune on an empty memory fails with one line."""
+    from newsmon.schemas import LabelProposal, parse_event
+
+    res = runner.invoke(app, ["tune"])
+    assert res.exit_code != 0 and "memory build" in res.output
+    res = runner.invoke(app, ["memory", "build", "--data", str(sentinews_slice), "--calibrate"])
+    assert res.exit_code == 0, res.output
+    assert "calibration of newsmon_sl_" in res.output and "+ set_vote" in res.output
+    records = list((cli_env / "memory" / "calibration").glob("newsmon_sl_*.json"))
+    assert len(records) == 1 and json.loads(records[0].read_text())["written_by"] == "memory build"
+    text = next(r for r in (json.loads(x) for x in sentinews_slice.read_text(encoding="utf-8").splitlines())
+                if r["split"] == "test")["text"]
+    res = runner.invoke(app, ["suggest", text, "--lang", "sl", "--json"])
+    assert res.exit_code == 0, res.output
+    got = parse_event(LabelProposal, res.stdout.encode("utf-8"))
+    assert got.scoring.calibration is not None and got.scoring.calibration.startswith("newsmon_sl_")
+    calibrated_k = got.scoring.top_k
+    res = runner.invoke(app, ["suggest", text, "--lang", "sl", "--json", "--threshold", "0.99"])
+    got = parse_event(LabelProposal, res.stdout.encode("utf-8"))
+    assert got.scoring.threshold == 0.99 and got.scoring.top_k == calibrated_k
 
 
 def test_eval_reports_bad_lines(cli_env, sentinews_slice):
