@@ -48,7 +48,10 @@ def _apply_overrides(s: Settings, section: str, values: dict[str, Any]) -> None:
     try:
         if section:
             current = getattr(s, section)
-            setattr(s, section, type(current).model_validate({**dict(current), **values}))  # raw values, unmasked
+            merged = type(current).model_validate({**dict(current), **values})  # raw values, unmasked
+            # only what was given explicitly counts as set (a calibration record fills the other fields)
+            object.__setattr__(merged, "__pydantic_fields_set__", set(current.model_fields_set) | set(values))
+            setattr(s, section, merged)
             return
         for name, value in values.items():
             setattr(s, name, TypeAdapter(Settings.model_fields[name].annotation).validate_python(value))
