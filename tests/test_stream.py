@@ -377,9 +377,9 @@ def test_workers_follow_a_promoted_model_without_loss(runtime_factory, corpus, t
         info = json.loads((cand / "newsmon_model.json").read_text())
         info["model_id"] = "newsmon-ft-test-candidate"
         (cand / "newsmon_model.json").write_text(json.dumps(info))
-        from newsmon.shared.encoder import model_fingerprint
+        from newsmon.shared.encoder import encoder_identity
 
-        new_version = model_fingerprint(str(cand))
+        new_version = encoder_identity(str(cand), s.encoder)
         atomic_write_json(promoted_file(s), {"model_path": str(cand), "model_version": new_version})
         second = corpus.split("train")[64:88]
         publish_articles(s, second)

@@ -1,8 +1,9 @@
 """The ``newsmon`` command line (typer): one module per command group, wired together here.
 
 ``newsmon eval``, ``tune``, ``memory build|stats``, ``suggest``, ``train nightly|mine|finetune|tune|rollout``,
-``model import-e5-small``, ``settings``, ``worker``, ``serve``, ``topics create|check``, ``demo``. Settings come
-from ``NEWSMON_*`` environment variables (see ``newsmon settings``); options given here override them.
+``model import-e5-small|build-onnx``, ``settings``, ``worker``, ``serve``, ``topics create|check``, ``demo``.
+Settings come from ``NEWSMON_*`` environment variables (see ``newsmon settings``); options given here override
+them.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ app.add_typer(topics_app, name="topics")
 
 app.command("settings")(setup.show_settings)
 model_app.command("import-e5-small")(setup.import_e5_small_cmd)
+model_app.command("build-onnx")(setup.build_onnx_cmd)
 memory_app.command("build")(classify.memory_build)
 memory_app.command("stats")(classify.memory_stats)
 app.command("suggest")(classify.suggest)

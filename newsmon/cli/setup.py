@@ -1,4 +1,4 @@
-"""``newsmon settings`` and ``newsmon model import-e5-small``.
+"""``newsmon settings``, ``newsmon model import-e5-small`` and ``newsmon model build-onnx``.
 
 Each command imports what it runs inside its function (deferred): at the top of the module these imports would
 load scikit-learn, the Kafka, Qdrant and Redis clients for every ``newsmon`` call (``newsmon --help`` 3 s
@@ -41,3 +41,28 @@ def import_e5_small_cmd(
     except FileExistsError as exc:
         fail(str(exc))
     console.print(f"wrote {path} ({sum(f.stat().st_size for f in path.iterdir()) / 1e6:.0f} MB)")
+
+
+def build_onnx_cmd(
+    model: Annotated[str | None, typer.Option(help="Checkpoint directory or model spec (default: the encoder in "
+                                              "production, NEWSMON_ENCODER__MODEL or the promoted one).")] = None,
+    runtime: Annotated[str, typer.Option(help="onnx-int8 or onnx-fp32.")] = "onnx-int8",
+    out: Annotated[Path | None, typer.Option(help="Folder of the artefact (default: <home>/models/onnx/<weights "
+                                             "key>; <model dir>/onnx for an image whose model folder is "
+                                             "read-only at run time).")] = None,
+) -> None:
+    """Build the ONNX Runtime artefact of the encoder (export, fusion, int8 quantisation), which the onnx
+    runtimes otherwise build on first use. A valid artefact is left as it is."""
+    from newsmon.shared.encoder import resolve_model  # deferred: see the module docstring
+    from newsmon.shared.encoder_onnx import ONNX_RUNTIMES, ensure_artefact
+    from newsmon.shared.promotion import effective_encoder_settings
+
+    if runtime not in ONNX_RUNTIMES:
+        fail(f"--runtime must be one of {', '.join(ONNX_RUNTIMES)}, not {runtime!r}")
+    s = settings_from_env()
+    path = resolve_model(model or effective_encoder_settings(s).model, s.home)
+    try:
+        built = ensure_artefact(path, runtime, s.home, out_dir=out)
+    except (PermissionError, OSError) as exc:
+        fail(str(exc))
+    console.print(f"{runtime} artefact of {path}: {built} ({built.stat().st_size / 1e6:.0f} MB)")

@@ -1,0 +1,106 @@
+"""The encoder's runtimes side by side on the sentinews_sl memory build: articles/s, speed-up over torch fp32,
+cosine to torch fp32, and the retrieval quality that results (RAE-XMC micro-F1 of ``newsmon eval``).
+
+For each runtime (default ``torch,onnx-int8``) the same train articles are embedded with the embedding cache off,
+``passage`` role, at ``--max-length`` tokens and the encoder's batch size, as ``memory build`` does; torch fp32 is
+the reference of the cosines. Then, unless ``--skip-eval``, ``newsmon eval --methods rae --tune N`` runs once
+per runtime (``NEWSMON_ENCODER__RUNTIME`` set; share ``NEWSMON_HOME`` so the embedding cache is reused), or its
+``results.json`` is read from ``--eval-dir/<runtime>`` when there. The machine's load average is printed with
+the figures: on a shared machine the rates move, their ratio less.
+
+Usage (repository root)::
+
+    .venv/bin/python benchmarks/encoder_speed.py --data ../shared/data/sentinews_sl --n 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def measure(runtimes: list[str], texts: list[str], max_length: int, threads: int | None) -> dict:
+    """Embed ``texts`` with each runtime; returns {runtime: {"rate", "seconds", "vectors", "load_s"}}."""
+    from newsmon.shared.config import EncoderSettings, Settings
+    from newsmon.shared.encoder import Encoder
+
+    home = Settings().home
+    out = {}
+    for rt in runtimes:
+        t0 = time.perf_counter()
+        enc = Encoder(EncoderSettings(runtime=rt, cache=False, max_length=max_length, threads=threads), home)
+        load_s = time.perf_counter() - t0
+        enc.encode(texts[:2])  # warm-up, not timed
+        t0 = time.perf_counter()
+        vecs = enc.encode(texts, role="passage")
+        secs = time.perf_counter() - t0
+        out[rt] = {"rate": len(texts) / secs, "seconds": secs, "vectors": vecs, "load_s": load_s,
+                   "model": enc.model_id}
+        print(f"  {rt}: {len(texts) / secs:.2f} articles/s ({secs:.0f} s; load {load_s:.0f} s; "
+              f"load average {os.getloadavg()[0]:.1f})", flush=True)
+        enc.close()
+    return out
+
+
+def eval_figures(runtime: str, data: str, tune: int, eval_dir: Path) -> dict:
+    """RAE-XMC micro-F1 (default and tuned) of ``newsmon eval`` with ``runtime``: read from
+    ``eval_dir/<runtime>/results.json`` when present, else run the eval there first."""
+    out = eval_dir / runtime
+    if not (out / "results.json").exists():
+        cmd = [str(Path(sys.executable).with_name("newsmon")), "eval", "--data", data, "--methods", "rae",
+               "--tune", str(tune), "--out", str(out)]
+        subprocess.run(cmd, env={**os.environ, "NEWSMON_ENCODER__RUNTIME": runtime}, check=True)
+    rep = json.loads((out / "results.json").read_text())
+    return {k: 100 * rep["methods"][k]["metrics"]["all"]["uF1"] for k in ("rae", "rae_tuned")
+            if k in rep.get("methods", {})}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default="../shared/data/sentinews_sl")
+    p.add_argument("--n", type=int, default=1150, help="train articles embedded per runtime")
+    p.add_argument("--runtimes", default="torch,onnx-int8", help="the first is the reference (torch fp32)")
+    p.add_argument("--max-length", type=int, default=512)
+    p.add_argument("--threads", type=int, default=None, help="encoder.threads (default: the runtime's)")
+    p.add_argument("--tune", type=int, default=50, help="Optuna trials of the eval's tuned row")
+    p.add_argument("--eval-dir", type=Path, default=Path("runs/encoder-speed"))
+    p.add_argument("--skip-eval", action="store_true")
+    args = p.parse_args()
+
+    from newsmon.shared.data import load_corpus
+
+    runtimes = args.runtimes.split(",")
+    texts = [a.text for a in load_corpus(args.data).split("train")[: args.n]]
+    print(f"{len(texts)} sentinews_sl train articles, {args.max_length} tokens, cores {os.cpu_count()}, "
+          f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
+    res = measure(runtimes, texts, args.max_length, args.threads)
+    ref = res[runtimes[0]]
+    f1 = {rt: {} if args.skip_eval else eval_figures(rt, args.data, args.tune, args.eval_dir) for rt in runtimes}
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[2]:.1f} (15 min)\n")
+    print("| runtime | articles/s | speed-up | cosine to fp32, mean / min | RAE-XMC uF1 | RAE-XMC (tuned) uF1 |")
+    print("|---|---|---|---|---|---|")
+    for rt in runtimes:
+        r = res[rt]
+        cos = (r["vectors"] * ref["vectors"]).sum(axis=1)
+        uf1 = f1[rt]
+        print(f"| {rt} | {r['rate']:.2f} | {r['rate'] / ref['rate']:.2f}x | {cos.mean():.4f} / {cos.min():.4f} | "
+              f"{uf1.get('rae', float('nan')):.1f} | {uf1.get('rae_tuned', float('nan')):.1f} |")
+    if not args.skip_eval:
+        base = f1[runtimes[0]].get("rae", float("nan"))
+        for rt in runtimes[1:]:
+            d = f1[rt].get("rae", float("nan")) - base
+            print(f"{rt}: micro-F1 {d:+.1f} points against {runtimes[0]} "
+                  f"({'within' if abs(d) <= 0.5 else 'outside'} the 0.5-point condition)")
+
+
+if __name__ == "__main__":
+    main()
