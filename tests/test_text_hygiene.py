@@ -28,8 +28,8 @@ CONSENT = (
     "prilagojenih vašim interesom. S klikom na gumb Sprejmi vse soglašate z uporabo vseh piškotkov. Več o tem, "
     "kako obdelujemo vaše osebne podatke, si preberite v naši politiki zasebnosti in pogojih uporabe."
 )
-BANK = "Evropska centralna banka je znova zvišala obrestne mere za četrt odstotne točke"
-FOOTBALL = "Olimpija je doma izgubila z Mariborom z nič proti tri in ostala brez naslova"
+BANK = "ECB spet dvignila obrestne mere"
+FOOTBALL = "Olimpija izgubila derbi"
 
 
 def _inside_long_words(text: str, mark: str) -> str:
@@ -71,3 +71,47 @@ def test_a_copy_that_carries_the_consent_wall_is_still_a_copy():
     hit = idx.check_and_add("a2", f"Vlada sprejela rebalans\n{ARTICLE}\n{CONSENT}")
     assert hit is not None and hit[0] == "a1"
     assert idx.find(f"Rebalans\n{ARTICLE}") is not None  # with or without the wall
+
+
+def test_in_the_article_pipeline_the_consent_wall_gives_no_duplicate_of(memory_classifier, shared_data):
+    """The issue's example through the classifier's stages: the football article is not linked `duplicate_of` the
+    moderated bank article, and does not inherit its confirmed label without a model call."""
+    import time
+    from datetime import datetime, timezone
+
+    from confluent_kafka import Message
+
+    from newsmon.schemas import ArticleEvent, LabelDecision, ModeratorDecision
+    from newsmon.shared.data import load_corpus
+    from newsmon.workers.decisions import DecisionService
+    from newsmon.workers.labels import LabelRegistry
+    from newsmon.workers.pipeline import ArticlePipeline
+
+    clf = memory_classifier
+    clf.add_articles(load_corpus(shared_data / "sentinews_sl").split("train")[:60])
+    registry = LabelRegistry()
+    pipeline = ArticlePipeline(clf.settings, clf, NearDuplicateIndex(), registry)
+    decisions = DecisionService(clf.settings, clf.router, registry)
+
+    def propose(article_id: str, title: str):
+        ev = ArticleEvent(article_id=article_id, title=title, body=CONSENT, lang="sl", outlet="Spletni portal",
+                          country="SI", published_at=datetime.now(timezone.utc))
+        msg = Message(topic="articles", partition=0, offset=0, key=ev.kafka_key(), value=ev.to_bytes(),
+                      timestamp=(1, int(time.time() * 1000)))
+        batch, rejected = pipeline.validate([msg])
+        assert not rejected
+        pipeline.near_duplicates(batch)
+        pipeline.embed(batch)
+        pipeline.retrieve_and_score(batch)
+        pipeline.store_pending(batch)
+        [(_m, proposal)] = pipeline.emit(batch)
+        return proposal
+
+    bank = propose("bank-1", BANK)
+    assert decisions.apply_decision(ModeratorDecision(
+        article_id="bank-1", moderator="ana", decided_at=datetime.now(timezone.utc),
+        decisions=[LabelDecision(label="client:banka-slovenije", action="added")])) == "applied"
+    football = propose("football-1", FOOTBALL)
+    assert bank.duplicate_of is None and football.duplicate_of is None
+    assert all(x.source != "duplicate" for x in football.labels)
+    assert "client:banka-slovenije" not in {x.label for x in football.labels}
