@@ -48,6 +48,13 @@ def test_suggest_overrides_are_validated_like_the_settings(option, value, reason
     assert res.exception is None or isinstance(res.exception, SystemExit)
 
 
+def test_suggest_refuses_an_id_outside_the_id_policy(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEWSMON_HOME", str(tmp_path))
+    res = runner.invoke(app, ["suggest", "Vlada je sprejela proračun.", "--id", "Delo 2019-03-04 #12"])
+    assert res.exit_code == 2 and res.output.startswith("error: --id: article id \"Delo 2019-03-04 #12\" is not valid: "
+                                                        "' ' at position 5 is not allowed"), res.output
+
+
 def test_a_bad_setting_or_override_is_one_line_without_a_traceback(tmp_path):
     env = {"NEWSMON_HOME": str(tmp_path)}
     res = _newsmon("suggest", "Vlada je sprejela proračun.", "--top-k", "0", env=env)

@@ -101,7 +101,7 @@ def suggest(
 ) -> None:
     """Propose labels for one article: each label with its score, source and evidence (the neighbours with
     their titles and similarity), and the best labels below the threshold."""
-    from newsmon.schemas.base import check_language_code  # deferred: see the module docstring (pydantic)
+    from newsmon.schemas.base import check_article_id, check_language_code  # deferred: see the module docstring
 
     text = _article_text(text, file)
     if lang is not None:
@@ -109,6 +109,11 @@ def suggest(
             check_language_code(lang)
         except ValueError as exc:
             fail(f"--lang: {exc}")
+    if article_id is not None:
+        try:
+            check_article_id(article_id)  # the id policy of every path, before any model is loaded
+        except ValueError as exc:
+            fail(f"--id: {exc}")
     s = settings_from_env(rae__top_k=top_k, rae__tau=tau, rae__threshold=threshold)
     proposal = _propose_one(s, text, lang, article_id or suggestion_id(text))
     if as_json:
