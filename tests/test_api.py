@@ -141,6 +141,11 @@ def test_define_a_label_over_http_then_propose_rename_and_retire(api, corpus):
         r = client.post("/v1/suggest", content=b"[" + b" " * 400_000 + b"]",
                         headers={"Content-Type": "application/json"})
         assert r.status_code == 413 and "max_body_bytes" in r.json()["detail"]
+        chunks = (b" " * 100_000 for _ in range(4))  # no Content-Length: counted as it streams
+        r = client.post("/v1/suggest", content=chunks, headers={"Content-Type": "application/json"})
+        assert r.status_code == 413 and "max_body_bytes" in r.json()["detail"]
+        r = client.delete(f"/v1/labels/{LABEL}", params={"actor": " "})
+        assert r.status_code == 422 and "actor" in r.json()["detail"]
         bad = json.loads(article_event(hits[2]).to_bytes()) | {"lang": "xx"}
         r = client.post("/v1/suggest", json=[bad])
         assert r.status_code == 422 and "article 0" in r.json()["detail"] and "ISO 639-1" in r.json()["detail"]

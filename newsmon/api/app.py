@@ -33,6 +33,32 @@ LATENCY = Histogram("newsmon_api_request_seconds", "HTTP API request time (secon
                     buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2, 5, 10, 30), registry=REGISTRY)
 
 
+class Measure:
+    """ASGI middleware: ``newsmon_api_requests_total`` and ``newsmon_api_request_seconds`` by route template (never
+    the label or article in the path). Plain ASGI, not Starlette's ``@app.middleware``: that one reads the body
+    in a task, so the body limit's 413 would reach FastAPI's body parsing as an exception group (a 400)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started, status = time.perf_counter(), [500]
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            REQUESTS.labels(route, str(status[0])).inc()
+            LATENCY.labels(route).observe(time.perf_counter() - started)
+
+
 class BodyLimit:
     """ASGI middleware: a request body over ``max_bytes`` (declared in Content-Length, or counted while it
     streams) is answered 413 before the route runs."""
@@ -52,24 +78,29 @@ class BodyLimit:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise _TooLarge()
+            if seen > self.max_bytes:  # an HTTPException: FastAPI's body parsing passes it on (413, not 400)
+                raise _TooLarge(self.max_bytes)
             return message
 
         try:
             await self.app(scope, counted, send)
         except _TooLarge:
             await self._too_large(send)
+        except BaseExceptionGroup as group:  # raised in a task (Starlette's http middleware reads the body so)
+            found, rest = group.split(_TooLarge)
+            if found is None or rest is not None:
+                raise
+            await self._too_large(send)
 
     async def _too_large(self, send):
-        body = JSONResponse({"detail": f"request body larger than api.max_body_bytes = {self.max_bytes} bytes",
-                             "errors": []}, status_code=413)
+        body = JSONResponse({"detail": _TooLarge(self.max_bytes).detail, "errors": []}, status_code=413)
         await send({"type": "http.response.start", "status": 413, "headers": body.raw_headers})
         await send({"type": "http.response.body", "body": body.body})
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(StarletteHTTPException):
+    def __init__(self, max_bytes: int):
+        super().__init__(413, f"request body larger than api.max_body_bytes = {max_bytes} bytes")
 
 
 def _error(status: int, detail: str, errors: list | None = None, headers: dict | None = None) -> JSONResponse:
@@ -100,15 +131,6 @@ def create_app(service: ApiService, with_workers: bool = False) -> FastAPI:
     async def http_error(_request: Request, exc: StarletteHTTPException):
         return _error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
 
-    @app.middleware("http")
-    async def measure(request: Request, call_next):
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = getattr(request.scope.get("route"), "path", "unmatched")
-        REQUESTS.labels(route, str(response.status_code)).inc()
-        LATENCY.labels(route).observe(time.perf_counter() - started)
-        return response
-
     @app.get("/healthz", tags=["operations"], summary="Liveness")
     def healthz():
         ok, info = HEALTH.live() if with_workers else (True, {})
@@ -129,6 +151,7 @@ def create_app(service: ApiService, with_workers: bool = False) -> FastAPI:
 
     app.include_router(router)
     app.add_middleware(BodyLimit, max_bytes=service.settings.api.max_body_bytes)
+    app.add_middleware(Measure)  # outermost: a 413 of the body limit is counted too
     app.openapi = lambda: _openapi(app)
     return app
 

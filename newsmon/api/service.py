@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 
 import structlog
 from confluent_kafka import KafkaException, Message, Producer
+from pydantic import ValidationError
 
 from newsmon.api.models import LabelChange, LabelTest, LabelTestResult, LabelView, TestedArticle
 from newsmon.schemas import ArticleEvent, DeadLetterReason, InvalidEvent, LabelEvent, LabelProposal, parse_event
@@ -131,9 +132,18 @@ class ApiService:
         return LabelChange(event=event, topic=topic, partition=msg.partition(), offset=msg.offset())
 
     def change(self, action: str, label: str, actor: str | None = None, **fields) -> LabelChange:
-        """Publish a :class:`LabelEvent` ``action`` on ``label`` (``definition`` / ``new_label`` in ``fields``)."""
-        event = LabelEvent(action=action, label=label, occurred_at=datetime.now(timezone.utc), actor=actor,
-                           **fields)
+        """Publish a :class:`LabelEvent` ``action`` on ``label`` (``definition`` / ``new_label`` in ``fields``).
+
+        Raises:
+            ApiError: 422 when the event is not valid (a blank actor, say); 503 as :meth:`publish`.
+        """
+        try:
+            event = LabelEvent(action=action, label=label, occurred_at=datetime.now(timezone.utc), actor=actor,
+                               **fields)
+        except ValidationError as exc:
+            errors = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
+            raise ApiError(422, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors),
+                           errors) from None
         return self.publish(event)
 
     def test(self, label: str, body: LabelTest) -> LabelTestResult:
