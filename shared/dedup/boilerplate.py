@@ -68,8 +68,11 @@ def strip_boilerplate(text: str) -> str:
     Returns:
         The remaining text, lines joined by ``\\n`` (may be empty).
     """
+    text = clean_text(text)
+    if not _BOILERPLATE.search(text.casefold()):  # most articles: one scan, nothing to remove
+        return text
     kept_lines = []
-    for line in _LINES.split(clean_text(text)):
+    for line in _LINES.split(text):
         sentences = [s for s in _SENTENCE_END.split(line) if s.strip()]
         if not sentences:
             continue

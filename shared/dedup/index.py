@@ -216,7 +216,8 @@ class NearDuplicateIndex:
             raise ValueError("article_id must be a non-empty str")
 
     def _signature(self, text: str) -> np.ndarray | None:
-        words = normalize_text(strip_boilerplate(text)).split()  # consent walls and paywalls link nothing
+        # consent walls and paywalls link nothing; strip_boilerplate returns clean_text's output
+        words = normalize_text(strip_boilerplate(text), cleaned=True).split()
         if len(words) < self.min_words:
             return None
         m = self._template.copy()

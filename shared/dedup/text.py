@@ -22,11 +22,13 @@ _TRANSLIT_TABLE = str.maketrans(_CYRILLIC_TO_LATIN)
 _NON_WORD = re.compile(r"[\W_]+")
 
 
-def normalize_text(text: str) -> str:
+def normalize_text(text: str, cleaned: bool = False) -> str:
     """Canonical form of a text for shingling.
 
     Steps: :func:`newsmon.shared.text.clean_text` (the same cleaning as before embedding: invisible characters
-    such as a soft hyphen, zero-width space or word joiner inside a word are deleted, mojibake repaired), Unicode NFKC (compatibility forms and decomposed diacritics -> composed: ``ﬁ`` -> ``fi``, ``c`` +
+    such as a soft hyphen, zero-width space or word joiner inside a word are deleted, mojibake repaired; skipped
+    when ``cleaned`` says the caller did it), Unicode NFKC (compatibility forms and decomposed diacritics ->
+    composed: ``ﬁ`` -> ``fi``, ``c`` +
     combining caron -> ``č``), case folding (``str.casefold``: ``ß`` -> ``ss``), Serbian/Macedonian Cyrillic ->
     Latin (а->a ... ч->č, ћ->ć, ђ->đ, ш->š, ж->ž, љ->lj, њ->nj, џ->dž; ѓ->gj, ќ->kj, ѕ->dz, ј->j), every run of
     punctuation, symbols, underscores and whitespace -> one space, stripped.
@@ -40,7 +42,7 @@ def normalize_text(text: str) -> str:
     Returns:
         The normalised text: lower-case words separated by single spaces.
     """
-    text = unicodedata.normalize("NFKC", clean_text(text)).casefold().translate(_TRANSLIT_TABLE)
+    text = unicodedata.normalize("NFKC", text if cleaned else clean_text(text)).casefold().translate(_TRANSLIT_TABLE)
     return _NON_WORD.sub(" ", text).strip()
 
 
