@@ -274,8 +274,9 @@ class ArticlePipeline:
         def examples(names):
             return self.call("memory count", count_examples, router, names, enough)
 
+        thresholds = [it.scoring.threshold if it.scoring else self.settings.rae.threshold for it in fresh]
         done = match_rules([(it.text, article_meta(it.event), it.labels) for it in fresh], state, index, examples,
-                           enough, self.settings.rae.threshold)
+                           enough, thresholds)
         for it, (labels, outcome) in zip(fresh, done):
             it.labels, it.rules = labels, outcome
             it.candidates = with_rule_candidates(

@@ -13,8 +13,8 @@ registry's version moves. :func:`match_rules` then, for each article that is not
    article's metadata, or ``require_rule_match`` is set and no KwE matched (the precision filter);
 4. proposes each matched label that retrieval did not propose and that has fewer than
    ``labels.min_examples`` (default 3) confirmed examples in the knowledge memory (the label or an old name of
-   it, any language), from its KwE alone: ``source: rule``, score ``rae.threshold`` (at the threshold, below
-   every retrieval proposal; a KwE match carries no graded evidence), after the retrieval labels. From that
+   it, any language), from its KwE alone: ``source: rule``, scored at the threshold the article was scored
+   with (below every retrieval proposal; a KwE match carries no graded evidence), after the retrieval labels. From that
    many examples on, retrieval proposes the label and the KwE is its evidence;
 5. lists each matched label with that many examples that retrieval did not propose among the proposal's
    ``candidates`` (below the threshold, ``source: rule``): a one-click addition for the moderator. With few
@@ -131,7 +131,7 @@ class RuleOutcome:
 
 def match_rules(articles: list[tuple[str, ArticleMeta, list[ProposedLabel]]], state: RegistryState,
                 index: LabelRuleIndex, examples: Callable[[dict[str, tuple[str, ...]]], dict[str, int]],
-                min_examples: int, rule_score: float) -> list[tuple[list[ProposedLabel], RuleOutcome]]:
+                min_examples: int, rule_score: float | list[float]) -> list[tuple[list[ProposedLabel], RuleOutcome]]:
     """Apply the label rules to the retrieval proposals of each article (see the module docstring).
 
     Args:
@@ -140,7 +140,8 @@ def match_rules(articles: list[tuple[str, ArticleMeta, list[ProposedLabel]]], st
         examples: label -> its names (:meth:`RegistryState.names_of`) in, label -> confirmed examples in the
             memory out (:func:`count_examples`); called once, for the labels that could be rule-only.
         min_examples: a label with fewer examples than this is proposed from its KwE alone.
-        rule_score: the score of a rule-only proposal.
+        rule_score: the score of a rule-only proposal: the threshold the article was scored with (one for all
+            articles, or one per article when calibration gives each language its own).
 
     Returns:
         Per article, its proposals after the rules and what changed (the rule candidates in the outcome).
@@ -155,8 +156,9 @@ def match_rules(articles: list[tuple[str, ArticleMeta, list[ProposedLabel]]], st
     wanted = {lb for (_t, matches), (_x, _m, labels) in zip(found, articles)
               for lb in matches.keys() - {x.label for x in labels}}
     counts = examples({lb: state.names_of(lb) for lb in sorted(wanted)}) if wanted and min_examples > 0 else {}
+    scores = rule_score if isinstance(rule_score, list) else [rule_score] * len(articles)
     out = []
-    for (tokens, matches), (_text, meta, labels) in zip(found, articles):
+    for (tokens, matches), (_text, meta, labels), score in zip(found, articles, scores):
         kept, dropped = [], []
         for x in labels:
             m, rule = matches.get(x.label), index.get(x.label)
@@ -168,9 +170,9 @@ def match_rules(articles: list[tuple[str, ArticleMeta, list[ProposedLabel]]], st
                 kept.append(x)
         have = {x.label for x in labels}
         rule_only = [lb for lb in matches if lb not in have and counts.get(lb, 0) < min_examples]
-        kept += [ProposedLabel(label=lb, score=rule_score, source="rule", rule=rule_evidence(matches[lb], tokens))
+        kept += [ProposedLabel(label=lb, score=score, source="rule", rule=rule_evidence(matches[lb], tokens))
                  for lb in rule_only]
-        candidates = tuple(ProposedLabel(label=lb, score=rule_score, source="rule",
+        candidates = tuple(ProposedLabel(label=lb, score=score, source="rule",
                                          rule=rule_evidence(matches[lb], tokens))
                            for lb in matches if lb not in have and lb not in rule_only)[:MAX_CANDIDATES]
         out.append((kept, RuleOutcome(tuple(matches), tuple(dropped), tuple(rule_only), candidates)))
@@ -197,7 +199,7 @@ def admitted_candidates(candidates: list[ProposedLabel], labels: list[ProposedLa
 def with_rule_candidates(candidates: list[ProposedLabel], outcome: RuleOutcome) -> list[ProposedLabel]:
     """The retrieval ``candidates`` with the rule candidates of ``outcome`` (:func:`match_rules`, step 5): a
     retrieval candidate whose KwE matched gets the evidence, the other rule candidates are added; best first
-    (a rule candidate scores ``rae.threshold``, above every retrieval candidate), at most 20."""
+    (a rule candidate scores the threshold, above every retrieval candidate), at most 20."""
     by_rule = {c.label: c for c in outcome.candidates}
     out = [x.model_copy(update={"rule": by_rule[x.label].rule}) if x.label in by_rule else x for x in candidates]
     have = {x.label for x in out}
