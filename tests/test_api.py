@@ -144,6 +144,9 @@ def test_define_a_label_over_http_then_propose_rename_and_retire(api, corpus):
         chunks = (b" " * 100_000 for _ in range(4))  # no Content-Length: counted as it streams
         r = client.post("/v1/suggest", content=chunks, headers={"Content-Type": "application/json"})
         assert r.status_code == 413 and "max_body_bytes" in r.json()["detail"]
+        lone = json.dumps(json.loads(article_event(hits[2]).to_bytes()))[:-1] + ', "title": "\\ud800"}'
+        r = client.post("/v1/suggest", content=lone.encode(), headers={"Content-Type": "application/json"})
+        assert r.status_code == 422 and "article 0" in r.json()["detail"], r.text
         r = client.delete(f"/v1/labels/{LABEL}", params={"actor": " "})
         assert r.status_code == 422 and "actor" in r.json()["detail"]
         bad = json.loads(article_event(hits[2]).to_bytes()) | {"lang": "xx"}

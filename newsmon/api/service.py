@@ -71,8 +71,10 @@ class ApiService:
             raise ApiError(413, f"{len(articles)} articles in one request; at most api.max_articles = "
                                 f"{api.max_articles}")
         now_ms = int(time.time() * 1000)
-        msgs = [Message(topic="api", partition=0, offset=i, value=json.dumps(a, ensure_ascii=False).encode(),
-                        timestamp=(1, now_ms)) for i, a in enumerate(articles)]
+        # ASCII JSON (\u escapes): a lone surrogate in the request reaches validation (422) instead of failing
+        # to encode (500)
+        msgs = [Message(topic="api", partition=0, offset=i, value=json.dumps(a).encode(), timestamp=(1, now_ms))
+                for i, a in enumerate(articles)]
         with self._lock:
             batch, rejected = self.pipeline.validate(msgs)
             if rejected:
