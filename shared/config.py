@@ -217,6 +217,10 @@ class WorkerSettings(BaseModel):
                                        "topic, partition and offset; at most the broker's max.message.bytes (Kafka's "
                                        "default 1048588).")
     dedup_threshold: float = Field(0.6, gt=0, le=1, description="Estimated Jaccard for a near-copy.")
+    dedup_boilerplate_min_docs: int = Field(
+        5, ge=0, description="A line (paragraph, 4 words or more) seen verbatim in this many original articles is "
+        "boilerplate (an outlet's footer, a consent text) and left out of the near-duplicate check; learned per "
+        "process; 0 = off. Known consent, paywall and newsletter sentences are left out regardless.")
     decision_max_future_s: float = Field(
         300.0, ge=0, description="A decision dated further ahead than now + this (seconds; a moderator's clock "
         "that is wrong) is taken as decided now, so it cannot lock the article against later decisions.")

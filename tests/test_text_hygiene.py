@@ -115,3 +115,32 @@ def test_in_the_article_pipeline_the_consent_wall_gives_no_duplicate_of(memory_c
     assert bank.duplicate_of is None and football.duplicate_of is None
     assert all(x.source != "duplicate" for x in football.labels)
     assert "client:banka-slovenije" not in {x.label for x in football.labels}
+
+
+FOOTER = ("Uredništvo portala si pridržuje pravico do krajšanja in urejanja komentarjev ter do objave le podpisanih "
+          "prispevkov bralcev, ki spoštujejo pravila dostojnega izražanja in ne žalijo drugih udeležencev razprave")
+
+
+def test_a_footer_no_pattern_knows_is_learned_from_the_originals(shared_data):
+    """Boilerplate in words no pattern names (an outlet's comment policy) links short unrelated articles until
+    the index has seen it under 5 distinct originals; from then on it is left out of the comparison."""
+    from newsmon.shared.data import load_corpus
+
+    long_ones = [a for a in load_corpus(shared_data / "sentinews_sl").split("test") if len(a.text.split()) > 150][:5]
+    for learned in (False, True):
+        idx = NearDuplicateIndex()
+        if learned:
+            for a in long_ones:
+                assert idx.check_and_add(a.id, f"{a.text}\n{FOOTER}") is None  # distinct originals, footer counted
+        assert idx.check_and_add("bank-1", f"{BANK}\n{FOOTER}") is None
+        hit = idx.check_and_add("football-1", f"{FOOTBALL}\n{FOOTER}")
+        assert (hit is None) if learned else (hit is not None and hit[0] == "bank-1")
+    # copies still match with the footer learned (the originals' own text is distinctive)
+    a = long_ones[0]
+    hit = idx.check_and_add("copy-1", f"Novo: {a.text}\n{FOOTER}")
+    assert hit is not None and hit[0] == a.id
+    off = NearDuplicateIndex(boilerplate_min_docs=0)  # the setting turns learning off
+    for x in long_ones:
+        off.check_and_add(x.id, f"{x.text}\n{FOOTER}")
+    off.check_and_add("bank-1", f"{BANK}\n{FOOTER}")
+    assert off.check_and_add("football-1", f"{FOOTBALL}\n{FOOTER}") is not None

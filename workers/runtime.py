@@ -126,6 +126,7 @@ def build_runtime(settings: Settings, roles: Sequence[str] = ROLES, classifier: 
         rt.classifier = classifier or Classifier(settings)
         rt.router = rt.classifier.router
         rt.dedup = NearDuplicateIndex(threshold=w.dedup_threshold, redis_url=reveal(w.redis_url),
+                                      boilerplate_min_docs=w.dedup_boilerplate_min_docs,
                                       namespace=f"{w.redis_namespace}:dedup")
         rt.workers.append(ClassifierWorker(settings, rt.classifier, rt.dedup, rt.registry))
     else:

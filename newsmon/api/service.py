@@ -216,6 +216,7 @@ def build_service(settings: Settings, classifier: Classifier | None = None, regi
     classifier = classifier or Classifier(settings)
     registry = registry or open_registry(reveal(w.redis_url), f"{w.redis_namespace}:labels")
     dedup = dedup or NearDuplicateIndex(threshold=w.dedup_threshold, redis_url=reveal(w.redis_url),
+                                        boilerplate_min_docs=w.dedup_boilerplate_min_docs,
                                         namespace=f"{w.redis_namespace}:dedup")
     pipeline = ArticlePipeline(settings, classifier, dedup, registry)
     return ApiService(settings, pipeline, make_producer(settings, "newsmon-api"))

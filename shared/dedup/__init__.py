@@ -68,13 +68,15 @@ link, not a wrong one). Round trips: ``find`` 2 (all band lookups pipelined, the
 signatures), ``check_and_add`` of a new article 4.
 """
 
-from newsmon.shared.dedup.boilerplate import strip_boilerplate
-from newsmon.shared.dedup.index import (DEFAULT_MIN_WORDS, DEFAULT_NUM_PERM, DEFAULT_SHINGLE_SIZE,
-                                        DEFAULT_THRESHOLD, NearDuplicateIndex)
+from newsmon.shared.dedup.boilerplate import RecurringLines, strip_boilerplate
+from newsmon.shared.dedup.index import (DEFAULT_BOILERPLATE_MIN_DOCS, DEFAULT_MIN_WORDS, DEFAULT_NUM_PERM,
+                                        DEFAULT_SHINGLE_SIZE, DEFAULT_THRESHOLD, NearDuplicateIndex)
 from newsmon.shared.dedup.lsh import LSH_RECALL_AT_THRESHOLD, lsh_params
 from newsmon.shared.dedup.text import normalize_text, serbian_latin_to_cyrillic, shingles
 
 __all__ = [
+    "DEFAULT_BOILERPLATE_MIN_DOCS",
+    "RecurringLines",
     "DEFAULT_MIN_WORDS",
     "DEFAULT_NUM_PERM",
     "DEFAULT_SHINGLE_SIZE",

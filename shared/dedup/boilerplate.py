@@ -19,6 +19,9 @@ A line (paragraph) in which at least half of the sentences are boilerplate is dr
 wall's neutral sentences ("Več o tem v naši politiki zasebnosti.") go with it. What remains is shingled as before;
 if fewer than ``min_words`` words remain, the article is never a near-copy (nothing distinctive to compare).
 
+Recurring lines, learned: :class:`RecurringLines` drops a line (paragraph) once it has been seen verbatim in
+``min_docs`` distinct originals of the stream, for boilerplate no pattern names.
+
 Only the near-duplicate check uses this; the encoder embeds the whole text. A genuine article *about* cookies
 loses those sentences for the near-duplicate check only, so at worst a copy of it is missed and classified by the
 model (the safe direction).
@@ -26,11 +29,15 @@ model (the safe direction).
 
 from __future__ import annotations
 
+import hashlib
 import re
 
+import numpy as np
+
+from newsmon.shared.dedup.text import normalize_text
 from newsmon.shared.text import clean_text
 
-__all__ = ["PATTERNS", "strip_boilerplate"]
+__all__ = ["PATTERNS", "RecurringLines", "strip_boilerplate"]
 
 #: Regular expressions (on the cleaned, case-folded sentence) of consent, paywall and newsletter sentences.
 PATTERNS: tuple[str, ...] = (
@@ -81,3 +88,64 @@ def strip_boilerplate(text: str) -> str:
             continue
         kept_lines.append(" ".join(s for s, bad in zip(sentences, flags) if not bad))
     return "\n".join(kept_lines)
+
+
+class RecurringLines:
+    """Lines that recur verbatim in many distinct originals, learned from the stream: an outlet's footer, a consent
+    or paywall text in words :data:`PATTERNS` does not know. Once a line has been seen in ``min_docs`` articles
+    indexed as originals (near-copies do not count, so a story re-published by many outlets never becomes
+    boilerplate), it is dropped before shingling like a known pattern.
+
+    A line is a paragraph of the cleaned text with at least :attr:`MIN_LINE_WORDS` words, compared after
+    :func:`~newsmon.shared.dedup.text.normalize_text`. Counts live in a count-min sketch (``depth`` rows of
+    ``width`` saturating 8-bit counters; 2 MiB by default; a count is never under-estimated), halved every
+    ``halve_every`` observed originals so that the sketch never fills up and old boilerplate fades.
+
+    Limits: the sketch is per process (each classifier replica learns from the articles it sees), and a line is
+    only dropped from signatures computed after it was learned, so an original indexed earlier keeps it in its
+    stored signature; a copy of such an original may then be missed (classified by the model: the safe side).
+    Not thread-safe: the near-duplicate index calls it under its lock.
+    """
+
+    MIN_LINE_WORDS = 4
+
+    def __init__(self, min_docs: int = 5, width: int = 1 << 20, depth: int = 2, halve_every: int = 100_000) -> None:
+        if min_docs < 1 or depth < 1 or depth * (width.bit_length() - 1) > 64 or width & (width - 1):
+            raise ValueError("min_docs >= 1; width a power of two; depth x log2(width) <= 64 bits of the hash")
+        self.min_docs, self.width, self.depth, self.halve_every = min_docs, width, depth, halve_every
+        self._bits = width.bit_length() - 1
+        self._counts = np.zeros((depth, width), dtype=np.uint8)
+        self._observed = 0
+
+    def split(self, cleaned: str) -> tuple[str, list[int]]:
+        """``cleaned`` (output of :func:`strip_boilerplate`) without its recurring lines, and the hashes of its
+        countable lines (for :meth:`observe` when the article becomes an original)."""
+        kept, hashes = [], []
+        for line in _LINES.split(cleaned):
+            norm = normalize_text(line, cleaned=True)
+            if len(norm.split()) < self.MIN_LINE_WORDS:
+                kept.append(line)
+                continue
+            h = int.from_bytes(hashlib.blake2b(norm.encode("utf-8"), digest_size=8).digest(), "little")
+            hashes.append(h)
+            if self.count(h) < self.min_docs:
+                kept.append(line)
+        return "\n".join(kept), hashes
+
+    def count(self, h: int) -> int:
+        """Estimated number of observed originals that had the line of hash ``h`` (never less than the truth)."""
+        return int(min(self._counts[r, self._cell(h, r)] for r in range(self.depth)))
+
+    def observe(self, hashes: list[int]) -> None:
+        """Count the lines of one new original (each distinct line once)."""
+        for h in set(hashes):
+            for r in range(self.depth):
+                c = self._cell(h, r)
+                if self._counts[r, c] < 255:
+                    self._counts[r, c] += 1
+        self._observed += 1
+        if self._observed % self.halve_every == 0:
+            self._counts >>= 1
+
+    def _cell(self, h: int, row: int) -> int:
+        return (h >> (row * self._bits)) & (self.width - 1)

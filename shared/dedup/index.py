@@ -11,7 +11,7 @@ import numpy as np
 import redis
 from datasketch import MinHash, MinHashLSH
 
-from newsmon.shared.dedup.boilerplate import strip_boilerplate
+from newsmon.shared.dedup.boilerplate import RecurringLines, strip_boilerplate
 from newsmon.shared.dedup.lsh import (lsh_params, pipelined_insert, pipelined_query, redis_glob_escape,
                                       supports_pipelining)
 from newsmon.shared.dedup.text import NORMALISATION_VERSION, normalize_text, shingles
@@ -20,6 +20,7 @@ DEFAULT_THRESHOLD = 0.6
 DEFAULT_NUM_PERM = 128
 DEFAULT_SHINGLE_SIZE = 3
 DEFAULT_MIN_WORDS = 8
+DEFAULT_BOILERPLATE_MIN_DOCS = 5
 _SEED = 1
 _SCHEME = "affine32"
 
@@ -36,6 +37,9 @@ class NearDuplicateIndex:
         namespace: prefix of every Redis key (see the module docstring); replicas sharing an index use the same
             namespace and the same parameters.
         min_words: texts with fewer words after normalisation are never duplicates and are not indexed.
+        boilerplate_min_docs: a line (paragraph) seen verbatim in this many originals is boilerplate and dropped
+            before shingling (:class:`~newsmon.shared.dedup.boilerplate.RecurringLines`, learned in this
+            process); 0 = off.
 
     Raises:
         ValueError: bad parameters, or (Redis) the namespace holds an index built with other parameters.
@@ -45,7 +49,8 @@ class NearDuplicateIndex:
 
     def __init__(self, threshold: float = DEFAULT_THRESHOLD, num_perm: int = DEFAULT_NUM_PERM,
                  shingle_size: int = DEFAULT_SHINGLE_SIZE, redis_url: str | None = None,
-                 namespace: str = "newsmon:dedup", min_words: int = DEFAULT_MIN_WORDS) -> None:
+                 namespace: str = "newsmon:dedup", min_words: int = DEFAULT_MIN_WORDS,
+                 boilerplate_min_docs: int = DEFAULT_BOILERPLATE_MIN_DOCS) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {threshold}")
         if num_perm < 4:
@@ -61,6 +66,7 @@ class NearDuplicateIndex:
         self.shingle_size = int(shingle_size)
         self.min_words = int(min_words)
         self.namespace = namespace
+        self._lines = RecurringLines(boilerplate_min_docs) if boilerplate_min_docs > 0 else None
         self.bands, self.rows = lsh_params(self.threshold, self.num_perm)
         self._template = MinHash(num_perm=self.num_perm, seed=_SEED, scheme=_SCHEME)
         self._lock = threading.RLock()
@@ -93,7 +99,7 @@ class NearDuplicateIndex:
             ``(original_id, estimated_jaccard)`` of the best match with ``estimated_jaccard >= threshold``
             (ties: the smallest id), or ``None`` (no match, or fewer than ``min_words`` words).
         """
-        sig = self._signature(text)
+        sig, _lines = self._signature_and_lines(text)
         if sig is None:
             return None
         with self._lock:
@@ -109,11 +115,12 @@ class NearDuplicateIndex:
             ValueError: empty ``article_id``.
         """
         self._check_id(article_id)
-        sig = self._signature(text)
+        sig, lines = self._signature_and_lines(text)
         if sig is None:
             return
         with self._lock:
-            self._add_sig(article_id, sig)
+            if self._add_sig(article_id, sig) and self._lines is not None:
+                self._lines.observe(lines)
 
     def check_and_add(self, article_id: str, text: str) -> tuple[str, float] | None:
         """``find``, then ``add`` only when the text is not a near-copy (the first copy stays the original).
@@ -129,13 +136,13 @@ class NearDuplicateIndex:
             ValueError: empty ``article_id``.
         """
         self._check_id(article_id)
-        sig = self._signature(text)
+        sig, lines = self._signature_and_lines(text)
         if sig is None:
             return None
         with self._lock:
             hit = self._find_sig(sig, exclude=article_id)
-            if hit is None:
-                self._add_sig(article_id, sig)
+            if hit is None and self._add_sig(article_id, sig) and self._lines is not None:
+                self._lines.observe(lines)  # a new original: its lines count towards recurring boilerplate
             return hit
 
     def remove(self, article_id: str) -> bool:
@@ -171,7 +178,7 @@ class NearDuplicateIndex:
     def signature(self, text: str) -> np.ndarray | None:
         """MinHash signature of a text: ``uint32[num_perm]``, or ``None`` below ``min_words`` words (counted after
         the boilerplate is removed and the text normalised)."""
-        return self._signature(text)
+        return self._signature_and_lines(text)[0]
 
     def clear(self) -> None:
         """Remove every indexed article (Redis: deletes all keys under ``<namespace>:``, config included; the
@@ -215,14 +222,21 @@ class NearDuplicateIndex:
         if not isinstance(article_id, str) or not article_id:
             raise ValueError("article_id must be a non-empty str")
 
-    def _signature(self, text: str) -> np.ndarray | None:
-        # consent walls and paywalls link nothing; strip_boilerplate returns clean_text's output
-        words = normalize_text(strip_boilerplate(text), cleaned=True).split()
+    def _signature_and_lines(self, text: str) -> tuple[np.ndarray | None, list[int]]:
+        """The signature (None below ``min_words``) after boilerplate -- known patterns and learned recurring
+        lines -- is removed, and the hashes of the text's countable lines. Reads the learned counts without the
+        lock (a line learned meanwhile by another thread may or may not count); :meth:`RecurringLines.observe`
+        runs under it."""
+        cleaned = strip_boilerplate(text)  # consent walls and paywalls link nothing; returns clean_text's output
+        lines: list[int] = []
+        if self._lines is not None:
+            cleaned, lines = self._lines.split(cleaned)
+        words = normalize_text(cleaned, cleaned=True).split()
         if len(words) < self.min_words:
-            return None
+            return None, lines
         m = self._template.copy()
         m.update_batch(shingles(words, self.shingle_size))
-        return m.hashvalues
+        return m.hashvalues, lines
 
     def _minhash(self, sig: np.ndarray) -> MinHash:
         return MinHash(seed=_SEED, hashvalues=sig, permutations=self._template.permutations, scheme=_SCHEME)
@@ -253,18 +267,20 @@ class NearDuplicateIndex:
                 best = (sid, jac)
         return best
 
-    def _add_sig(self, article_id: str, sig: np.ndarray) -> None:
+    def _add_sig(self, article_id: str, sig: np.ndarray) -> bool:
+        """Index ``sig`` under ``article_id``; False when the id was indexed already (nothing changed)."""
         key = article_id.encode("utf-8")
         if self._redis is None:
             if article_id in self._sigs:
-                return
+                return False
             self._sigs[article_id] = sig
         else:
             if not self._config_written:
                 self._check_config()
             if not self._redis.hsetnx(self._sig_key, key, sig.astype("<u4").tobytes()):
-                return  # already indexed (by us or by another replica)
+                return False  # already indexed (by us or by another replica)
         self._lsh_insert(key, sig)
+        return True
 
     def _lsh_query(self, sig: np.ndarray) -> list[bytes]:
         if self._redis is None or not self._pipelined:
