@@ -168,7 +168,8 @@ class Classifier:
                 candidates: int = CANDIDATES) -> tuple[list[Proposal], np.ndarray]:
         """Label proposals for ``m`` articles: retrieve (hybrid: the dense candidates fused with a lexical
         similarity when ``lexical_weight > 0``, :func:`newsmon.shared.predictors.lexical.fuse`), score with RAE-XMC
-        (eq. 8) and decide with the product's rules (:func:`newsmon.shared.predictors.newsmon_decide`), with each language's calibrated
+        (eq. 8) and decide with the product's rules (:func:`newsmon.shared.predictors.newsmon_decide`), with each
+        language's calibrated
         parameters (:meth:`scoring`).
 
         Args:
