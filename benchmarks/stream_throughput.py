@@ -4,13 +4,14 @@ Prints:
 - the encoder's own articles/s at the worker's batch size (embedding cache off, same texts);
 - streaming articles/s through the real pipeline (Tansu broker, classifier worker: validate, near-duplicate
   check, embed, memory search, RAE-XMC, produce, commit), first publish to last proposal, and the ratio
-  (target >= 0.9);
+  (target >= 0.95), ``--runs`` times (each on a fresh memory and broker, the encoder measured right before),
+  then the median and spread of the ratio and the worker's seconds per stage;
 - decision-to-memory latency p50 / p99 (moderator decision consumed -> the memory serves it);
 - the near-duplicate detector's precision / recall (runs benchmarks/dedup_quality.py).
 
 Usage (repository root)::
 
-    python benchmarks/stream_throughput.py --data ../shared/data/sentinews_sl --n 200 --batch 16
+    .venv/bin/python benchmarks/stream_throughput.py --data ../shared/data/sentinews_sl --n 200 --batch 16 --runs 3
 """
 
 from __future__ import annotations
@@ -29,16 +30,9 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default="../shared/data/sentinews_sl")
-    p.add_argument("--n", type=int, default=200, help="articles streamed (from validation + test)")
-    p.add_argument("--batch", type=int, default=16, help="worker micro-batch = encoder batch size")
-    p.add_argument("--max-length", type=int, default=512, help="encoder max_length (tokens)")
-    p.add_argument("--memory", type=int, default=1150, help="train articles in the knowledge memory")
-    p.add_argument("--skip-dedup-quality", action="store_true")
-    args = p.parse_args()
-
+def one_run(args, corpus, encoder, run: int, last: bool) -> dict:
+    """One measurement on a fresh memory and broker: the encoder alone on the stream's texts (the worker's
+    batches, in arrival order), then the whole pipeline; the decision latency on the last run only."""
     from confluent_kafka import Consumer, Producer
 
     from newsmon.broker import TansuBroker
@@ -46,12 +40,9 @@ def main() -> None:
     from newsmon.schemas import LabelProposal, parse_event
     from newsmon.shared.classifier import Classifier
     from newsmon.shared.config import Settings
-    from newsmon.shared.data import load_corpus
-    from newsmon.shared.logs import configure_logging
+    from newsmon.workers.observability import BATCH_SECONDS
     from newsmon.workers.runtime import build_runtime
 
-    configure_logging("console", "WARNING")
-    corpus = load_corpus(args.data)
     train = corpus.split("train")[: args.memory]
     stream = (corpus.split("validation") + corpus.split("test"))[: args.n]
     tmp = Path(tempfile.mkdtemp(prefix="newsmon-bench-"))
@@ -66,17 +57,17 @@ def main() -> None:
     s.kafka.topic_partitions = 1
     s.kafka.create_topics = True
 
-    clf = Classifier(s)
-    clf.add_articles(train, progress=True)  # cached embeddings are fine for the memory
-    clf.encoder.cache = None  # from here on: every article is really embedded
+    clf = Classifier(s, encoder=encoder)
+    cache = encoder.cache
+    clf.add_articles(train, progress=run == 0)  # cached embeddings are fine for the memory
+    encoder.cache = None  # from here on: every article is really embedded
     texts = [article_event(a).text for a in stream]
     t0 = time.perf_counter()
     for i in range(0, len(texts), args.batch):  # the same batches, in the same order, as the worker gets them
-        clf.encoder.encode(texts[i:i + args.batch], role="query")
+        encoder.encode(texts[i:i + args.batch], role="query")
     enc_rate = len(texts) / (time.perf_counter() - t0)
-    print(f"encoder alone: {enc_rate:.2f} articles/s (batches of {args.batch} in arrival order, max_length "
-          f"{clf.encoder.max_length}, {len(texts)} articles, device {clf.encoder.device})")
-
+    out = {"encoder": enc_rate}
+    stages_before = {st: _hist_sum(BATCH_SECONDS, st) for st in ("dedup", "embed", "search_score", "total")}
     with TansuBroker() as broker:
         s.kafka.bootstrap_servers = broker.bootstrap
         rt = build_runtime(s, classifier=clf).start()
@@ -107,25 +98,76 @@ def main() -> None:
             pr = parse_event(LabelProposal, m.value())
             got.setdefault(pr.article_id, pr)
         stream_s = time.perf_counter() - t0
-        rate = len(got) / stream_s
+        out["stream"] = rate = len(got) / stream_s
+        out["ratio"] = rate / enc_rate
+        out["stages"] = {st: _hist_sum(BATCH_SECONDS, st) - v for st, v in stages_before.items()}
         dups = sum(1 for x in got.values() if x.duplicate_of)
-        print(f"streaming: {rate:.2f} articles/s ({len(got)} proposals in {stream_s:.1f} s, {dups} near-copies "
-              f"skipped the model); ratio to the encoder alone: {rate / enc_rate:.2f} (target >= 0.9)")
-        for pr in got.values():
-            d = decision_for(pr.article_id, [x.label for x in pr.labels], gold[pr.article_id])
-            producer.produce(s.kafka.topic_decisions, key=d.kafka_key(), value=d.to_bytes())
-        producer.flush(30)
-        updater = next(w for w in rt.workers if w.name == "memory-updater")
-        deadline = time.monotonic() + 120
-        while updater.applied < len(got) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        lat = np.array(updater.latencies_s) * 1000
-        print(f"decision -> memory: p50 {np.percentile(lat, 50):.1f} ms, p99 {np.percentile(lat, 99):.1f} ms, "
-              f"max {lat.max():.1f} ms over {len(lat)} decisions")
+        print(f"run {run + 1}: encoder alone {enc_rate:.2f} articles/s (batches of {args.batch} in arrival order, "
+              f"max_length {encoder.max_length}, {len(texts)} articles, {encoder.runtime}); streaming {rate:.2f} "
+              f"articles/s ({len(got)} proposals in {stream_s:.1f} s, {dups} near-copies); ratio {out['ratio']:.3f}; "
+              f"load average {os.getloadavg()[0]:.1f}", flush=True)
+        if last:
+            for pr in got.values():
+                d = decision_for(pr.article_id, [x.label for x in pr.labels], gold[pr.article_id])
+                producer.produce(s.kafka.topic_decisions, key=d.kafka_key(), value=d.to_bytes())
+            producer.flush(30)
+            updater = next(w for w in rt.workers if w.name == "memory-updater")
+            deadline = time.monotonic() + 120
+            while updater.applied < len(got) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            out["latency_ms"] = np.array(updater.latencies_s) * 1000
         consumer.close()
         del producer
         rt.close()
+    encoder.cache = cache
     shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _hist_sum(hist, stage: str) -> float:
+    """Seconds summed so far in one stage of ``newsmon_batch_seconds``."""
+    for metric in hist.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_sum") and sample.labels.get("stage") == stage:
+                return sample.value
+    return 0.0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default="../shared/data/sentinews_sl")
+    p.add_argument("--n", type=int, default=200, help="articles streamed (from validation + test)")
+    p.add_argument("--batch", type=int, default=16, help="worker micro-batch = encoder batch size")
+    p.add_argument("--max-length", type=int, default=512, help="encoder max_length (tokens)")
+    p.add_argument("--memory", type=int, default=1150, help="train articles in the knowledge memory")
+    p.add_argument("--runs", type=int, default=3, help="measurements; the median and spread are printed")
+    p.add_argument("--skip-dedup-quality", action="store_true")
+    args = p.parse_args()
+
+    from newsmon.shared.config import Settings
+    from newsmon.shared.data import load_corpus
+    from newsmon.shared.encoder import Encoder
+    from newsmon.shared.logs import configure_logging
+
+    configure_logging("console", "WARNING")
+    corpus = load_corpus(args.data)
+    s = Settings()
+    s.encoder.max_length, s.encoder.batch_size = args.max_length, args.batch
+    encoder = Encoder(s.encoder, s.home)
+    print(f"cores {os.cpu_count()}, load average {os.getloadavg()[0]:.1f} at the start", flush=True)
+    runs = [one_run(args, corpus, encoder, i, i == args.runs - 1) for i in range(args.runs)]
+    ratios = np.array([r["ratio"] for r in runs])
+    print(f"\nstreaming / encoder alone over {args.runs} runs: median {np.median(ratios):.3f}, spread "
+          f"{ratios.min():.3f}-{ratios.max():.3f} (target >= 0.95); encoder alone median "
+          f"{np.median([r['encoder'] for r in runs]):.2f}, streaming median {np.median([r['stream'] for r in runs]):.2f}"
+          f" articles/s; load average {os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[2]:.1f} (15 min)")
+    st = runs[-1]["stages"]
+    print("worker seconds per stage, last run (embedding overlaps the rest): "
+          + ", ".join(f"{k} {v:.1f}" for k, v in st.items()))
+    lat = runs[-1]["latency_ms"]
+    print(f"decision -> memory: p50 {np.percentile(lat, 50):.1f} ms, p99 {np.percentile(lat, 99):.1f} ms, "
+          f"max {lat.max():.1f} ms over {len(lat)} decisions")
+    encoder.close()
     if not args.skip_dedup_quality:
         print("near-duplicate detector (benchmarks/dedup_quality.py):", flush=True)
         subprocess.run([sys.executable, str(Path(__file__).with_name("dedup_quality.py")), "--data", args.data,

@@ -135,10 +135,8 @@ class BatchWorker:
                 except KafkaException as exc:
                     self._consumer_error(exc)
                     continue
-                if msgs:
-                    self._process(msgs, stop)
-                    self.batches += 1
-                    record_lag(self._consumer, self.group)
+                self.step(msgs, stop)
+            self.step([], stop)  # a batch still in flight (a worker that overlaps batches) is finished
         finally:
             self._producer.flush(10)
             try:
@@ -148,23 +146,32 @@ class BatchWorker:
             HEALTH.unregister(self.name)
             log.info("worker stopped", worker=self.name, instance=self.instance)
 
-    def _process(self, msgs: list[Message], stop: threading.Event) -> None:
-        """One batch under the error policy (see :mod:`newsmon.workers.policy`)."""
+    def step(self, msgs: list[Message], stop: threading.Event) -> None:
+        """Handle what one consume returned (possibly nothing): here the batch at once. The classifier keeps
+        one batch in flight instead (:mod:`newsmon.workers.ahead`)."""
+        if msgs:
+            self._process(msgs, stop)
+            self.batches += 1
+            record_lag(self._consumer, self.group)
+
+    def _process(self, msgs: list[Message], stop: threading.Event) -> tuple[bool, set[tuple[str, int]]]:
+        """One batch under the error policy (see :mod:`newsmon.workers.policy`). Returns whether its offsets
+        were committed as usual, and the partitions ``(topic, partition)`` the consumer was sent back on (a
+        pause, an unacknowledged message): what was consumed after ``msgs`` there comes again."""
         outbox = Outbox(self._producer)
         failure = self._attempt(msgs, outbox)
         if failure is not None and not failure.transient:
             failure = self._isolate(msgs, outbox)
         outbox.wait()
         if failure is not None:
-            self._pause(msgs, outbox, failure.detail, stop, self.probe)
-            return
+            return False, self._pause(msgs, outbox, failure.detail, stop, self.probe)
         if outbox.failed:
-            self._produce_failed(msgs, outbox, stop)
-            return
+            return False, self._produce_failed(msgs, outbox, stop)
         self._produce_streak = 0
         if self.after_produce is not None:
             self.after_produce(msgs)
-        self._commit(msgs, outbox)
+        rewound = self._commit(msgs, outbox)
+        return rewound is not None and not rewound, rewound or set()
 
     def _attempt(self, msgs: list[Message], outbox: Outbox) -> Failure | None:
         """``handle_batch``; None when it went through, else how its error is taken (transient when the
@@ -195,26 +202,28 @@ class BatchWorker:
             self.reject(outbox, m, failure.reason, failure.detail, failure.stage)
         return None
 
-    def _commit(self, msgs: list[Message], outbox: Outbox) -> None:
+    def _commit(self, msgs: list[Message], outbox: Outbox) -> set[tuple[str, int]] | None:
         """Commit the acknowledged prefix; retriable errors retried; when the group moved on (or the retries
-        ran out) the batch's offsets are dropped: the partitions' next owner reads them again."""
+        ran out) the batch's offsets are dropped: the partitions' next owner reads them again. Returns the
+        partitions sent back to an unacknowledged message, None when the commit failed."""
         try:
             for attempt in Retrying(stop=stop_after_attempt(self.settings.worker.retry_attempts),
                                     retry=retry_if_exception(lambda e: is_transient(e) and not membership_lost(e)),
                                     wait=wait_exponential(multiplier=0.2, max=2.0), reraise=True):
                 with attempt:
-                    commit_acknowledged(self._consumer, msgs, outbox)
+                    return {(tp.topic, tp.partition) for tp in commit_acknowledged(self._consumer, msgs, outbox)}
         except KafkaException as exc:
             self._group_change("commit_failed", [])
             log.warning("commit failed: the in-flight batch's offsets are dropped and the consumer rejoins; the "
                         "partitions' next owner reads the batch again", worker=self.name, error=str(exc))
             if membership_lost(exc) and exc.args[0].fatal():
                 self._renew_consumer(str(exc))
+        return None
 
     def _pause(self, msgs: list[Message], outbox: Outbox, reason: str, stop: threading.Event,
-               recovered: Callable[[], bool], first_attempt: int = 1) -> None:
+               recovered: Callable[[], bool], first_attempt: int = 1) -> set[tuple[str, int]]:
         """Commit the acknowledged prefix, pause, wait with backoff until ``recovered()``, resume at the first
-        unfinished message (of the partitions still assigned)."""
+        unfinished message (of the partitions still assigned). Returns the partitions sent back."""
         unfinished = [m for m in msgs if not outbox.acknowledged(m)]
         self._commit(msgs, outbox)  # stops, per partition, at the first unfinished one
         consumer = self._consumer
@@ -239,8 +248,9 @@ class BatchWorker:
         rewind_to(consumer, unfinished)
         HEALTH.set_ready(self.name, None)
         log.info("consumption resumed", worker=self.name, paused_s=round(time.monotonic() - started, 1))
+        return {(m.topic(), m.partition()) for m in unfinished}
 
-    def _produce_failed(self, msgs: list[Message], outbox: Outbox, stop: threading.Event) -> None:
+    def _produce_failed(self, msgs: list[Message], outbox: Outbox, stop: threading.Event) -> set[tuple[str, int]]:
         """Outputs not acknowledged (a proposal or a dead letter): pause with backoff growing over consecutive
         failures, then handle the unacknowledged messages again (a new producer after a fatal error)."""
         self._produce_streak += 1
@@ -248,7 +258,8 @@ class BatchWorker:
         if outbox.fatal:
             self._producer.flush(5)
             self._producer = make_producer(self.settings, self.instance)
-        self._pause(msgs, outbox, f"produce failing ({detail[:300]})", stop, lambda: True, self._produce_streak)
+        return self._pause(msgs, outbox, f"produce failing ({detail[:300]})", stop, lambda: True,
+                           self._produce_streak)
 
     # -- the consumer's group membership ------------------------------------------------------------
     def _new_consumer(self) -> Consumer:

@@ -10,18 +10,25 @@ For every proposed article the embedding is kept in the knowledge memory as a *p
 proposal is produced, so a moderator decision on it never needs the model again. A near-copy of an article
 already seen gets ``duplicate_of`` and what its original passes on (see :mod:`newsmon.workers.copies`) without a
 model call.
+
+One batch is in flight: the next batch is embedded while the current one is finished (:mod:`newsmon.workers.ahead`
+says what stays as without the overlap: offsets, near-copies, model switches, errors).
 """
 
 from __future__ import annotations
 
-from confluent_kafka import Message
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from confluent_kafka import Message, TopicPartition
 
 from newsmon.shared.classifier import Classifier
 from newsmon.shared.config import Settings
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.schemas import DeadLetterStage
+from newsmon.workers.ahead import Ahead, prepare, send_back, take
 from newsmon.workers.base import BatchWorker, DependencyDown, probe_ok
-from newsmon.workers.kafka_io import Outbox
+from newsmon.workers.kafka_io import Outbox, record_lag
 from newsmon.workers.labels import LabelRegistry
 from newsmon.workers.observability import ARTICLES, PROPOSALS_PER_ARTICLE
 from newsmon.workers.pipeline import ArticlePipeline
@@ -43,16 +50,50 @@ class ClassifierWorker(BatchWorker):
                  registry: LabelRegistry, instance: str | None = None):
         super().__init__(settings, settings.kafka.classifier_group, [settings.kafka.topic_articles], instance)
         self.pipeline = ArticlePipeline(settings, classifier, dedup, registry, call=self.call)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="newsmon-embed")
+        self._inflight: Ahead | None = None  # consumed and being embedded; finished at the next step
+        self._current: Ahead | None = None  # the batch handle_batch is finishing
+        self._revoked = False  # partitions revoked or lost since the batch in flight was consumed
 
     def probe(self) -> bool:
         return probe_ok(self.name, self.pipeline.check_dependencies)
+
+    def step(self, msgs: list[Message], stop: threading.Event) -> None:
+        """Prepare the batch just consumed (its embedding starts, :mod:`newsmon.workers.ahead`), then finish the
+        one in flight (near-copies, search, scoring, rules, pending points, produce, commit) while the new one
+        is embedded; the new one stays in flight until the next step (at most ``batch_max_ms`` later)."""
+        if self._revoked:  # the group moved: what is in flight is read again from the committed offsets
+            self._inflight, self._revoked = None, False
+        nxt = prepare(self.pipeline, msgs, self._consumer, self._executor.submit) if msgs else None
+        cur, self._inflight = self._inflight, None
+        if cur is not None and cur.consumer is self._consumer:
+            self._current = cur
+            try:
+                clean, rewound = self._process(cur.msgs, stop)
+            finally:
+                self._current = None
+            self.batches += 1
+            record_lag(self._consumer, self.group)
+            if nxt is not None and (not clean or self._revoked):
+                send_back(self._consumer, nxt, rewound)
+                nxt, self._revoked = None, False
+        self._inflight = nxt
+        if stop.is_set() and nxt is None:
+            self._executor.shutdown(wait=True)
+
+    def _group_change(self, event: str, partitions: list[TopicPartition]) -> None:
+        super()._group_change(event, partitions)
+        if event in ("revoked", "lost"):
+            self._revoked = True
 
     def handle_batch(self, msgs: list[Message], outbox: Outbox) -> None:
         p = self.pipeline
         self.at(DeadLetterStage.MODEL_SWITCH)
         switch_model(self, p.follow_promotion)
         self.at(DeadLetterStage.VALIDATE)
-        batch, rejected = p.validate(msgs)
+        ahead = self._current if self._current is not None and self._current.msgs is msgs else None
+        prepared = take(ahead, p) if ahead is not None else None  # after a model switch: its vectors dropped
+        batch, rejected = prepared if prepared is not None else p.validate(msgs)
         for m, exc in rejected:
             self.reject(outbox, m, exc.code, exc.reason)
             ARTICLES.labels("dead_letter").inc()

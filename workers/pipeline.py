@@ -12,7 +12,8 @@ read again after the pending points are written (none when there are none), one 
 of the batch (plus one per other language for a language whose memory is too small to stand alone, and a count
 for it), one ``get`` and one ``upsert`` per language for the pending points, and, when a label rule matched a
 label retrieval did not propose, one ``count`` per language and such label (its confirmed examples). The language
-collections are listed at most once per batch.
+collections are listed at most once per batch. The worker runs ``validate``, the index part of
+``near_duplicates`` and ``embed`` of the next batch ahead (:mod:`newsmon.workers.ahead`).
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ class ArticleBatch:
     seconds: dict[str, float] = field(default_factory=lambda: {"dedup": 0.0, "embed": 0.0, "search_score": 0.0,
                                                                "rules": 0.0})
     registry: RegistryState | None = None  # the label registry's snapshot the batch was scored with
+    hits: dict | None = None  # id(item) -> (original id, Jaccard) from the near-duplicate index, once checked
 
     @property
     def fresh(self) -> list[ArticleItem]:
@@ -202,35 +204,41 @@ class ArticlePipeline:
         return batch, rejected
 
     def near_duplicates(self, batch: ArticleBatch) -> None:
-        """Check each article against the near-duplicate index (adding the new ones), then read the originals
-        found from the memory (one ``get`` per language); an article whose original is stored becomes a
-        :class:`Duplicate` and needs no model call."""
+        """Check each article against the near-duplicate index (adding the new ones; done already when
+        :meth:`index_near_copies` ran ahead), then read the originals found from the memory (one ``get`` per
+        language); an article whose original is stored becomes a :class:`Duplicate` and needs no model call."""
         t0 = time.perf_counter()
-        self.classifier.router.new_batch()  # the language collections are listed again, once for this batch
-        hits = {}
+        if batch.hits is None:
+            self.index_near_copies(batch)
+        if batch.hits:
+            found = self.call("memory", self.classifier.router.find_many, [h[0] for h in batch.hits.values()], True)
+            for it in batch.items:
+                hit = batch.hits.get(id(it))
+                if hit is not None and hit[0] in found:
+                    it.duplicate = Duplicate(hit[0], hit[1], *found[hit[0]])
+        batch.seconds["dedup"] += time.perf_counter() - t0
+
+    def index_near_copies(self, batch: ArticleBatch) -> None:
+        """The index part of :meth:`near_duplicates` into ``batch.hits``; no memory call, so it may run ahead,
+        while the previous batch is finished. The language collections are listed again, once per batch."""
+        self.classifier.router.new_batch()
+        batch.hits = {}
         for it in batch.items:
             hit = self.call("near-duplicate index", self.dedup.check_and_add, it.event.article_id, it.text)
             if hit is not None:
-                hits[id(it)] = hit
-        if hits:
-            originals = self.call("memory", self.classifier.router.find_many, [h[0] for h in hits.values()], True)
-            for it in batch.items:
-                hit = hits.get(id(it))
-                if hit is not None and hit[0] in originals:
-                    lang, point = originals[hit[0]]
-                    it.duplicate = Duplicate(hit[0], hit[1], lang, point)
-        batch.seconds["dedup"] = time.perf_counter() - t0
+                batch.hits[id(it)] = hit
 
     def embed(self, batch: ArticleBatch) -> None:
-        """Embed the articles that are not near-copies (``query`` role), one encoder call per batch."""
-        fresh = batch.fresh
+        """Embed the articles that are not near-copies (``query`` role) and have no vector from the embedding
+        ahead (:mod:`newsmon.workers.ahead`), one encoder call per batch."""
+        fresh = [it for it in batch.fresh if it.vector is None]
         if not fresh:
             return
         t0 = time.perf_counter()
         vectors = self.call("encoder", self.classifier.encoder.encode, [it.text for it in fresh], "query")
         for it, v in zip(fresh, vectors):
             it.vector = v
-        batch.seconds["embed"] = time.perf_counter() - t0
+        batch.seconds["embed"] += time.perf_counter() - t0
 
     def retrieve_and_score(self, batch: ArticleBatch) -> None:
         """Propose labels: RAE-XMC over the retrieved neighbours for fresh articles (neighbour labels mapped
