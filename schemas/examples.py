@@ -11,11 +11,11 @@ from __future__ import annotations
 
 __all__ = ["ARTICLE_EXAMPLES", "DECISION_EXAMPLES", "LABEL_EVENT_EXAMPLES", "PROPOSAL_EXAMPLES"]
 
-_MODEL = "multilingual-e5-small@3f9c1a0b7d2e4c51"
+_MODEL = "multilingual-e5-small@3f9c1a0b7d2e4c51+onnx-int8-v1"  # the CPU default runtime (encoder.runtime)
 
 
 def _collection(lang: str) -> str:
-    return f"newsmon_{lang}_multilingual-e5-small_3f9c1a0b7d2e4c51"
+    return f"newsmon_{lang}_multilingual-e5-small_3f9c1a0b7d2e4c51_onnx-int8-v1"
 
 
 ARTICLE_EXAMPLES: list[dict] = [

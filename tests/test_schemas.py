@@ -350,11 +350,16 @@ def test_schema_examples_are_consistent_with_each_other():
     """The examples tell one story: each proposal and decision is about an example article, the Cyrillic rule
     evidence is what the KwE engine finds in the Cyrillic article, and every example KwE parses."""
     from newsmon.shared.kwe import parse_kwe
+    from newsmon.shared.memory.base import collection_name
 
     articles = {e["article_id"]: ArticleEvent.model_validate(e) for e in ArticleEvent.json_examples}
     proposals = [LabelProposal.model_validate(e) for e in LabelProposal.json_examples]
     for p in proposals:
         assert p.article_id in articles or p.duplicate_of in articles
+        lang = articles[p.article_id if p.article_id in articles else p.duplicate_of].lang
+        searched = p.memory_version.split("+")
+        assert collection_name("newsmon", lang, p.model_version) in searched  # named as the router names them
+        assert all(c == collection_name("newsmon", c.split("_")[1], p.model_version) for c in searched)
         for x in [*p.labels, *p.candidates]:
             if x.rule is not None:
                 hit = parse_kwe(x.rule.kwe).match(articles[p.article_id].text)
