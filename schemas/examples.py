@@ -61,7 +61,7 @@ ARTICLE_EXAMPLES: list[dict] = [
 """``ArticleEvent``: a Slovene article (v2, with its section), a Serbian one in Cyrillic, a version-1 message
 without a headline."""
 
-_SCORING = {"predictor": "rae-xmc", "top_k": 50, "tau": 0.04, "threshold": 0.5, "calibration": None}
+_SCORING = {"predictor": "newsmon", "top_k": 50, "tau": 0.04, "threshold": 0.5, "calibration": None}
 
 PROPOSAL_EXAMPLES: list[dict] = [
     {

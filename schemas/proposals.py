@@ -61,7 +61,7 @@ class ProposedLabel(Part):
 class ScoringInfo(Part):
     """The parameters a proposal was scored with, so the moderation tool and audits can tell runs apart."""
 
-    predictor: Name = Field(description="The scoring method, e.g. rae-xmc.")
+    predictor: Name = Field(description="The scoring method: newsmon (RAE-XMC with the calibrated decision rules).")
     top_k: int = Field(ge=1, description="Neighbours retrieved from the knowledge memory (k).")
     tau: FiniteFloat = Field(gt=0, description="Softmax temperature over the similarities.")
     threshold: FiniteFloat = Field(description="A label is proposed when its score is above this.")
