@@ -33,12 +33,17 @@ from newsmon.shared.calibration import effective_scoring
 from newsmon.shared.classifier import BuildReport, Classifier
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Article, load_corpus
+from newsmon.shared.logs import RateLimitedLogBridge
 from newsmon.shared.metrics import classification_metrics, ranking_metrics
 from newsmon.shared.predictors import LabelVocab
 from newsmon.training_jobs.calibration import calibrate_memory
 from newsmon.workers.runtime import Runtime, build_runtime
 
 log = structlog.get_logger(__name__)
+
+#: librdkafka's lines of the demo's own clients go through structlog (sys.stderr), so the progress display prints
+#: them above its bar like every other log line, instead of librdkafka writing them onto the bar's line itself.
+_KAFKA_LOG = RateLimitedLogBridge("kafka.demo")
 
 COUNTRY = {"sl": "SI", "hr": "HR", "sr": "RS", "sq": "AL", "mk": "MK", "en": "US", "bs": "BA"}
 
@@ -82,7 +87,7 @@ class DemoModerator:
     def run(self) -> None:
         """Consume proposals until ``done`` is set (the thread's target)."""
         k = self.settings.kafka
-        consumer = Consumer({**k.client_config(), "group.id": "newsmon-demo-moderator",
+        consumer = Consumer({**k.client_config(), "group.id": "newsmon-demo-moderator", "logger": _KAFKA_LOG,
                              "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
                              "enable.auto.commit": True})
         consumer.subscribe([k.topic_proposals])
@@ -127,7 +132,8 @@ def _stream(settings: Settings, rt: Runtime, test: list[Article], gold: dict, sh
         RuntimeError: not every test article got a proposal within ``timeout_s`` seconds.
     """
     k = settings.kafka
-    producer = Producer({**k.client_config(), "enable.idempotence": True, "message.max.bytes": 64 * 1024 * 1024})
+    producer = Producer({**k.client_config(), "enable.idempotence": True, "message.max.bytes": 64 * 1024 * 1024,
+                         "logger": _KAFKA_LOG})
     with progress_display() as progress:
         mod = DemoModerator(settings, producer, gold, show, progress, progress.add_task("proposals", total=len(test)))
         thread = threading.Thread(target=mod.run, name="demo-moderator", daemon=True)
