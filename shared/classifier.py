@@ -15,6 +15,7 @@ import structlog
 from tqdm import tqdm
 
 from newsmon.schemas import NeighbourRef, ProposedLabel, ScoringInfo
+from newsmon.shared.adapter import read_adapter
 from newsmon.shared.config import RaeSettings, Settings
 from newsmon.shared.data import Article
 from newsmon.shared.encoder import Encoder, encoder_identity, resolve_model
@@ -62,15 +63,19 @@ def model_identity(settings: Settings) -> tuple[str, int]:
     """(model version, embedding dimension) of the encoder in production (the promoted one, else
     ``encoder.model``, under the effective ``encoder.runtime``) without loading its weights; a local checkpoint's
     ``config.json`` is read directly (no transformers, no torch: ``memory stats`` and the memory updater stay
-    light)."""
+    light). An adapter model's version is its base encoder's plus the adapter's suffix, as ``Encoder.model_id``."""
     enc = effective_encoder_settings(settings)
     path = resolve_model(enc.model, settings.home)
+    adapter = read_adapter(path)
+    suffix = ""
+    if adapter is not None:
+        path, suffix = resolve_model(adapter.base_model, settings.home), adapter.suffix
     config = Path(path) / "config.json"
     if config.is_file():
-        return encoder_identity(path, enc), int(json.loads(config.read_text())["hidden_size"])
+        return encoder_identity(path, enc) + suffix, int(json.loads(config.read_text())["hidden_size"])
     from transformers import AutoConfig  # deferred: transformers takes seconds to import (a hub id)
 
-    return encoder_identity(path, enc), int(AutoConfig.from_pretrained(path).hidden_size)
+    return encoder_identity(path, enc) + suffix, int(AutoConfig.from_pretrained(path).hidden_size)
 
 
 class Classifier:

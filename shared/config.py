@@ -286,6 +286,23 @@ class TrainingSettings(BaseModel):
     tolerance: float = Field(0.005, ge=0, description="Promote a candidate unless its micro-F1 or subset accuracy "
                              "is worse than the current model's by more than this.")
     max_steps: int | None = Field(None, ge=1, description="Cap on optimiser steps (CPU budgets); unset = epochs.")
+    cpu_budget: Literal["adapter", "finetune"] = Field(
+        "adapter", description="What the nightly job trains where no CUDA is present. adapter: a linear map on "
+        "the stored vectors (seconds to minutes; promotion transforms the memory, no re-encoding); finetune: the "
+        "encoder with FlagEmbedding (hours per epoch on CPU; use max_steps). On CUDA the encoder is always "
+        "fine-tuned.")
+    adapter_positive: Literal["nearest", "overlap"] = Field(
+        "nearest", description="Adapter mining: the positive is the nearest neighbour sharing a label (nearest) "
+        "or the one with the highest label Jaccard (overlap).")
+    adapter_neg_ranks: tuple[int, int] | None = Field(
+        None, description="Adapter mining: neighbour ranks [lo, hi) the negatives come from, e.g. [30, 200]; "
+        "unset = the whole top.")
+    adapter_temperature: float = Field(0.05, gt=0, description="Adapter InfoNCE temperature.")
+    adapter_learning_rate: float = Field(1e-3, gt=0, description="Adapter Adam learning rate.")
+    adapter_decay: float = Field(0.1, ge=0, description="Adapter: weight of ||W - I||^2 (pull towards the "
+                                 "identity, i.e. the current model).")
+    adapter_max_epochs: int = Field(60, ge=1, description="Adapter: epochs at most (early stopping on the "
+                                    "validation split's label-overlap precision@10, patience 8).")
 
 
 class Settings(BaseSettings):

@@ -27,6 +27,7 @@ import numpy as np
 import structlog
 from tqdm import tqdm
 
+from newsmon.shared.adapter import read_adapter
 from newsmon.shared.config import BUNDLED_E5_SMALL, EncoderSettings, Settings
 from newsmon.shared.e5_import import import_e5_small
 from newsmon.shared.text import clean_text
@@ -219,6 +220,9 @@ class Encoder:
     texts of similar length (:func:`length_buckets`), truncated to ``max_length`` tokens (capped by the
     model's position embeddings). ``runtime`` picks the backend (:func:`resolve_runtime`); ``model_id``
     includes it (:func:`encoder_identity`).
+    When ``model`` is an adapter model (:mod:`newsmon.shared.adapter`), its base encoder embeds and the
+    adapter's matrix is applied after pooling (then re-normalised); ``model_id`` carries ``+adapter-<hash8>``,
+    the cache keeps the base encoder's vectors.
 
     Raises:
         OSError: the model cannot be loaded (missing directory, unreachable hub).
@@ -231,6 +235,9 @@ class Encoder:
         self.settings = settings or EncoderSettings()
         home = Path(home) if home is not None else Settings().home
         self.name_or_path = resolve_model(self.settings.model, home)
+        self.adapter = read_adapter(self.name_or_path)
+        if self.adapter is not None:
+            self.name_or_path = resolve_model(self.adapter.base_model, home)
         self.runtime = resolve_runtime(self.settings)
         config = AutoConfig.from_pretrained(self.name_or_path)
         self.tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, fix_mistral_regex=False)
@@ -240,7 +247,8 @@ class Encoder:
         self.max_length = min(self.settings.max_length, limit)
         self.dim = int(config.hidden_size)
         self.base_model_id = model_fingerprint(self.name_or_path)
-        self.model_id = runtime_model_id(self.base_model_id, self.runtime)
+        self.vector_model_id = runtime_model_id(self.base_model_id, self.runtime)  # the base encoder's: the cache's
+        self.model_id = self.vector_model_id + (self.adapter.suffix if self.adapter is not None else "")
         if self.runtime in ONNX_RUNTIMES:
             self.device = "cpu"
             artefact = ensure_artefact(self.name_or_path, self.runtime, home)
@@ -257,9 +265,10 @@ class Encoder:
         log.debug("encoder loaded", model=self.model_id, runtime=self.runtime, device=self.device)
 
     def space(self, role: Role) -> str:
-        """The embedding space of a role: model identity, pooling, max_length and prefix."""
+        """The embedding space of a role: model identity, pooling, max_length and prefix (the base encoder's
+        identity: cached vectors are taken before an adapter is applied)."""
         prefix = self.settings.query_prefix if role == "query" else self.settings.passage_prefix
-        return json.dumps([self.model_id, self.settings.pooling, self.max_length, prefix])
+        return json.dumps([self.vector_model_id, self.settings.pooling, self.max_length, prefix])
 
     def encode(self, texts: Sequence[str], role: Role = "passage", progress: bool = False) -> np.ndarray:
         """Embed ``texts``; returns ``(n, d)`` float32, L2-normalised rows, in input order.
@@ -294,7 +303,7 @@ class Encoder:
             out[todo] = vecs
             if self.cache is not None:
                 self.cache.put([keys[i] for i in todo], vecs)
-        return out
+        return self.adapter.apply(out) if self.adapter is not None else out
 
     def _embed(self, texts: list[str], progress: bool) -> np.ndarray:
         """Forward passes over length-sorted batches; ``(n, d)`` float32 normalised."""

@@ -129,3 +129,49 @@ def write_jsonl(records: list[dict], path: Path) -> str:
             h.update(line.encode())
             fh.write(line)
     return h.hexdigest()
+
+
+def mine_pair_indices(label_sets: Sequence[Sequence[str]], vectors: np.ndarray, top: int = 500, n_neg: int = 15,
+                      positive: str = "nearest", neg_ranks: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+    """Mine (query, positive, hard negatives) as index triples over ``vectors`` (for the adapter budget).
+
+    Args:
+        label_sets: ``n`` label sets; vectors: ``(n, d)`` float32 normalised rows of the current model.
+        top: neighbours searched per article (faiss, exact).
+        n_neg: negatives kept per query: the most similar neighbours sharing no label, within ``neg_ranks``.
+        positive: ``nearest`` (the research's: the most similar neighbour sharing >= 1 label) or ``overlap``
+            (the neighbour with the highest label Jaccard with the query; the most similar among ties).
+        neg_ranks: ``(lo, hi)`` neighbour ranks (0 = the nearest other article) the negatives come from;
+            None = all ``top``. E.g. ``(30, 200)`` skips the nearest non-sharing articles, which are often
+            unlabelled near-duplicates (false negatives).
+
+    Returns:
+        ``{"query": (m,), "pos": (m,), "neg": (m, n_neg)}`` int64 arrays, ``-1`` padding the negatives;
+        queries without a positive or without any negative are left out.
+
+    Raises:
+        ValueError: lengths differ or ``positive`` is unknown.
+    """
+    if len(label_sets) != vectors.shape[0]:
+        raise ValueError("label_sets and vectors must have the same length")
+    if positive not in ("nearest", "overlap"):
+        raise ValueError(f"positive must be nearest or overlap, got {positive!r}")
+    lo, hi = neg_ranks or (0, top)
+    _, idx = knn(vectors, top + 1)
+    labels = [set(x) for x in label_sets]
+    q_out, p_out, n_out = [], [], []
+    for i in range(len(labels)):
+        others = [int(j) for j in idx[i] if j >= 0 and j != i][:top]
+        sharing = [j for j in others if labels[i] & labels[j]]
+        negs = [j for r, j in enumerate(others) if lo <= r < hi and not labels[i] & labels[j]][:n_neg]
+        if not sharing or not negs:
+            continue
+        if positive == "overlap":
+            pos = max(sharing, key=lambda j: len(labels[i] & labels[j]) / len(labels[i] | labels[j]))
+        else:
+            pos = sharing[0]
+        q_out.append(i)
+        p_out.append(pos)
+        n_out.append(negs + [-1] * (n_neg - len(negs)))
+    return {"query": np.asarray(q_out, dtype=np.int64), "pos": np.asarray(p_out, dtype=np.int64),
+            "neg": np.asarray(n_out, dtype=np.int64).reshape(len(q_out), n_neg)}

@@ -1,4 +1,9 @@
-"""``newsmon train nightly``: mine hard negatives -> fine-tune -> tune k / tau / lambda / threshold -> rollout.
+"""``newsmon train nightly``: mine hard negatives -> train a candidate -> tune k / tau / lambda / threshold (for
+the candidate and the current model) -> rollout -> re-calibrate the promoted model's memory.
+
+The candidate is the encoder fine-tuned with FlagEmbedding on CUDA; without CUDA it is what
+``training.cpu_budget`` says: by default a linear adapter on the stored vectors (:mod:`adapter`, minutes; its
+promotion transforms the memory's vectors instead of re-encoding them), or the fine-tune with a step budget.
 
 Training articles come from a labelled corpus's train split (``--source corpus``) or from the knowledge
 memory itself (``--source memory``: every labelled article, moderator decisions included, with the vectors
@@ -28,6 +33,7 @@ from newsmon.shared.encoder import Encoder, model_fingerprint, resolve_model
 from newsmon.shared.evaluation import run_eval
 from newsmon.shared.memory import MemoryRouter, SearchFilter
 from newsmon.shared.promotion import effective_encoder_settings, settings_with_model
+from newsmon.training_jobs.adapter import fit_candidate
 from newsmon.training_jobs.finetune import finetune
 from newsmon.training_jobs.mining import mine_hard_negatives, write_jsonl
 from newsmon.training_jobs.rollout import models_dir, rollout
@@ -40,7 +46,10 @@ class NightlyReport:
     """Timings (seconds) and outputs of each stage."""
 
     mining: dict = field(default_factory=dict)
+    budget: str = "finetune"
     candidate: str | None = None
+    adapter: dict = field(default_factory=dict)
+    calibration: dict = field(default_factory=dict)
     tuning: dict = field(default_factory=dict)
     rollout: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)
@@ -150,10 +159,64 @@ def study_name(model: str, fingerprint: dict[str, str]) -> str:
     return f"newsmon-rae-{folder}-{digest}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
 
 
-def run_nightly(settings: Settings, corpus: Corpus, max_steps: int | None = None, trials: int | None = None,
-                source: str = "corpus") -> NightlyReport:
-    """The whole chain; see the module docstring."""
-    rep = NightlyReport()
+def budget(settings: Settings) -> str:
+    """``finetune`` where CUDA is present, else ``training.cpu_budget`` (``adapter`` by default)."""
+    import torch  # deferred: seconds to import
+
+    return "finetune" if torch.cuda.is_available() else settings.training.cpu_budget
+
+
+def adapter_candidate(settings: Settings, corpus: Corpus, out: Path, source: str = "corpus") -> dict:
+    """The CPU budget's candidate: an adapter trained on the current model's vectors of the training articles
+    (the corpus's train split, cached embeddings reused, or the memory's stored vectors), early-stopped on the
+    corpus's validation split; returns :func:`newsmon.training_jobs.adapter.fit_candidate`'s report.
+
+    Raises:
+        RuntimeError: the corpus has no labelled validation article, or too few training articles.
+    """
+    val = [a for a in corpus.split("validation") if a.labels]
+    if not val:
+        raise RuntimeError("the adapter budget needs labelled validation articles (early stopping)")
+    current = effective_encoder_settings(settings)
+    enc = Encoder(current, settings.home)
+    try:
+        if source == "memory":
+            _, _, labels, vecs = memory_training_set(settings)
+        else:
+            train = [a for a in corpus.split("train") if a.labels]
+            labels, vecs = [a.labels for a in train], enc.encode([a.text for a in train], role="passage",
+                                                                progress=True)
+        val_vecs = enc.encode([a.text for a in val], role="query", progress=True)
+        trained_on = enc.model_id
+    finally:
+        enc.close()
+    if len(labels) < 2:
+        raise RuntimeError(f"too few labelled articles to train on from the {source} ({len(labels)})")
+    return fit_candidate(settings, labels, vecs, val_vecs, [a.labels for a in val], out, current.model, trained_on)
+
+
+def recalibrate(settings: Settings, corpus: Corpus) -> dict:
+    """Re-calibrate the scoring for the promoted model (its memory), on the corpus's validation split.
+
+    The one place the nightly job re-calibrates: :func:`newsmon.training_jobs.calibration.calibrate_memory`
+    on the promoted version's memory (leave-one-out) plus the validation split, written by ``nightly``; the
+    workers, ``suggest`` and ``eval`` read the records. Returns the chosen parameters per language.
+    """
+    from newsmon.shared.classifier import Classifier  # deferred: loads the promoted encoder
+    from newsmon.training_jobs.calibration import calibrate_memory  # deferred: imports the predictors
+
+    clf = Classifier(settings)
+    try:
+        out = calibrate_memory(clf, [a for a in corpus.split("validation") if a.labels], written_by="nightly",
+                               corpus=str(corpus.path))
+    finally:
+        clf.close()
+    return {lang: c.record.params for lang, c in out.items()}
+
+
+def _finetune_candidate(settings: Settings, corpus: Corpus, out: Path, rep: NightlyReport, max_steps: int | None,
+                        source: str) -> None:
+    """Mine the FlagEmbedding file and fine-tune the encoder into ``out`` (the GPU path)."""
     work = models_dir(settings) / "nightly"
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -163,23 +226,45 @@ def run_nightly(settings: Settings, corpus: Corpus, max_steps: int | None = None
         raise RuntimeError("no training query has a positive: nothing to fine-tune on")
     t0 = time.perf_counter()
     base = resolve_model(effective_encoder_settings(settings).model, settings.home)
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    out = models_dir(settings) / f"candidate-{stamp}"
     finetune(settings, base, work / "hard_negatives.jsonl", out, rep.mining["data_sha256"], rep.mining,
              max_steps=max_steps or settings.training.max_steps)
-    rep.candidate = str(out)
     rep.seconds["finetune"] = time.perf_counter() - t0
+
+
+def run_nightly(settings: Settings, corpus: Corpus, max_steps: int | None = None, trials: int | None = None,
+                source: str = "corpus") -> NightlyReport:
+    """The whole chain; see the module docstring."""
+    rep = NightlyReport(budget=budget(settings))
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    out = models_dir(settings) / f"candidate-{stamp}"
+    if rep.budget == "adapter":
+        t0 = time.perf_counter()
+        rep.adapter = adapter_candidate(settings, corpus, out, source)
+        rep.mining = rep.adapter["mining"]
+        rep.seconds["adapter"] = time.perf_counter() - t0
+    else:
+        _finetune_candidate(settings, corpus, out, rep, max_steps, source)
+    rep.candidate = str(out)
     n_trials = settings.training.tune_trials if trials is None else trials
+    current_model = resolve_model(effective_encoder_settings(settings).model, settings.home)
+    rae: dict = {"candidate": None, "current": None}
     if n_trials:
         t0 = time.perf_counter()
-        rep.tuning = tune(settings, corpus, str(out), n_trials)
+        rae["candidate"] = tune(settings, corpus, str(out), n_trials)
+        rae["current"] = tune(settings, corpus, current_model, n_trials)
+        rep.tuning = rae
         rep.seconds["tuning"] = time.perf_counter() - t0
         manifest = out / "newsmon_model.json"
         info = json.loads(manifest.read_text())
-        info["rae"] = rep.tuning
+        info["rae"] = rae["candidate"]
         manifest.write_text(json.dumps(info, indent=2, default=float))
     t0 = time.perf_counter()
-    decision = rollout(settings, str(out), corpus)
-    rep.rollout = {"promoted": decision.promoted, "reason": decision.reason, "reembedded": decision.reembedded}
+    decision = rollout(settings, str(out), corpus, candidate_rae=rae["candidate"], current_rae=rae["current"])
+    rep.rollout = {"promoted": decision.promoted, "reason": decision.reason, "reembedded": decision.reembedded,
+                   "candidate": decision.candidate, "current": decision.current}
     rep.seconds["rollout"] = time.perf_counter() - t0
+    if decision.promoted:
+        t0 = time.perf_counter()
+        rep.calibration = recalibrate(settings, corpus)
+        rep.seconds["calibration"] = time.perf_counter() - t0
     return rep

@@ -19,10 +19,12 @@ import json
 import shutil
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 import structlog
 
+from newsmon.shared.adapter import read_adapter, transform_vectors
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Corpus
 from newsmon.shared.encoder import Encoder, resolve_model
@@ -39,10 +41,19 @@ def models_dir(settings: Settings) -> Path:
     return Path(settings.home) / "models"
 
 
-def evaluate_model(settings: Settings, model: str, corpus: Corpus, progress: bool = True) -> dict:
-    """RAE-XMC (current k / tau / lambda / threshold) on the test split with ``model``; returns the
-    ``all`` metrics (uF1, Acc, ...) and the ranking metrics."""
+def evaluate_model(settings: Settings, model: str, corpus: Corpus, progress: bool = True,
+                   rae: dict | None = None) -> dict:
+    """RAE-XMC on the test split with ``model``; returns the ``all`` metrics (uF1, Acc, ...) and the ranking
+    metrics.
+
+    Args:
+        rae: k / tau / lambda / threshold chosen for this model (``top_k``, ``tau``, ``lam``, ``threshold``;
+            e.g. from the nightly job's tuning on validation); None = ``settings.rae``. A model whose vectors
+            changed needs its own: the softmax temperature and threshold depend on the similarity scale.
+    """
     s = settings_with_model(settings, model)
+    if rae:
+        s.rae = s.rae.model_copy(update={k: v for k, v in rae.items() if k in type(s.rae).model_fields})
     report = run_eval(corpus, ["rae"], s, progress=progress)
     m = report["methods"]["rae"]["metrics"]
     return {**m["all"], **m.get("ranking", {}), "model_version": report["encoder"]["model"]}
@@ -61,16 +72,23 @@ class RolloutDecision:
     decided_at: str
 
 
-def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutDecision:
-    """Compare the candidate with the current model; when micro-F1 and subset accuracy are not worse beyond
-    ``training.tolerance``: re-embed the memory into the candidate's collections, switch aliases (server),
-    write ``promoted.json``. Otherwise production is left untouched. Both outcomes are logged to
-    ``rollouts.jsonl``; a refusal is not an error."""
+def rollout(settings: Settings, candidate_path: str, corpus: Corpus, candidate_rae: dict | None = None,
+            current_rae: dict | None = None) -> RolloutDecision:
+    """Compare the candidate with the current model on the same test articles; when micro-F1 and subset
+    accuracy are not worse beyond ``training.tolerance``: carry the memory into the candidate's collections
+    (re-embedded, or for an adapter trained on the current version its stored vectors transformed by the
+    adapter's matrix), switch aliases (server), write ``promoted.json``. Otherwise production is left untouched.
+    Both outcomes are logged to ``rollouts.jsonl``; a refusal is not an error.
+
+    Args:
+        candidate_rae, current_rae: RAE-XMC parameters tuned for each model (see :func:`evaluate_model`);
+            None = ``settings.rae`` for that side.
+    """
     tol = settings.training.tolerance
     current_enc = effective_encoder_settings(settings)
     current_path = resolve_model(current_enc.model, settings.home)
-    cur = evaluate_model(settings, current_path, corpus)
-    cand = evaluate_model(settings, candidate_path, corpus)
+    cur = evaluate_model(settings, current_path, corpus, rae=current_rae)
+    cand = evaluate_model(settings, candidate_path, corpus, rae=candidate_rae)
     worse = [m for m in ("uF1", "Acc") if cand[m] < cur[m] - tol]
     now = datetime.now(timezone.utc).isoformat()
     reembedded: dict = {}
@@ -79,24 +97,12 @@ def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutD
                                          f"{100 * tol:.1f}" for m in worse)
         promoted = False
     else:
-        old_enc = Encoder(current_enc, settings.home)
-        new_enc = Encoder(settings.encoder.model_copy(update={"model": candidate_path}), settings.home)
-        old_router = MemoryRouter(settings, old_enc.model_id, old_enc.dim)
-        new_router = MemoryRouter(settings, new_enc.model_id, new_enc.dim)
-        replaces = {"model_version": old_enc.model_id, "dim": old_enc.dim}
-        try:
-            reembedded = copy_missing(old_router, new_router, new_enc, progress=True)
-            if settings.memory.url:
-                _switch_aliases(settings, new_router)
-        finally:
-            old_router.close()
-            new_router.close()
-            old_enc.close()
-            new_enc.close()
+        reembedded, replaces, transform = _carry_memory(settings, current_enc, candidate_path)
         previous = read_promoted(settings)
         atomic_write_json(promoted_file(settings), {
             "model_path": str(candidate_path), "model_version": cand["model_version"], "promoted_at": now,
-            "replaces": replaces, "previous": previous, "figures": {"candidate": cand, "current": cur}})
+            "replaces": replaces, "previous": previous, "figures": {"candidate": cand, "current": cur},
+            "rae": candidate_rae or {}, "vectors": "transformed" if transform else "re-embedded"})
         reason = (f"promoted: uF1 {100 * cand['uF1']:.1f} vs {100 * cur['uF1']:.1f}, Acc {100 * cand['Acc']:.1f} "
                   f"vs {100 * cur['Acc']:.1f} (tolerance {100 * tol:.1f})")
         promoted = True
@@ -111,6 +117,31 @@ def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutD
         manifest.write_text(json.dumps(info, indent=2, default=float))
     log.info("rollout decided", promoted=promoted, reason=reason)
     return decision
+
+
+def _carry_memory(settings: Settings, current_enc, candidate_path: str) -> tuple[dict, dict, bool]:
+    """Fill the candidate's collections from the current version's: an adapter trained on the current version
+    maps the stored vectors (``normalize(v @ step.T)``, no re-encoding), any other candidate re-embeds the
+    stored text; switch the aliases (server). Returns (counts, ``replaces`` record, whether transformed)."""
+    old_enc = Encoder(current_enc, settings.home)
+    new_enc = Encoder(settings.encoder.model_copy(update={"model": candidate_path}), settings.home)
+    old_router = MemoryRouter(settings, old_enc.model_id, old_enc.dim)
+    new_router = MemoryRouter(settings, new_enc.model_id, new_enc.dim)
+    replaces = {"model_version": old_enc.model_id, "dim": old_enc.dim}
+    adapter = read_adapter(candidate_path)
+    transform = None
+    if adapter is not None and adapter.trained_on == old_enc.model_id:
+        transform = partial(transform_vectors, adapter.step)
+    try:
+        counts = copy_missing(old_router, new_router, new_enc, progress=True, transform=transform)
+        if settings.memory.url:
+            _switch_aliases(settings, new_router)
+    finally:
+        old_router.close()
+        new_router.close()
+        old_enc.close()
+        new_enc.close()
+    return counts, replaces, transform is not None
 
 
 def _switch_aliases(settings: Settings, router: MemoryRouter) -> None:

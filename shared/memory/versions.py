@@ -14,6 +14,7 @@ catch-up runs is carried by its second pass.
 from __future__ import annotations
 
 from datetime import datetime
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,8 @@ def newer(old: MemoryPoint, new: MemoryPoint) -> bool:
 
 
 def copy_missing(old_router: MemoryRouter, new_router: MemoryRouter, encoder: Any = None, batch: int = 64,
-                 progress: bool = False) -> dict[str, int]:
+                 progress: bool = False, transform: Callable[[np.ndarray], np.ndarray] | None = None
+                 ) -> dict[str, int]:
     """Carry every point of ``old_router``'s collections over to ``new_router``'s: re-embed (from the text kept
     in each payload) and upsert the points the new version lacks, labels, payload and status kept; for points
     on both sides keep the newer decision (:func:`newer`; the new side's vector is kept).
@@ -56,6 +58,9 @@ def copy_missing(old_router: MemoryRouter, new_router: MemoryRouter, encoder: An
     Args:
         encoder: anything with ``encode(texts, role="passage") -> (n, d) float32`` (the new model's encoder);
             None: decisions are carried, missing points only counted (the memory updater has no encoder).
+        transform: instead of re-embedding, map the old points' stored ``(n, d)`` vectors to the new version's
+            (an adapter promoted over the version it was trained on: ``normalize(v @ step.T)``, see
+            :func:`newsmon.shared.adapter.transform_vectors`); points need no stored text then.
 
     Returns:
         points copied per language, and ``<lang>:relabelled`` (decisions carried), ``<lang>:missing`` (not
@@ -66,16 +71,16 @@ def copy_missing(old_router: MemoryRouter, new_router: MemoryRouter, encoder: An
         old = old_router.memory(lang)
         bar = tqdm(total=old.count(), desc=f"re-embedding memory [{lang}]", unit="art", disable=not progress)
         buf: list[MemoryPoint] = []
-        for point in old.scroll():
+        for point in old.scroll(with_vectors=transform is not None):
             bar.update(1)
-            if not point.payload.get("text"):
+            if transform is None and not point.payload.get("text"):
                 _add(counts, f"{lang}:no_text")
                 continue
             buf.append(point)
             if len(buf) >= batch:
-                _copy_batch(buf, new_router, lang, encoder, counts)
+                _copy_batch(buf, new_router, lang, encoder, counts, transform)
                 buf = []
-        _copy_batch(buf, new_router, lang, encoder, counts)
+        _copy_batch(buf, new_router, lang, encoder, counts, transform)
         bar.close()
     return counts
 
@@ -86,7 +91,7 @@ def _add(counts: dict[str, int], key: str, n: int = 1) -> None:
 
 
 def _copy_batch(buf: list[MemoryPoint], new_router: MemoryRouter, lang: str, encoder: Any,
-                counts: dict[str, int]) -> None:
+                counts: dict[str, int], transform: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
     """One batch: re-embed the points missing on the new side (outside the lock: seconds on a CPU), then under
     the new router's write lock read the new side again and write what is missing or older there."""
     if not buf:
@@ -94,9 +99,11 @@ def _copy_batch(buf: list[MemoryPoint], new_router: MemoryRouter, lang: str, enc
     new = new_router.memory(lang)
     ids = [p.article_id for p in buf]
     vectors: dict[str, np.ndarray] = {}
-    if encoder is not None:
+    if encoder is not None or transform is not None:
         todo = [p for p, e in zip(buf, new.get(ids)) if e is None]
-        if todo:
+        if todo and transform is not None:
+            vectors = dict(zip([p.article_id for p in todo], transform(np.stack([p.vector for p in todo]))))
+        elif todo:
             vectors = dict(zip([p.article_id for p in todo],
                                encoder.encode([p.payload["text"] for p in todo], role="passage")))
     with new_router.write_lock:

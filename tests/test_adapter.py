@@ -1,0 +1,138 @@
+"""The nightly job's CPU budget, on a real slice of reuters21578_en with the real e5-small: the adapter trains on
+mined triples, the adapted model is a model version of its own, promotion maps the stored memory vectors by the
+matrix (no re-encoding), the gate refuses a worse adapter, and `run_nightly` runs the budget end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from newsmon.shared.adapter import read_adapter, transform_vectors, write_adapter
+from newsmon.shared.config import Settings
+from newsmon.shared.data import load_corpus
+from newsmon.shared.encoder import resolve_model
+from newsmon.shared.memory import SearchFilter
+
+
+@pytest.fixture(scope="module")
+def reuters_slice(shared_data, tmp_path_factory):
+    rows = [json.loads(x) for x in (shared_data / "reuters21578_en" / "articles.jsonl").read_text().splitlines()]
+    picked = [r for r in rows if r["split"] == "train"][:120] + [r for r in rows if r["split"] == "validation"][:30] \
+        + [r for r in rows if r["split"] == "test"][:30]
+    path = tmp_path_factory.mktemp("reuters-adapter") / "articles.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in picked))
+    return load_corpus(path)
+
+
+@pytest.fixture
+def settings(newsmon_home, tmp_path) -> Settings:
+    s = Settings(home=tmp_path / "home")
+    s.encoder.model = resolve_model(s.encoder.model, newsmon_home)  # the imported e5-small, shared
+    s.encoder.max_length = 64
+    s.training.top, s.training.n_neg = 100, 7
+    s.training.adapter_max_epochs = 6
+    return s
+
+
+def _vectors(s, articles, role="passage"):
+    from newsmon.shared.encoder import Encoder
+
+    enc = Encoder(s.encoder, s.home)
+    try:
+        return enc.encode([a.text for a in articles], role=role), enc.model_id
+    finally:
+        enc.close()
+
+
+def test_mined_triples_and_adapter_training(settings, reuters_slice):
+    from newsmon.training_jobs.adapter import AdapterConfig, pair_quality, train_adapter
+    from newsmon.training_jobs.mining import mine_pair_indices
+
+    train, val = reuters_slice.split("train"), reuters_slice.split("validation")
+    vecs, _ = _vectors(settings, train)
+    val_vecs, _ = _vectors(settings, val, "query")
+    labels = [a.labels for a in train]
+    for positive, ranks in (("nearest", None), ("overlap", (10, 60))):
+        t = mine_pair_indices(labels, vecs, top=100, n_neg=7, positive=positive, neg_ranks=ranks)
+        q = pair_quality(t, vecs, labels)
+        assert q["queries"] > 80 and q["positive_shares_label"] == 1.0 and q["negative_shares_none"] == 1.0
+        assert t["neg"].shape == (q["queries"], 7) and (t["neg"] != t["query"][:, None]).all()
+        assert 0 < q["negatives_per_query"] <= 7 and -1 <= q["cos_negative"]["mean"] <= 1
+    overlap = mine_pair_indices(labels, vecs, top=100, n_neg=7, positive="overlap")
+    nearest = mine_pair_indices(labels, vecs, top=100, n_neg=7)
+    assert pair_quality(overlap, vecs, labels)["positive_jaccard"] >= pair_quality(nearest, vecs, labels)[
+        "positive_jaccard"]
+    res = train_adapter(vecs, nearest, val_vecs, [a.labels for a in val], labels,
+                        AdapterConfig(max_epochs=5, patience=10, decay=0.0, learning_rate=3e-3))
+    assert len(res.losses) == 5 and res.losses[-1] < res.losses[0]  # it learns
+    assert len(res.history) == 6 and res.W.shape == (384, 384)
+    assert res.history[res.best_epoch] == max(res.history)  # the kept W is the best on validation
+
+
+def test_adapter_model_version_promotion_and_gate(settings, reuters_slice, tmp_path):
+    from newsmon.shared.classifier import Classifier, model_identity
+    from newsmon.shared.encoder import Encoder
+    from newsmon.training_jobs.rollout import read_promoted, rollout
+
+    s = settings
+    clf = Classifier(s)  # production before the job: a memory of the current model
+    clf.add_articles(reuters_slice.split("train")[:60])
+    current_version = clf.model_version
+    stored = {p.article_id: p.vector for p in clf.memory("en").scroll(with_vectors=True)}
+    clf.close()
+
+    rng = np.random.default_rng(0)
+    collapse = rng.standard_normal((384, 2)) @ rng.standard_normal((2, 384))  # rank 2: neighbours at random
+    bad = write_adapter(tmp_path / "bad", collapse, s.encoder.model, current_version)
+    near = write_adapter(tmp_path / "near", np.eye(384) + 0.002 * rng.standard_normal((384, 384)),
+                         s.encoder.model, current_version)
+    # a model version of its own: the base encoder's id + the adapter's suffix; vectors are W.v re-normalised
+    enc = Encoder(s.encoder.model_copy(update={"model": str(near.path)}), s.home)
+    texts = [a.text for a in reuters_slice.split("test")[:5]]
+    base, _ = _vectors(s, reuters_slice.split("test")[:5], "query")
+    assert enc.model_id == current_version + near.suffix and near.suffix.startswith("+adapter-")
+    assert np.allclose(enc.encode(texts, role="query"), transform_vectors(near.W, base), atol=1e-5)
+    enc.close()
+    assert read_adapter(tmp_path / "near").hash8 == near.hash8 and read_adapter(s.encoder.model) is None
+
+    # the gate refuses a worse adapter; production untouched
+    d = rollout(s, str(bad.path), reuters_slice)
+    assert not d.promoted and d.reason.startswith("refused") and read_promoted(s) is None
+
+    # the gate promotes one that is not worse: the memory is carried by the matrix product, no re-encoding
+    s.training.tolerance = 0.05
+    d = rollout(s, str(near.path), reuters_slice)
+    assert d.promoted, d.reason
+    rec = read_promoted(s)
+    assert rec["vectors"] == "transformed" and d.reembedded == {"en": 60}
+    assert model_identity(s)[0] == rec["model_version"] == current_version + near.suffix
+    promoted = Classifier(s)
+    assert promoted.model_version == rec["model_version"]
+    moved = {p.article_id: p.vector for p in promoted.memory("en").scroll(SearchFilter(labelled=True),
+                                                                          with_vectors=True)}
+    promoted.close()
+    ids = sorted(stored)
+    assert sorted(moved) == ids
+    assert np.allclose(np.stack([moved[i] for i in ids]),
+                       transform_vectors(near.step, np.stack([stored[i] for i in ids])), atol=1e-5)
+
+    # an adapter trained on top of the promoted one composes with it (same base encoder, W = step @ W_parent)
+    again = write_adapter(tmp_path / "again", np.eye(384) * 2, str(near.path), rec["model_version"])
+    assert again.base_model == s.encoder.model and np.allclose(again.W, 2 * near.W)
+
+
+def test_nightly_runs_the_adapter_budget(settings, reuters_slice):
+    from newsmon.training_jobs.nightly import run_nightly
+
+    s = settings
+    s.training.cpu_budget = "adapter"
+    s.training.tolerance = 0.05
+    rep = run_nightly(s, reuters_slice, trials=2)
+    assert rep.budget == "adapter" and read_adapter(rep.candidate) is not None
+    assert rep.adapter["mining"]["positive_shares_label"] == 1.0
+    assert set(rep.tuning) == {"candidate", "current"} and rep.seconds["adapter"] < 120
+    assert rep.rollout["promoted"] in (True, False) and "uF1" in rep.rollout["candidate"]
+    manifest = json.loads((read_adapter(rep.candidate).path / "newsmon_model.json").read_text())
+    assert manifest["rae"]["top_k"] >= 1 and "validation_overlap10" in manifest["adapter_training"]

@@ -1,0 +1,264 @@
+"""The CPU budget of the nightly job: a linear adapter on the stored (frozen) encoder vectors.
+
+Instead of fine-tuning the encoder (one InfoNCE step of the research shape costs about a minute on 2 CPU cores,
+an epoch over sentinews_sl about 5 hours), learn a ``d x d`` matrix ``W`` applied after pooling:
+``e'(x) = normalize(W e(x))``, on both sides (query and memory), so the knowledge memory needs no re-encoding,
+only a matrix product over its stored vectors (:func:`newsmon.shared.adapter.transform_vectors`).
+
+Training (torch on CPU, seconds): mined (query, positive, hard negatives) index triples
+(:func:`newsmon.training_jobs.mining.mine_pair_indices`), InfoNCE over ``[pos, negs]`` with temperature ``T``
+(``-log softmax(cos / T)[pos]``; van den Oord et al. 2018, the loss of the research's fine-tuning), ``W``
+started at the identity and pulled back towards it by ``decay * ||W - I||_F^2`` (the adapter starts as the
+current model and moves only as far as the data asks), full-batch Adam, early stopping on the validation
+split's label-overlap precision@10 (:func:`overlap_at_k`; validation queries against the train memory, both
+sides adapted). The best epoch's ``W`` is kept.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import structlog
+
+from newsmon.shared.adapter import transform_vectors
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class AdapterConfig:
+    """Hyper-parameters of :func:`train_adapter`.
+
+    Attributes:
+        temperature: InfoNCE temperature over cosine similarities.
+        learning_rate: Adam step size.
+        decay: weight of ``||W - I||_F^2`` (per matrix entry summed; 0 = free map).
+        max_epochs: full passes over the mined triples; patience: epochs without a validation gain before
+            stopping; batch: queries per optimiser step; seed: torch seed (batch order).
+    """
+
+    temperature: float = 0.05
+    learning_rate: float = 1e-3
+    decay: float = 0.1
+    max_epochs: int = 60
+    patience: int = 8
+    batch: int = 256
+    seed: int = 13
+
+
+@dataclass
+class AdapterResult:
+    """What :func:`train_adapter` returns: ``W`` ``(d, d)`` float32 (apply as ``x @ W.T``), the epoch kept,
+    the validation overlap@10 per epoch (index 0 = the identity), the mean training loss per epoch, seconds
+    (all epochs, and per epoch)."""
+
+    W: np.ndarray
+    best_epoch: int
+    history: list[float]
+    losses: list[float]
+    seconds: float
+    seconds_per_epoch: float
+    config: dict = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        """JSON-able summary (no matrix)."""
+        d = asdict(self)
+        d.pop("W")
+        return d
+
+
+def apply(W: np.ndarray | None, x: np.ndarray) -> np.ndarray:
+    """``normalize(x @ W.T)`` (``W`` None: ``x`` unchanged)."""
+    return x if W is None else transform_vectors(W, x)
+
+
+def _sets(label_sets: Sequence[Sequence[str]]) -> list[set]:
+    return [set(x) for x in label_sets]
+
+
+def top_neighbours(queries: np.ndarray, memory: np.ndarray, k: int, exclude_self: bool = False) -> np.ndarray:
+    """Indices ``(m, k)`` of each query's ``k`` most similar memory rows (inner product, best first); with
+    ``exclude_self`` the queries are the memory and row ``i`` skips ``i`` (leave-one-out)."""
+    sims = queries @ memory.T
+    if exclude_self:
+        np.fill_diagonal(sims, -np.inf)
+    k = min(k, memory.shape[0])
+    part = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+    order = np.take_along_axis(sims, part, axis=1).argsort(axis=1)[:, ::-1]
+    return np.take_along_axis(part, order, axis=1)
+
+
+def overlap_at_k(queries: np.ndarray, query_labels: Sequence[Sequence[str]], memory: np.ndarray,
+                 memory_labels: Sequence[Sequence[str]], k: int = 10, exclude_self: bool = False) -> float:
+    """Label-overlap precision@k: the share of each query's top-``k`` memory neighbours that share at least one
+    label with it, averaged over queries (a fraction). Inputs: ``(m, d)`` / ``(n, d)`` normalised rows."""
+    idx = top_neighbours(queries, memory, k, exclude_self)
+    q, mem = _sets(query_labels), _sets(memory_labels)
+    return float(np.mean([np.mean([bool(q[i] & mem[j]) for j in row]) for i, row in enumerate(idx)]))
+
+
+def one_nn_micro_f1(queries: np.ndarray, query_labels: Sequence[Sequence[str]], memory: np.ndarray,
+                    memory_labels: Sequence[Sequence[str]]) -> float:
+    """Zero-shot 1-NN micro-F1 (a fraction): each query proposes its nearest memory article's label set."""
+    idx = top_neighbours(queries, memory, 1)[:, 0]
+    q, mem = _sets(query_labels), _sets(memory_labels)
+    tp = sum(len(q[i] & mem[j]) for i, j in enumerate(idx))
+    n_pred = sum(len(mem[j]) for j in idx)
+    n_gold = sum(len(x) for x in q)
+    return 2 * tp / max(1, n_pred + n_gold)
+
+
+def pair_quality(triples: dict, vectors: np.ndarray, label_sets: Sequence[Sequence[str]]) -> dict:
+    """Quality of mined triples: share of positives sharing >= 1 label with their query, share of negatives
+    sharing none, mean Jaccard of query and positive, and the cosine distribution of positives and negatives
+    (mean and 10/50/90th percentiles) with the share of negatives more similar than their query's positive."""
+    q, p, n = triples["query"], triples["pos"], triples["neg"]
+    labels = _sets(label_sets)
+    if len(q) == 0:
+        return {"queries": 0}
+    pos_ok = np.mean([bool(labels[a] & labels[b]) for a, b in zip(q, p)])
+    jac = np.mean([len(labels[a] & labels[b]) / max(1, len(labels[a] | labels[b])) for a, b in zip(q, p)])
+    valid = n >= 0
+    neg_ok = np.mean([not (labels[q[i]] & labels[j]) for i, j in zip(*np.nonzero(valid)) for j in [n[i, j]]])
+    s_pos = np.einsum("ij,ij->i", vectors[q], vectors[p])
+    s_neg = np.einsum("ikd,id->ik", vectors[np.where(valid, n, 0)], vectors[q])
+    harder = np.mean((s_neg > s_pos[:, None])[valid])
+    pct = (10, 50, 90)
+    return {"queries": int(len(q)), "negatives_per_query": float(valid.sum(1).mean()),
+            "positive_shares_label": float(pos_ok), "positive_jaccard": float(jac),
+            "negative_shares_none": float(neg_ok),
+            "cos_positive": {"mean": float(s_pos.mean()), **{f"p{x}": float(np.percentile(s_pos, x)) for x in pct}},
+            "cos_negative": {"mean": float(s_neg[valid].mean()),
+                             **{f"p{x}": float(np.percentile(s_neg[valid], x)) for x in pct}},
+            "negatives_above_positive": float(harder)}
+
+
+def _loss(torch, W, q, p, n, mask, T, decay, eye):
+    """InfoNCE over [positive, negatives] (masked padding) plus ``decay * ||W - I||^2``; a scalar tensor."""
+    f = torch.nn.functional
+    qa, pa, na = f.normalize(q @ W.T, dim=-1), f.normalize(p @ W.T, dim=-1), f.normalize(n @ W.T, dim=-1)
+    logits = torch.cat([(qa * pa).sum(-1, keepdim=True), torch.einsum("bd,bkd->bk", qa, na)], dim=1) / T
+    logits = logits.masked_fill(~mask, float("-inf"))
+    target = torch.zeros(q.shape[0], dtype=torch.long)
+    return f.cross_entropy(logits, target) + decay * ((W - eye) ** 2).sum()
+
+
+def _epoch(torch, opt, W, X, batch_index: tuple, eye, cfg: AdapterConfig) -> float:
+    """One pass over the triples in random mini-batches; returns the mean training loss."""
+    qi, pi, ni, mask = batch_index
+    total = 0.0
+    for b in torch.randperm(len(qi)).split(cfg.batch):
+        opt.zero_grad()
+        loss = _loss(torch, W, X[qi[b]], X[pi[b]], X[ni[b].clamp(min=0)], mask[b], cfg.temperature, cfg.decay, eye)
+        loss.backward()
+        opt.step()
+        total += float(loss.detach()) * len(b)
+    return total / len(qi)
+
+
+def train_adapter(vectors: np.ndarray, triples: dict, val_queries: np.ndarray,
+                  val_labels: Sequence[Sequence[str]], memory_labels: Sequence[Sequence[str]],
+                  config: AdapterConfig | None = None) -> AdapterResult:
+    """Train ``W`` on mined triples over ``vectors`` (the memory: train split or knowledge memory).
+
+    Args:
+        vectors: ``(n, d)`` float32 normalised vectors of the current model; also the memory searched by the
+            validation queries.
+        triples: ``{"query": (m,), "pos": (m,), "neg": (m, n_neg)}`` int indices into ``vectors`` (``-1`` =
+            no negative), from :func:`newsmon.training_jobs.mining.mine_pair_indices`.
+        val_queries, val_labels: the validation split's ``(v, d)`` vectors and label sets (early stopping);
+            memory_labels: the label sets of ``vectors``.
+
+    Returns:
+        :class:`AdapterResult` with the best epoch's ``W`` (the identity when no epoch beat it).
+
+    Raises:
+        ValueError: no triple to train on.
+    """
+    import torch  # deferred: seconds to import; only training needs it
+
+    cfg = config or AdapterConfig()
+    if len(triples["query"]) == 0:
+        raise ValueError("no mined triple to train the adapter on")
+    torch.manual_seed(cfg.seed)
+    d = vectors.shape[1]
+    X = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32))
+    qi, pi = torch.from_numpy(triples["query"]), torch.from_numpy(triples["pos"])
+    ni = torch.from_numpy(triples["neg"])
+    mask = torch.cat([torch.ones(len(qi), 1, dtype=torch.bool), ni >= 0], dim=1)
+    eye = torch.eye(d)
+    W = torch.nn.Parameter(eye.clone())
+    opt = torch.optim.Adam([W], lr=cfg.learning_rate)
+
+    def score(w: np.ndarray | None) -> float:
+        return overlap_at_k(apply(w, val_queries), val_labels, apply(w, vectors), memory_labels, 10)
+
+    history = [score(None)]
+    best, best_epoch, best_W = history[0], 0, np.eye(d, dtype=np.float32)
+    losses: list[float] = []
+    t0 = time.perf_counter()
+    for epoch in range(1, cfg.max_epochs + 1):
+        losses.append(_epoch(torch, opt, W, X, (qi, pi, ni, mask), eye, cfg))
+        w = W.detach().numpy().copy()
+        history.append(score(w))
+        if history[-1] > best:
+            best, best_epoch, best_W = history[-1], epoch, w
+        elif epoch - best_epoch >= cfg.patience:
+            break
+    seconds = time.perf_counter() - t0
+    log.info("adapter trained", best_epoch=best_epoch, val_overlap10=round(best, 4), identity=round(history[0], 4),
+             epochs=len(history) - 1, seconds=round(seconds, 1))
+    return AdapterResult(best_W.astype(np.float32), best_epoch, history, losses, seconds,
+                         seconds / max(1, len(history) - 1), asdict(cfg))
+
+
+def config_from_settings(settings) -> AdapterConfig:
+    """:class:`AdapterConfig` from ``settings.training`` (``adapter_*`` fields and the seed)."""
+    t = settings.training
+    return AdapterConfig(temperature=t.adapter_temperature, learning_rate=t.adapter_learning_rate,
+                         decay=t.adapter_decay, max_epochs=t.adapter_max_epochs, seed=t.seed)
+
+
+def fit_candidate(settings, label_sets: Sequence[Sequence[str]], vectors: np.ndarray, val_vectors: np.ndarray,
+                  val_labels: Sequence[Sequence[str]], out_dir, current_model: str, trained_on: str) -> dict:
+    """Mine, train and write an adapter model (the nightly job's CPU budget).
+
+    Args:
+        settings: ``training`` (top, n_neg, ``adapter_*``).
+        label_sets, vectors: the training articles' labels and current ``(n, d)`` vectors (train split or the
+            knowledge memory's stored vectors); val_vectors, val_labels: the validation split (query role).
+        out_dir: the candidate model directory; current_model: the current ``encoder.model``; trained_on: its
+            model version.
+
+    Returns:
+        the report: mining quality (:func:`pair_quality`), training summary, validation overlap@10 before and
+        after, seconds and peak RSS in MiB (also written into the candidate's manifest).
+
+    Raises:
+        RuntimeError: no triple could be mined.
+    """
+    import resource
+
+    from newsmon.shared.adapter import write_adapter
+    from newsmon.training_jobs.mining import mine_pair_indices
+
+    t = settings.training
+    t0 = time.perf_counter()
+    triples = mine_pair_indices(label_sets, vectors, top=min(t.top, len(label_sets) - 1), n_neg=t.n_neg,
+                                positive=t.adapter_positive, neg_ranks=t.adapter_neg_ranks)
+    mining = {"seconds": time.perf_counter() - t0, "positive": t.adapter_positive,
+              "neg_ranks": t.adapter_neg_ranks, "articles": len(label_sets),
+              **pair_quality(triples, vectors, label_sets)}
+    if not len(triples["query"]):
+        raise RuntimeError("no training article has both a positive and a negative: nothing to train on")
+    result = train_adapter(vectors, triples, val_vectors, val_labels, label_sets, config_from_settings(settings))
+    report = {"mining": mining, "training": result.summary(),
+              "validation_overlap10": {"before": result.history[0], "after": max(result.history)},
+              "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    adapter = write_adapter(out_dir, result.W, current_model, trained_on, extra={"adapter_training": report})
+    report["model_path"] = str(adapter.path)
+    report["suffix"] = adapter.suffix
+    return report
