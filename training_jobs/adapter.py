@@ -42,9 +42,9 @@ class AdapterConfig:
 
     temperature: float = 0.05
     learning_rate: float = 1e-3
-    decay: float = 0.1
-    max_epochs: int = 60
-    patience: int = 8
+    decay: float = 0.01
+    max_epochs: int = 80
+    patience: int = 10
     batch: int = 256
     seed: int = 13
 
@@ -114,45 +114,55 @@ def one_nn_micro_f1(queries: np.ndarray, query_labels: Sequence[Sequence[str]], 
 def pair_quality(triples: dict, vectors: np.ndarray, label_sets: Sequence[Sequence[str]]) -> dict:
     """Quality of mined triples: share of positives sharing >= 1 label with their query, share of negatives
     sharing none, mean Jaccard of query and positive, and the cosine distribution of positives and negatives
-    (mean and 10/50/90th percentiles) with the share of negatives more similar than their query's positive."""
+    (mean and 10/50/90th percentiles) with the share of negatives more similar than their query's first
+    positive."""
     q, p, n = triples["query"], triples["pos"], triples["neg"]
     labels = _sets(label_sets)
     if len(q) == 0:
         return {"queries": 0}
-    pos_ok = np.mean([bool(labels[a] & labels[b]) for a, b in zip(q, p)])
-    jac = np.mean([len(labels[a] & labels[b]) / max(1, len(labels[a] | labels[b])) for a, b in zip(q, p)])
-    valid = n >= 0
-    neg_ok = np.mean([not (labels[q[i]] & labels[j]) for i, j in zip(*np.nonzero(valid)) for j in [n[i, j]]])
-    s_pos = np.einsum("ij,ij->i", vectors[q], vectors[p])
-    s_neg = np.einsum("ikd,id->ik", vectors[np.where(valid, n, 0)], vectors[q])
-    harder = np.mean((s_neg > s_pos[:, None])[valid])
+    pairs_p = [(q[i], j) for i, j in zip(*np.nonzero(p >= 0)) for j in [p[i, j]]]
+    pairs_n = [(q[i], j) for i, j in zip(*np.nonzero(n >= 0)) for j in [n[i, j]]]
+    pos_ok = np.mean([bool(labels[a] & labels[b]) for a, b in pairs_p])
+    jac = np.mean([len(labels[a] & labels[b]) / max(1, len(labels[a] | labels[b])) for a, b in pairs_p])
+    neg_ok = np.mean([not (labels[a] & labels[b]) for a, b in pairs_n])
+    s_pos = np.asarray([vectors[a] @ vectors[b] for a, b in pairs_p])
+    s_neg = np.asarray([vectors[a] @ vectors[b] for a, b in pairs_n])
+    first = np.einsum("ij,ij->i", vectors[q], vectors[p[:, 0]])
+    s_neg_q = np.einsum("ikd,id->ik", vectors[np.where(n >= 0, n, 0)], vectors[q])
     pct = (10, 50, 90)
-    return {"queries": int(len(q)), "negatives_per_query": float(valid.sum(1).mean()),
+    return {"queries": int(len(q)), "positives_per_query": float((p >= 0).sum(1).mean()),
+            "negatives_per_query": float((n >= 0).sum(1).mean()),
             "positive_shares_label": float(pos_ok), "positive_jaccard": float(jac),
             "negative_shares_none": float(neg_ok),
             "cos_positive": {"mean": float(s_pos.mean()), **{f"p{x}": float(np.percentile(s_pos, x)) for x in pct}},
-            "cos_negative": {"mean": float(s_neg[valid].mean()),
-                             **{f"p{x}": float(np.percentile(s_neg[valid], x)) for x in pct}},
-            "negatives_above_positive": float(harder)}
+            "cos_negative": {"mean": float(s_neg.mean()), **{f"p{x}": float(np.percentile(s_neg, x)) for x in pct}},
+            "negatives_above_positive": float(np.mean((s_neg_q > first[:, None])[n >= 0]))}
 
 
-def _loss(torch, W, q, p, n, mask, T, decay, eye):
-    """InfoNCE over [positive, negatives] (masked padding) plus ``decay * ||W - I||^2``; a scalar tensor."""
+def _loss(torch, W, X, rows, mask, weights, T, decay, eye):
+    """Weighted InfoNCE over [positives, negatives] plus ``decay * ||W - I||^2``; a scalar tensor.
+
+    ``rows``: ``(b, 1 + P + n_neg)`` indices into ``X`` (query, positives, negatives); ``mask``: ``(b, P +
+    n_neg)`` which candidates exist; ``weights``: ``(b, P)`` positive weights summing to 1 per query. The loss
+    is ``-sum_p w_p log softmax(cos / T)[p]`` (one positive of weight 1: the research's InfoNCE). Each distinct
+    row is mapped once (hard negatives repeat across queries), which is what makes an epoch cheap."""
     f = torch.nn.functional
-    qa, pa, na = f.normalize(q @ W.T, dim=-1), f.normalize(p @ W.T, dim=-1), f.normalize(n @ W.T, dim=-1)
-    logits = torch.cat([(qa * pa).sum(-1, keepdim=True), torch.einsum("bd,bkd->bk", qa, na)], dim=1) / T
-    logits = logits.masked_fill(~mask, float("-inf"))
-    target = torch.zeros(q.shape[0], dtype=torch.long)
-    return f.cross_entropy(logits, target) + decay * ((W - eye) ** 2).sum()
+    uniq, inverse = torch.unique(rows, return_inverse=True)
+    Z = f.normalize(X[uniq] @ W.T, dim=-1)[inverse]  # (b, 1 + P + n_neg, d)
+    logits = torch.einsum("bd,bkd->bk", Z[:, 0], Z[:, 1:]) / T
+    logp = torch.log_softmax(logits.masked_fill(~mask, float("-inf")), dim=1)[:, :weights.shape[1]]
+    nll = -(weights * logp.masked_fill(weights == 0, 0.0)).sum(1).mean()
+    return nll + decay * ((W - eye) ** 2).sum()
 
 
 def _epoch(torch, opt, W, X, batch_index: tuple, eye, cfg: AdapterConfig) -> float:
     """One pass over the triples in random mini-batches; returns the mean training loss."""
-    qi, pi, ni, mask = batch_index
+    qi, pi, ni, mask, wi = batch_index
     total = 0.0
     for b in torch.randperm(len(qi)).split(cfg.batch):
         opt.zero_grad()
-        loss = _loss(torch, W, X[qi[b]], X[pi[b]], X[ni[b].clamp(min=0)], mask[b], cfg.temperature, cfg.decay, eye)
+        rows = torch.cat([qi[b, None], pi[b].clamp(min=0), ni[b].clamp(min=0)], dim=1)
+        loss = _loss(torch, W, X, rows, mask[b], wi[b], cfg.temperature, cfg.decay, eye)
         loss.backward()
         opt.step()
         total += float(loss.detach()) * len(b)
@@ -167,8 +177,9 @@ def train_adapter(vectors: np.ndarray, triples: dict, val_queries: np.ndarray,
     Args:
         vectors: ``(n, d)`` float32 normalised vectors of the current model; also the memory searched by the
             validation queries.
-        triples: ``{"query": (m,), "pos": (m,), "neg": (m, n_neg)}`` int indices into ``vectors`` (``-1`` =
-            no negative), from :func:`newsmon.training_jobs.mining.mine_pair_indices`.
+        triples: ``{"query": (m,), "pos": (m, P), "pos_w": (m, P), "neg": (m, n_neg)}`` int indices into
+            ``vectors`` (``-1`` = none) and positive weights, from
+            :func:`newsmon.training_jobs.mining.mine_pair_indices`.
         val_queries, val_labels: the validation split's ``(v, d)`` vectors and label sets (early stopping);
             memory_labels: the label sets of ``vectors``.
 
@@ -188,7 +199,8 @@ def train_adapter(vectors: np.ndarray, triples: dict, val_queries: np.ndarray,
     X = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32))
     qi, pi = torch.from_numpy(triples["query"]), torch.from_numpy(triples["pos"])
     ni = torch.from_numpy(triples["neg"])
-    mask = torch.cat([torch.ones(len(qi), 1, dtype=torch.bool), ni >= 0], dim=1)
+    mask = torch.cat([pi >= 0, ni >= 0], dim=1)
+    wi = torch.from_numpy(triples.get("pos_w", np.ones(tuple(pi.shape), dtype=np.float32)))
     eye = torch.eye(d)
     W = torch.nn.Parameter(eye.clone())
     opt = torch.optim.Adam([W], lr=cfg.learning_rate)
@@ -201,7 +213,7 @@ def train_adapter(vectors: np.ndarray, triples: dict, val_queries: np.ndarray,
     losses: list[float] = []
     t0 = time.perf_counter()
     for epoch in range(1, cfg.max_epochs + 1):
-        losses.append(_epoch(torch, opt, W, X, (qi, pi, ni, mask), eye, cfg))
+        losses.append(_epoch(torch, opt, W, X, (qi, pi, ni, mask, wi), eye, cfg))
         w = W.detach().numpy().copy()
         history.append(score(w))
         if history[-1] > best:
@@ -248,8 +260,9 @@ def fit_candidate(settings, label_sets: Sequence[Sequence[str]], vectors: np.nda
     t = settings.training
     t0 = time.perf_counter()
     triples = mine_pair_indices(label_sets, vectors, top=min(t.top, len(label_sets) - 1), n_neg=t.n_neg,
-                                positive=t.adapter_positive, neg_ranks=t.adapter_neg_ranks)
-    mining = {"seconds": time.perf_counter() - t0, "positive": t.adapter_positive,
+                                positive=t.adapter_positive, neg_ranks=t.adapter_neg_ranks,
+                                n_pos=t.adapter_positives)
+    mining = {"seconds": time.perf_counter() - t0, "positive": t.adapter_positive, "n_pos": t.adapter_positives,
               "neg_ranks": t.adapter_neg_ranks, "articles": len(label_sets),
               **pair_quality(triples, vectors, label_sets)}
     if not len(triples["query"]):

@@ -132,46 +132,54 @@ def write_jsonl(records: list[dict], path: Path) -> str:
 
 
 def mine_pair_indices(label_sets: Sequence[Sequence[str]], vectors: np.ndarray, top: int = 500, n_neg: int = 15,
-                      positive: str = "nearest", neg_ranks: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
-    """Mine (query, positive, hard negatives) as index triples over ``vectors`` (for the adapter budget).
+                      positive: str = "nearest", neg_ranks: tuple[int, int] | None = None,
+                      n_pos: int = 4) -> dict[str, np.ndarray]:
+    """Mine (query, positives, hard negatives) as index triples over ``vectors`` (for the adapter budget).
 
     Args:
         label_sets: ``n`` label sets; vectors: ``(n, d)`` float32 normalised rows of the current model.
         top: neighbours searched per article (faiss, exact).
         n_neg: negatives kept per query: the most similar neighbours sharing no label, within ``neg_ranks``.
-        positive: ``nearest`` (the research's: the most similar neighbour sharing >= 1 label) or ``overlap``
-            (the neighbour with the highest label Jaccard with the query; the most similar among ties).
+        positive: ``nearest`` (the research's: one positive, the most similar neighbour sharing >= 1 label),
+            ``overlap`` (one positive, the neighbour with the highest label Jaccard; the most similar among
+            ties) or ``weighted`` (the ``n_pos`` most similar neighbours sharing a label, each weighted by its
+            label Jaccard with the query, weights summing to 1).
         neg_ranks: ``(lo, hi)`` neighbour ranks (0 = the nearest other article) the negatives come from;
             None = all ``top``. E.g. ``(30, 200)`` skips the nearest non-sharing articles, which are often
             unlabelled near-duplicates (false negatives).
 
     Returns:
-        ``{"query": (m,), "pos": (m,), "neg": (m, n_neg)}`` int64 arrays, ``-1`` padding the negatives;
-        queries without a positive or without any negative are left out.
+        ``{"query": (m,), "pos": (m, P), "pos_w": (m, P) float32, "neg": (m, n_neg)}``, ``-1`` padding the
+        indices (``P`` = 1, or ``n_pos`` for ``weighted``); queries without a positive or a negative are left
+        out.
 
     Raises:
         ValueError: lengths differ or ``positive`` is unknown.
     """
     if len(label_sets) != vectors.shape[0]:
         raise ValueError("label_sets and vectors must have the same length")
-    if positive not in ("nearest", "overlap"):
-        raise ValueError(f"positive must be nearest or overlap, got {positive!r}")
+    if positive not in ("nearest", "overlap", "weighted"):
+        raise ValueError(f"positive must be nearest, overlap or weighted, got {positive!r}")
     lo, hi = neg_ranks or (0, top)
+    n_p = n_pos if positive == "weighted" else 1
     _, idx = knn(vectors, top + 1)
     labels = [set(x) for x in label_sets]
-    q_out, p_out, n_out = [], [], []
+    out: dict[str, list] = {"query": [], "pos": [], "pos_w": [], "neg": []}
     for i in range(len(labels)):
         others = [int(j) for j in idx[i] if j >= 0 and j != i][:top]
         sharing = [j for j in others if labels[i] & labels[j]]
         negs = [j for r, j in enumerate(others) if lo <= r < hi and not labels[i] & labels[j]][:n_neg]
         if not sharing or not negs:
             continue
-        if positive == "overlap":
-            pos = max(sharing, key=lambda j: len(labels[i] & labels[j]) / len(labels[i] | labels[j]))
-        else:
-            pos = sharing[0]
-        q_out.append(i)
-        p_out.append(pos)
-        n_out.append(negs + [-1] * (n_neg - len(negs)))
-    return {"query": np.asarray(q_out, dtype=np.int64), "pos": np.asarray(p_out, dtype=np.int64),
-            "neg": np.asarray(n_out, dtype=np.int64).reshape(len(q_out), n_neg)}
+        jac = {j: len(labels[i] & labels[j]) / len(labels[i] | labels[j]) for j in sharing[:max(n_p, 50)]}
+        pos = [max(jac, key=jac.get)] if positive == "overlap" else sharing[:n_p]
+        w = np.asarray([jac[j] for j in pos] if positive == "weighted" else [1.0])
+        out["query"].append(i)
+        out["pos"].append(pos + [-1] * (n_p - len(pos)))
+        out["pos_w"].append(list(w / w.sum()) + [0.0] * (n_p - len(pos)))
+        out["neg"].append(negs + [-1] * (n_neg - len(negs)))
+    m = len(out["query"])
+    return {"query": np.asarray(out["query"], dtype=np.int64),
+            "pos": np.asarray(out["pos"], dtype=np.int64).reshape(m, n_p),
+            "pos_w": np.asarray(out["pos_w"], dtype=np.float32).reshape(m, n_p),
+            "neg": np.asarray(out["neg"], dtype=np.int64).reshape(m, n_neg)}
