@@ -126,15 +126,22 @@ def test_adapter_model_version_promotion_and_gate(settings, reuters_slice, tmp_p
 
 
 def test_nightly_runs_the_adapter_budget(settings, reuters_slice):
+    from newsmon.shared.classifier import Classifier
     from newsmon.training_jobs.nightly import run_nightly
 
     s = settings
     s.training.cpu_budget = "adapter"
     s.training.tolerance = 0.05
+    clf = Classifier(s)  # production's memory, which a promotion carries over and the job re-calibrates
+    clf.add_articles(reuters_slice.split("train")[:60])
+    clf.close()
     rep = run_nightly(s, reuters_slice, trials=2)
     assert rep.budget == "adapter" and read_adapter(rep.candidate) is not None
     assert rep.adapter["mining"]["positive_shares_label"] == 1.0
     assert set(rep.tuning) == {"candidate", "current"}
     assert rep.rollout["promoted"] in (True, False) and "uF1" in rep.rollout["candidate"]
+    if rep.rollout["promoted"]:  # re-calibrated for the new vectors
+        assert rep.rollout["reembedded"] == {"en": 60} and set(rep.calibration) == {"en"}
+        assert rep.calibration["en"]["top_k"] >= 1
     manifest = json.loads((read_adapter(rep.candidate).path / "newsmon_model.json").read_text())
     assert manifest["rae"]["top_k"] >= 1 and "validation_overlap10" in manifest["adapter_training"]

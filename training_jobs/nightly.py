@@ -200,7 +200,9 @@ def recalibrate(settings: Settings, corpus: Corpus) -> dict:
 
     The one place the nightly job re-calibrates: :func:`newsmon.training_jobs.calibration.calibrate_memory`
     on the promoted version's memory (leave-one-out) plus the validation split, written by ``nightly``; the
-    workers, ``suggest`` and ``eval`` read the records. Returns the chosen parameters per language.
+    workers, ``suggest`` and ``eval`` read the records. Returns the chosen parameters per language, or
+    ``{"skipped": reason}`` when the promoted version's memory holds no labelled article (nothing to calibrate:
+    the first ``memory build --calibrate`` does it).
     """
     from newsmon.shared.classifier import Classifier  # deferred: loads the promoted encoder
     from newsmon.training_jobs.calibration import calibrate_memory  # deferred: imports the predictors
@@ -209,6 +211,8 @@ def recalibrate(settings: Settings, corpus: Corpus) -> dict:
     try:
         out = calibrate_memory(clf, [a for a in corpus.split("validation") if a.labels], written_by="nightly",
                                corpus=str(corpus.path))
+    except ValueError as exc:  # an empty memory: nothing to calibrate
+        return {"skipped": str(exc)}
     finally:
         clf.close()
     return {lang: c.record.params for lang, c in out.items()}
