@@ -81,13 +81,15 @@ def train_rollout(
 
 def train_nightly(
     data: Annotated[Optional[Path], typer.Option(help="Corpus (default: NEWSMON_DATA).")] = None,
-    max_steps: Annotated[Optional[int], typer.Option(min=1, help="Cap on optimiser steps (CPU budget).")] = None,
+    max_steps: Annotated[Optional[int], typer.Option(
+        min=1, help="Cap on fine-tuning steps (the finetune budget).")] = None,
     trials: Annotated[Optional[int], typer.Option(
         min=0, help="Optuna trials (default NEWSMON_TRAINING__TUNE_TRIALS).")] = None,
     source: Annotated[str, typer.Option(help="Training articles: corpus (train split) or memory.")] = "corpus",
 ) -> None:
-    """Mine -> fine-tune -> tune -> rollout. Exits 0 when the candidate is promoted or refused; non-zero only
-    when a stage fails."""
+    """Mine -> train (the encoder on CUDA; on CPU NEWSMON_TRAINING__CPU_BUDGET: adapter by default) -> tune ->
+    rollout -> re-calibrate. Exits 0 when the candidate is promoted or refused; non-zero only when a stage
+    fails."""
     from newsmon.training_jobs.nightly import run_nightly  # deferred: see the module docstring
 
     s = settings_from_env(data=data)
