@@ -199,8 +199,9 @@ def _calibrate(clf: Classifier, validation: list[Article], corpus: str) -> None:
         params, source = effective_scoring(clf.settings, cal.record)
         f = cal.record.figures
         rules = {k: v for k, v in params.model_dump().items() if k not in ("lam",)}
-        print(f"calibrated {lang} in {time.perf_counter() - t0:.1f} s on {cal.record.fit_on['memory_articles_leave_one_out']} "
-              f"memory + {cal.record.fit_on['validation_articles']} validation articles (micro-F1 "
+        fit = cal.record.fit_on
+        print(f"calibrated {lang} in {time.perf_counter() - t0:.1f} s on {fit['memory_articles_leave_one_out']} "
+              f"memory + {fit['validation_articles']} validation articles (micro-F1 "
               f"{100 * f['micro_f1']:.1f}, subset accuracy {100 * f['subset_accuracy']:.1f}); streaming with "
               f"{rules} (from the {source})")
 

@@ -21,6 +21,7 @@ from newsmon.shared.data import Article
 from newsmon.shared.encoder import Encoder, encoder_identity, resolve_model
 from newsmon.shared.memory import KnowledgeMemory, MemoryRouter, SearchFilter, shared_router
 from newsmon.shared.calibration import CalibrationStore, effective_scoring, record_id
+from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors import LabelScore, LabelVocab, Proposal, Retrieval, explain, newsmon_decide
 from newsmon.shared.promotion import effective_encoder_settings
 
@@ -99,6 +100,7 @@ class Classifier:
         self.encoder = encoder or Encoder(effective_encoder_settings(settings), settings.home)
         self.model_version = self.encoder.model_id
         self.router = router or shared_router(settings, self.model_version, self.encoder.dim)
+        self.terms = TermVectors()  # hybrid retrieval's term vectors of memory articles, by id
         self.calibrations = CalibrationStore(settings, self.router.server_client() if settings.memory.url else None)
 
     # -- memory -------------------------------------------------------------------------------------
@@ -169,8 +171,10 @@ class Classifier:
                 exclude: Sequence[str] = (),
                 relabel: Callable[[tuple[str, ...]], tuple[str, ...]] | None = None,
                 candidates: int = CANDIDATES) -> tuple[list[Proposal], np.ndarray]:
-        """Label proposals for ``m`` articles: retrieve, score with RAE-XMC (eq. 8) and decide with the
-        product's rules (:func:`newsmon.shared.predictors.newsmon_decide`), with each language's calibrated
+        """Label proposals for ``m`` articles: retrieve (hybrid: the dense candidates fused with a lexical
+        similarity when ``lexical_weight > 0``, :func:`newsmon.shared.predictors.lexical.fuse`), score with RAE-XMC
+        (eq. 8) and decide with the product's rules (:func:`newsmon.shared.predictors.newsmon_decide`), with each
+        language's calibrated
         parameters (:meth:`scoring`).
 
         Args:
@@ -195,7 +199,9 @@ class Classifier:
         out: list[Proposal | None] = [None] * len(texts)
         for params, cal, idx in groups.values():
             k = max(params.top_k, params.tail_neighbours if params.tail_support else 1)
-            r, searched = self.retrieve_routed(vectors[idx], [langs[i] for i in idx], k, exclude)
+            n = max(k, params.lexical_candidates) if params.lexical_weight else k
+            r, searched = self.retrieve_routed(vectors[idx], [langs[i] for i in idx], n, exclude)
+            r = fuse(r, [texts[i] for i in idx], params.lexical_weight, k, self.terms)
             if relabel is not None:
                 r.labels = [[relabel(lbs) for lbs in row] for row in r.labels]
             vocab = LabelVocab()

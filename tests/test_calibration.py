@@ -148,3 +148,21 @@ def test_calibration_record_in_server_mode_reaches_every_client(tmp_path):
     CalibrationStore(s, client=client).write(rec)
     assert CalibrationStore(s, client=client, ttl_s=0).read("newsmon_en_m1") == rec
     client.close()
+
+
+def test_lexical_fusion_reranks_dense_candidates_by_shared_words():
+    from newsmon.shared.predictors.lexical import TermVectors, fuse, local_tfidf_cosine
+
+    r = Retrieval(np.array([["a", "b", ""]], dtype=object), np.array([[0.90, 0.85, -np.inf]], dtype=np.float32),
+                  [[("x",), ("y",), ()]], None, [["vlada sprejela proračun", "krka poročala dobiček krka", ""]])
+    terms = TermVectors()
+    lex = local_tfidf_cosine(terms.rows(["krka dobiček"])[0], terms.rows(r.texts[0][:2]))
+    assert lex[0] == 0.0 and 0.5 < lex[1] <= 1.0
+    dense = fuse(r, ["krka dobiček"], 0.0, 2)
+    assert dense.ids[0].tolist() == ["a", "b"]
+    fused = fuse(r, ["krka dobiček"], 0.5, 2, terms)
+    assert fused.ids[0].tolist() == ["b", "a"] and fused.labels[0] == [("y",), ("x",)]
+    assert fused.sims[0, 0] == pytest.approx(0.5 * 0.85 + 0.5 * lex[1], abs=1e-6)
+    assert fused.sims[0, 1] == pytest.approx(0.45, abs=1e-6)
+    with pytest.raises(ValueError, match="texts"):
+        fuse(Retrieval(r.ids, r.sims, r.labels), ["q"], 0.5, 2)

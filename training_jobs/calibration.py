@@ -21,7 +21,7 @@ from newsmon.shared.classifier import Classifier
 from newsmon.shared.data import Article
 from newsmon.shared.memory import SearchFilter
 from newsmon.shared.predictors import Retrieval
-from newsmon.shared.predictors.calibrate import GRID_K, OBJECTIVE, calibrate
+from newsmon.shared.predictors.calibrate import GRID_K, LEXICAL_CANDIDATES, OBJECTIVE, calibrate
 from newsmon.shared.predictors.newsmon import concat
 
 log = structlog.get_logger(__name__)
@@ -36,22 +36,24 @@ class LanguageCalibration:
     seconds: float
 
 
-def _leave_one_out(clf: Classifier, lang: str, k: int, limit: int | None) -> tuple[Retrieval, list[tuple]]:
+def _leave_one_out(clf: Classifier, lang: str, k: int, limit: int | None
+                   ) -> tuple[Retrieval, list[tuple], list[str]]:
     """The labelled memory articles of ``lang`` (at most ``limit``, in scroll order) with their top-``k``
-    neighbours among the others (production routing), and their label sets."""
+    neighbours among the others (production routing), their label sets and their stored texts."""
     points = []
     for p in clf.memory(lang).scroll(SearchFilter(labelled=True), with_vectors=True):
         points.append(p)
         if limit is not None and len(points) >= limit:
             break
     if not points:
-        return Retrieval(np.empty((0, k), dtype=object), np.empty((0, k), dtype=np.float32), []), []
+        return Retrieval(np.empty((0, k), dtype=object), np.empty((0, k), dtype=np.float32), []), [], []
     vecs = np.stack([p.vector for p in points]).astype(np.float32)
     flt = SearchFilter(labelled=True)
     rows, _ = clf.router.search_languages(vecs, [lang] * len(points), k + 1, flt,
                                           clf.settings.memory.min_language_articles)
     rows = [[n for n in hits if n.article_id != p.article_id][:k] for p, hits in zip(points, rows)]
-    return Retrieval.from_neighbours(rows, k), [tuple(p.labels) for p in points]
+    return (Retrieval.from_neighbours(rows, k), [tuple(p.labels) for p in points],
+            [str(p.payload.get("text") or "") for p in points])
 
 
 def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), written_by: str = "tune",
@@ -72,11 +74,11 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
     Raises:
         ValueError: no language memory holds labelled articles.
     """
-    k = max(GRID_K)
+    k = max(max(GRID_K), LEXICAL_CANDIDATES)
     out: dict[str, LanguageCalibration] = {}
     for lang in clf.languages():
         t0 = time.perf_counter()
-        loo, gold = _leave_one_out(clf, lang, k, max_memory_articles)
+        loo, gold, texts = _leave_one_out(clf, lang, k, max_memory_articles)
         if not gold:
             continue
         parts, n_val = [loo], 0
@@ -85,8 +87,9 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
             vecs = clf.encoder.encode([a.text for a in val], role="query")
             parts.append(clf.retrieve(vecs, [lang] * len(val), k))
             gold = gold + [tuple(a.labels) for a in val]
+            texts = texts + [a.text for a in val]
             n_val = len(val)
-        result = calibrate(concat(parts), gold)
+        result = calibrate(concat(parts), gold, query_texts=texts, terms=clf.terms)
         record = CalibrationRecord(
             collection=clf.collection(lang), language=lang, model_version=clf.model_version,
             params=result.params.as_dict(), objective=OBJECTIVE, figures=result.figures,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Article
 from newsmon.shared.encoder import Encoder
@@ -87,7 +88,8 @@ def retrieve_neighbours(settings: Settings, train: Sequence[Article], test: Sequ
             for lang in sorted({a.lang for a in train}):
                 idx = [i for i, a in enumerate(train) if a.lang == lang]
                 router.memory(lang).upsert([train[i].id for i in idx], train_vecs[idx],
-                                           [train[i].labels for i in idx], [{"lang": lang} for _ in idx])
+                                           [train[i].labels for i in idx],
+                                           [{"lang": lang, "text": train[i].text[:TEXT_PAYLOAD_CHARS]} for i in idx])
             timings["memory_build_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             test_r = search_by_language(router, test_vecs, [a.lang for a in test], top_k, n_min)

@@ -133,6 +133,7 @@ def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: i
         nb = retrieve_neighbours(settings, train, test, val, top_k, with_val, loo_k or None, progress, report)
         train_set.retrieval = nb.train_loo
         train_set.validation, train_set.validation_labels = nb.validation, labels.val
+        train_set.validation_texts = [a.text for a in val]
         test_q.vectors, test_q.retrieval = nb.test_vecs, nb.test
         val_q.vectors, val_q.retrieval = nb.val_vecs, nb.validation
     for p in predictors:

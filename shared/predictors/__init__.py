@@ -1,6 +1,7 @@
 """Label predictors behind one interface (:class:`Predictor`: ``fit``, ``scores``, ``decide``), found by name
 (:func:`get_predictor`): RAE-XMC (``rae``), zero-shot 1-NN (``zshot``), ML-KNN (``mlknn``) and the TF-IDF
-baselines (``svm``, ``logreg``), and the product's own ``newsmon`` (calibrated decision rules); plus the retrieval types and RAE-XMC scoring that the live classifier uses.
+baselines (``svm``, ``logreg``), and the product's own ``newsmon`` (calibrated decision rules); plus the
+retrieval types and RAE-XMC scoring that the live classifier uses.
 """
 
 # The method modules register their predictors on import; this order is the order of the eval report.
@@ -14,7 +15,8 @@ from newsmon.shared.predictors.base import (Predictor, QueryBatch, TrainingSet, 
                                             predictor_class, register)
 from newsmon.shared.predictors.retrieval import LabelScore, LabelVocab, Proposal, Retrieval, explain
 
-__all__ = ["MLKNN", "LabelScore", "LabelVocab", "MlKnnPredictor", "NewsmonPredictor", "OneNnPredictor", "Predictor", "Proposal",
+__all__ = ["MLKNN", "LabelScore", "LabelVocab", "MlKnnPredictor", "NewsmonPredictor", "OneNnPredictor", "Predictor",
+           "Proposal",
            "QueryBatch", "RaeXmcPredictor", "Retrieval", "TfidfLogRegPredictor", "TfidfOneVsAll",
            "TfidfSvmPredictor", "TrainingSet", "available", "explain", "get_predictor", "neighbour_counts", "newsmon_decide",
            "one_nn_scores", "predictor_class", "rae_xmc_scores", "register", "tune_rae"]

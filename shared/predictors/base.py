@@ -37,8 +37,8 @@ class TrainingSet:
         vocab: the label vocabulary; its columns are the columns of every score matrix.
         retrieval: each training article's top-K neighbours among the *other* training articles
             (leave-one-out), for methods with ``needs_training_retrieval`` (ML-KNN, newsmon); else None.
-        validation / validation_labels: the validation articles' top-K neighbours and their ``(n_val, L)`` 0/1
-            labels, for methods with ``needs_validation_retrieval`` (newsmon calibrates on them); else None.
+        validation / validation_labels / validation_texts: the validation articles' top-K neighbours, their
+            ``(n_val, L)`` 0/1 labels and their texts, for methods with ``needs_validation_retrieval`` (newsmon calibrates on them); else None.
     """
 
     texts: Sequence[str]
@@ -47,6 +47,7 @@ class TrainingSet:
     retrieval: Retrieval | None = None
     validation: Retrieval | None = None
     validation_labels: sp.csr_matrix | None = None
+    validation_texts: Sequence[str] | None = None
 
 
 @dataclass

@@ -8,7 +8,8 @@ are right; their sum chooses well in both cases and both figures are reported. T
 on the same data choose the same parameters; the objective's noise is reported as a bootstrap 90 % interval
 over the calibration articles.
 
-Order: k, tau and the threshold on a grid; then each decision rule (floor, label-set vote, tail support) is
+Order: k, tau and the threshold on a grid; then hybrid retrieval (the dense neighbours fused with a lexical
+similarity, when the neighbours' texts are at hand), kept only when it lifts the objective; then each decision rule (floor, label-set vote, tail support) is
 tried on top and kept only when it lifts the objective; every step is recorded (the ablation).
 """
 
@@ -22,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from newsmon.shared.predictors.rules import RULE_DEFAULTS, newsmon_decide
+from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors.rae_xmc import rae_xmc_scores
 from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
 
@@ -29,6 +31,9 @@ from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
 GRID_K = (5, 10, 20, 30, 50, 75, 100)
 GRID_TAU = (0.01, 0.02, 0.03, 0.05, 0.08)
 GRID_THRESHOLD = tuple(np.round(np.arange(0.15, 0.76, 0.05), 2))
+#: Lexical weights tried for hybrid retrieval (0 = dense only), and the dense candidates fused.
+GRID_LEXICAL = (0.3, 0.5)
+LEXICAL_CANDIDATES = 200
 #: The decision rules tried on top of the base, in this order, each kept only where it lifts.
 RULE_GRID: dict[str, list[dict[str, Any]]] = {
     "floor": [{"floor": f} for f in (0.0, 0.1, 0.2, 0.3)],
@@ -51,6 +56,8 @@ class Params:
     tail_support: int = 0
     tail_neighbours: int = 5
     tail_similarity: float = 0.9
+    lexical_weight: float = 0.0
+    lexical_candidates: int = LEXICAL_CANDIDATES
 
     def as_dict(self) -> dict[str, Any]:
         """The parameters as a plain dict (JSON-able)."""
@@ -106,12 +113,30 @@ def bootstrap_interval(Yt: np.ndarray, P: np.ndarray, n_boot: int = 200, seed: i
     return float(np.percentile(vals, 5)), float(np.percentile(vals, 95))
 
 
-def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[str, ...] = tuple(RULE_GRID)
-              ) -> CalibrationResult:
+def _base_grid(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], extra: dict[str, Any]
+               ) -> tuple[float, Params, float, float]:
+    """The best (objective, params, micro-F1, subset accuracy) of the k / tau / threshold grid (``labels``: the
+    columns of ``Yt``)."""
+    rows = retrieval.label_matrix(LabelVocab(labels))
+    L = Yt.shape[1]
+    best: tuple[float, Params, float, float] | None = None
+    for k, tau in itertools.product([k for k in GRID_K if k <= retrieval.k] or [retrieval.k], GRID_TAU):
+        S = _pad(rae_xmc_scores(retrieval.sims, rows, k, tau, 1.0, rows.shape[1]), L)[:, :L]
+        for thr in GRID_THRESHOLD:
+            f1, acc = _micro_f1_acc(Yt, S > thr)
+            if best is None or f1 + acc > best[0] + 1e-12:
+                best = (f1 + acc, Params(k, tau, float(thr), **extra), f1, acc)
+    return best
+
+
+def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[str, ...] = tuple(RULE_GRID),
+              query_texts: list[str] | None = None, terms: TermVectors | None = None) -> CalibrationResult:
     """Choose the ``newsmon`` predictor's parameters on ``n`` calibration articles.
 
     Args:
-        retrieval: the articles' top-K neighbours in the memory (leave-one-out for memory articles).
+        retrieval: the articles' dense top-K neighbours in the memory (leave-one-out for memory articles); with
+            their texts and ``query_texts`` (the articles' own texts), hybrid retrieval (lexical fusion,
+            :func:`newsmon.shared.predictors.lexical.fuse`) is tried as a step after the base grid.
         gold: their ``n`` true label sets.
         rules: the decision rules to try (names of :data:`RULE_GRID`), in order.
 
@@ -124,25 +149,33 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
     if len(gold) == 0 or retrieval.k == 0:
         raise ValueError("calibration needs labelled articles with neighbours")
     vocab = LabelVocab()
-    rows = retrieval.label_matrix(vocab)
+    retrieval.label_matrix(vocab)
     Yt = _gold(gold, vocab)
-    L = Yt.shape[1]
-    best: tuple[float, Params, float, float] | None = None
-    for k, tau in itertools.product([k for k in GRID_K if k <= retrieval.k] or [retrieval.k], GRID_TAU):
-        S = _pad(rae_xmc_scores(retrieval.sims, rows, k, tau, 1.0, rows.shape[1]), L)
-        for thr in GRID_THRESHOLD:
-            f1, acc = _micro_f1_acc(Yt, S > thr)
-            if best is None or f1 + acc > best[0] + 1e-12:
-                best = (f1 + acc, Params(k, tau, float(thr)), f1, acc)
-    _, params, f1, acc = best
+    dense = fuse(retrieval, [], 0.0, max(GRID_K))
+    _, params, f1, acc = _base_grid(dense, Yt, vocab.labels, {})
     steps = [{"step": "base (k, tau, threshold)", "params": params.as_dict(), "micro_f1": f1,
               "subset_accuracy": acc, "objective": f1 + acc, "kept": True}]
+    chosen = dense
+    if query_texts is not None and retrieval.texts is not None:
+        terms = terms or TermVectors()
+        trial_best = None
+        for w in GRID_LEXICAL:
+            fused = fuse(retrieval, query_texts, w, max(GRID_K), terms)
+            trial = _base_grid(fused, Yt, vocab.labels, {"lexical_weight": w})
+            if trial_best is None or trial[0] > trial_best[0][0]:
+                trial_best = (trial, fused)
+        (obj, tparams, tf1, tacc), fused = trial_best
+        kept = obj > f1 + acc + 1e-9
+        steps.append({"step": "+ lexical fusion", "params": tparams.as_dict(), "micro_f1": tf1,
+                      "subset_accuracy": tacc, "objective": obj, "kept": kept})
+        if kept:
+            params, f1, acc, chosen = tparams, tf1, tacc, fused
     for rule in rules:
         trial_best = None
         for option in RULE_GRID[rule]:
             trial = Params(**{**params.as_dict(), **option})
-            _, P = newsmon_decide(retrieval, vocab, trial)
-            tf1, tacc = _micro_f1_acc(Yt, _pad(P, L))
+            _, P = newsmon_decide(chosen, LabelVocab(vocab.labels), trial)
+            tf1, tacc = _micro_f1_acc(Yt, _pad(P, Yt.shape[1])[:, :Yt.shape[1]])
             if trial_best is None or tf1 + tacc > trial_best[0]:
                 trial_best = (tf1 + tacc, trial, tf1, tacc)
         kept = trial_best[0] > f1 + acc + 1e-9
@@ -150,8 +183,8 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
                       "subset_accuracy": trial_best[3], "objective": trial_best[0], "kept": kept})
         if kept:
             _, params, f1, acc = trial_best
-    _, P = newsmon_decide(retrieval, vocab, params)
-    lo, hi = bootstrap_interval(Yt, _pad(P, L))
+    _, P = newsmon_decide(chosen, LabelVocab(vocab.labels), params)
+    lo, hi = bootstrap_interval(Yt, _pad(P, Yt.shape[1])[:, :Yt.shape[1]])
     figures = {"micro_f1": f1, "subset_accuracy": acc, "objective": f1 + acc, "objective_lo": lo,
                "objective_hi": hi, "n": float(len(gold))}
     return CalibrationResult(params, figures, steps)

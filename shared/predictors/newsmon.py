@@ -11,16 +11,18 @@ import numpy as np
 import scipy.sparse as sp
 
 from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
-from newsmon.shared.predictors.calibrate import GRID_K, calibrate
+from newsmon.shared.predictors.calibrate import GRID_K, LEXICAL_CANDIDATES, calibrate
+from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
 from newsmon.shared.predictors.rules import newsmon_decide
 
 
 def concat(parts: list[Retrieval]) -> Retrieval:
-    """The queries of several retrievals, in order, cut to the smallest K."""
+    """The queries of several retrievals, in order, cut to the smallest K (texts kept when every part has them)."""
     k = min(p.k for p in parts)
+    texts = [row[:k] for p in parts for row in p.texts] if all(p.texts is not None for p in parts) else None
     return Retrieval(np.vstack([p.ids[:, :k] for p in parts]), np.vstack([p.sims[:, :k] for p in parts]),
-                     [row[:k] for p in parts for row in p.labels])
+                     [row[:k] for p in parts for row in p.labels], None, texts)
 
 
 @register
@@ -45,6 +47,7 @@ class NewsmonPredictor(Predictor):
         self.chosen: Any = params
         self.calibration: Any = None
         self.vocab = LabelVocab()
+        self.terms = TermVectors()
 
     def fit(self, train: TrainingSet) -> "NewsmonPredictor":
         """Keep the vocabulary and, without fixed parameters, calibrate on ``train.retrieval`` (leave-one-out)
@@ -52,17 +55,22 @@ class NewsmonPredictor(Predictor):
         self.vocab = train.vocab
         if self.fixed is None:
             parts, gold = [train.retrieval], _label_sets(train.labels, train.vocab)
+            texts = list(train.texts)
             if train.validation is not None and train.validation_labels is not None:
                 parts.append(train.validation)
                 gold += _label_sets(train.validation_labels, train.vocab)
-            self.calibration = calibrate(concat(parts), gold)
+                texts += list(train.validation_texts or [""] * len(train.validation.labels))
+            self.calibration = calibrate(concat(parts), gold, query_texts=texts, terms=self.terms)
             self.chosen = self.calibration.params
         return self
 
     def score_and_decide(self, queries: QueryBatch) -> tuple[np.ndarray, np.ndarray]:
         """``(m, L)`` float32 scores and ``(m, L)`` bool proposals over the training vocabulary."""
         vocab = LabelVocab(self.vocab.labels)
-        scores, proposed = newsmon_decide(queries.retrieval, vocab, self.chosen)
+        p = self.chosen
+        r = fuse(queries.retrieval, queries.texts, getattr(p, "lexical_weight", 0.0), max(p.top_k, p.tail_neighbours),
+                 self.terms)
+        scores, proposed = newsmon_decide(r, vocab, p)
         L = len(self.vocab)
         return scores[:, :L], proposed[:, :L]
 
@@ -82,7 +90,10 @@ class NewsmonPredictor(Predictor):
         return out
 
     def neighbours_needed(self) -> int:
-        return max(GRID_K) if self.fixed is None else self.fixed.top_k
+        p = self.fixed
+        if p is None:
+            return max(max(GRID_K), LEXICAL_CANDIDATES)
+        return max(p.top_k, p.tail_neighbours, p.lexical_candidates if p.lexical_weight else 0)
 
 
 def _label_sets(Y: sp.csr_matrix, vocab: LabelVocab) -> list[tuple[str, ...]]:

@@ -62,12 +62,15 @@ class Retrieval:
         labels: ``m`` lists of ``K`` label tuples (empty tuple where missing).
         titles: ``m`` lists of ``K`` neighbour titles for people (:func:`display_title`; None where missing or
             unknown); None when the search returned no payloads.
+        texts: ``m`` lists of ``K`` neighbour texts (payload ``text``; ``""`` where missing), for the lexical
+            fusion of hybrid retrieval (:mod:`newsmon.shared.predictors.lexical`); None when not kept.
     """
 
     ids: np.ndarray
     sims: np.ndarray
     labels: list[list[tuple[str, ...]]]
     titles: list[list[str | None]] | None = None
+    texts: list[list[str]] | None = None
 
     @classmethod
     def from_neighbours(cls, neighbours: Sequence[Sequence], top_k: int | None = None) -> "Retrieval":
@@ -80,6 +83,7 @@ class Retrieval:
         sims = np.full((m, k), -np.inf, dtype=np.float32)
         labels: list[list[tuple[str, ...]]] = []
         titles: list[list[str | None]] = []
+        texts: list[list[str]] = []
         for i, row in enumerate(neighbours):
             row = list(row)[:k]
             for j, nb in enumerate(row):
@@ -87,7 +91,9 @@ class Retrieval:
                 sims[i, j] = nb.similarity
             labels.append([tuple(nb.labels) for nb in row] + [()] * (k - len(row)))
             titles.append([display_title(getattr(nb, "payload", None)) for nb in row] + [None] * (k - len(row)))
-        return cls(ids, sims, labels, titles)
+            texts.append([str((getattr(nb, "payload", None) or {}).get("text") or "") for nb in row]
+                         + [""] * (k - len(row)))
+        return cls(ids, sims, labels, titles, texts)
 
     @property
     def k(self) -> int:
@@ -101,7 +107,8 @@ class Retrieval:
     def head(self, k: int) -> "Retrieval":
         """The first ``k`` neighbours of each query."""
         return Retrieval(self.ids[:, :k], self.sims[:, :k], [row[:k] for row in self.labels],
-                         None if self.titles is None else [row[:k] for row in self.titles])
+                         None if self.titles is None else [row[:k] for row in self.titles],
+                         None if self.texts is None else [row[:k] for row in self.texts])
 
 
 #: Characters of a neighbour's title (or text snippet) shown to people; the wire allows 300.

@@ -1,0 +1,124 @@
+"""Replay of new labels (not in CI): can 3 confirmations make a label work at once, without retraining?
+
+For every label of the corpus with 6-60 articles: hide it from the knowledge memory (the whole corpus, every
+article a memory point), give it back to 3 of its articles (3 moderator confirmations), then score that label on
+every other article of the corpus (leave-one-out: an article never retrieves itself). Positives are the other
+articles carrying the label. Reported: micro precision / recall / F1 of the new labels over all articles, for
+
+- the calibrated ``newsmon`` predictor (parameters from :func:`newsmon.shared.predictors.calibrate.calibrate` on
+  the train split scored leave-one-out plus validation, as ``eval`` does), with its tail-support rule as
+  calibrated and with tail support switched on at several settings;
+- the reference rule "propose when a confirmed article is the nearest neighbour" (1-NN).
+
+Usage: ``.venv/bin/python benchmarks/new_label_replay.py --data ../shared/data/sentinews_sl`` (embeddings come
+from the encoder's cache under NEWSMON_HOME when it has them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from newsmon.shared.config import Settings
+from newsmon.shared.data import load_corpus
+from newsmon.shared.encoder import Encoder
+from newsmon.shared.predictors import LabelVocab, Retrieval, newsmon_decide
+from newsmon.shared.predictors.calibrate import LEXICAL_CANDIDATES, Params, calibrate
+from newsmon.shared.predictors.lexical import TermVectors, fuse
+from newsmon.shared.predictors.newsmon import concat
+
+TAIL_OPTIONS = [None, (3, 5, 0.85), (3, 5, 0.88), (2, 3, 0.88), (3, 10, 0.85)]
+
+
+def neighbours(Q: np.ndarray, P: np.ndarray, ids: list[str], texts: list[str], labels: list[tuple],
+               query_idx: np.ndarray, memory_idx: np.ndarray, n: int, loo: bool) -> Retrieval:
+    """Dense top-``n`` of each query among the memory rows (exact cosine; itself excluded when ``loo``)."""
+    S = Q[query_idx] @ P[memory_idx].T
+    if loo:
+        pos = {m: j for j, m in enumerate(memory_idx)}
+        for i, q in enumerate(query_idx):
+            if q in pos:
+                S[i, pos[q]] = -np.inf
+    top = np.argsort(-S, axis=1)[:, :n]
+    mem = memory_idx[top]
+    return Retrieval(np.array([[ids[j] for j in row] for row in mem], dtype=object),
+                     np.take_along_axis(S, top, 1).astype(np.float32),
+                     [[labels[j] for j in row] for row in mem], None, [[texts[j] for j in row] for row in mem])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default="../shared/data/sentinews_sl")
+    ap.add_argument("--min-articles", type=int, default=6)
+    ap.add_argument("--max-articles", type=int, default=60)
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    s = Settings()
+    arts = [a for a in load_corpus(args.data).articles if a.labels]
+    ids, texts, labels = [a.id for a in arts], [a.text for a in arts], [tuple(a.labels) for a in arts]
+    enc = Encoder(s.encoder, s.home)
+    P = enc.encode(texts, role="passage")
+    Q = enc.encode(texts, role="query")
+    enc.close()
+    split = np.array([a.split for a in arts])
+    tr, va = np.flatnonzero(split == "train"), np.flatnonzero(split == "validation")
+    n = max(100, LEXICAL_CANDIDATES)
+    terms = TermVectors()
+    # the calibration eval would choose: train leave-one-out + validation
+    cal_r = concat([neighbours(Q, P, ids, texts, labels, tr, tr, n, True),
+                    neighbours(Q, P, ids, texts, labels, va, tr, n, False)])
+    cal = calibrate(cal_r, [labels[i] for i in tr] + [labels[i] for i in va],
+                    query_texts=[texts[i] for i in tr] + [texts[i] for i in va], terms=terms)
+    params = cal.params
+    everyone = np.arange(len(arts))
+    dense = neighbours(Q, P, ids, texts, labels, everyone, everyone, n, True)
+    k = max(params.top_k, 10)
+    r = fuse(dense, texts, params.lexical_weight, k, terms)
+    counts: dict[str, list[int]] = {}
+    for i, lbs in enumerate(labels):
+        for lb in lbs:
+            counts.setdefault(lb, []).append(i)
+    new = {lb: ix for lb, ix in counts.items() if args.min_articles <= len(ix) <= args.max_articles}
+    rng = np.random.default_rng(13)
+    tallies = {name: [0, 0, 0] for name in ["1-NN rule", "newsmon (calibrated)"] + [
+        f"newsmon + tail {t[0]} of {t[1]} >= {t[2]}" for t in TAIL_OPTIONS if t]}
+    for lb, ix in sorted(new.items()):
+        confirmed = set(rng.choice(ix, 3, replace=False).tolist())
+        confirmed_ids = {ids[i] for i in confirmed}
+        hidden = Retrieval(r.ids, r.sims, [[tuple(x for x in row_lbs if x != lb or nid in confirmed_ids)
+                                            for nid, row_lbs in zip(r.ids[i], r.labels[i])]
+                                           for i in range(len(arts))], None, r.texts)
+        queries = np.array([i for i in everyone if i not in confirmed])
+        gold = np.array([lb in labels[i] for i in queries])
+        sub = Retrieval(hidden.ids[queries], hidden.sims[queries], [hidden.labels[i] for i in queries])
+        nn = np.array([lb in row[0] for row in sub.labels])
+        _tally(tallies["1-NN rule"], nn, gold)
+        for t in TAIL_OPTIONS:
+            p = params if t is None else Params(**{**params.as_dict(), "tail_support": t[0],
+                                                   "tail_neighbours": t[1], "tail_similarity": t[2]})
+            vocab = LabelVocab()
+            _, chosen = newsmon_decide(sub, vocab, p)
+            got = chosen[:, vocab.index[lb]] if lb in vocab.index else np.zeros(len(queries), bool)
+            _tally(tallies["newsmon (calibrated)" if t is None else f"newsmon + tail {t[0]} of {t[1]} >= {t[2]}"],
+                   got, gold)
+    print(f"{args.data}: {len(new)} labels with {args.min_articles}-{args.max_articles} articles, 3 confirmations "
+          f"each, scored on the other {len(arts) - 3} articles; calibrated {params.as_dict()}; "
+          f"{time.perf_counter() - t0:.0f} s")
+    print("| rule | micro precision | micro recall | micro F1 | proposed |\n|---|---|---|---|---|")
+    for name, (tp, fp, fn) in tallies.items():
+        prec = tp / (tp + fp) if tp + fp else float("nan")
+        rec = tp / (tp + fn) if tp + fn else float("nan")
+        f1 = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+        print(f"| {name} | {prec:.3f} | {rec:.3f} | {f1:.3f} | {tp + fp} |")
+
+
+def _tally(t: list[int], pred: np.ndarray, gold: np.ndarray) -> None:
+    t[0] += int((pred & gold).sum())
+    t[1] += int((pred & ~gold).sum())
+    t[2] += int((~pred & gold).sum())
+
+
+if __name__ == "__main__":
+    main()

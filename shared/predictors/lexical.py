@@ -1,0 +1,133 @@
+"""Hybrid retrieval: the dense neighbours re-ranked by their fusion with a lexical similarity.
+
+News labels are often keyword-driven (company and person names, an outlet's conventions), which a small dense
+encoder blurs. The knowledge memory returns the dense top-N candidates (``lexical_candidates``, with their stored
+text); each candidate's score becomes
+
+    s = (1 - w) * cos(dense) + w * cos(tf-idf),
+
+with ``w = lexical_weight``, and the top-k by ``s`` are the neighbours RAE-XMC scores (eq. 8 then reads ``s``).
+The TF-IDF vectors use sublinear term frequency (1 + log tf) over hashed word features (scikit-learn's
+``HashingVectorizer``, the same word tokenisation as the TF-IDF baselines) and a *local* IDF computed over the N
+candidates themselves: no vocabulary or global statistics to keep in step with the memory, so a moderator's
+decision counts at once. Term vectors of memory articles are cached by article id.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.feature_extraction.text import HashingVectorizer
+
+from newsmon.shared.predictors.retrieval import Retrieval
+
+#: Hashed word features (2^20: collisions are negligible for news vocabularies).
+N_FEATURES = 1 << 20
+
+
+class TermVectors:
+    """Sublinear TF rows ``(n, 2^20)`` float32 CSR of texts, cached by article id (LRU, ``max_items``).
+
+    Thread-safe; an id's row is computed from the first text seen for it (a memory article's text does not
+    change: a new text comes with a new id or a re-embedding, which clears the cache via :meth:`clear`).
+    """
+
+    def __init__(self, max_items: int = 200_000) -> None:
+        self.max_items = max_items
+        self._vec = HashingVectorizer(n_features=N_FEATURES, alternate_sign=False, norm=None, lowercase=True,
+                                      dtype=np.float32)
+        self._cache: OrderedDict[str, sp.csr_matrix] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def rows(self, texts: Sequence[str], ids: Sequence[str] | None = None) -> sp.csr_matrix:
+        """``(n, 2^20)`` rows with ``1 + log(tf)`` weights; texts with an id are cached under it."""
+        out: list[sp.csr_matrix | None] = [None] * len(texts)
+        todo = []
+        with self._lock:
+            for i, key in enumerate(ids or [None] * len(texts)):
+                hit = self._cache.get(key) if key else None
+                if hit is not None:
+                    self._cache.move_to_end(key)
+                    out[i] = hit
+                else:
+                    todo.append(i)
+        if todo:
+            X = self._vec.transform([texts[i] or "" for i in todo]).tocsr()
+            X.data = (1.0 + np.log(X.data)).astype(np.float32)
+            with self._lock:
+                for r, i in enumerate(todo):
+                    out[i] = X[r]
+                    key = ids[i] if ids else None
+                    if key:
+                        self._cache[key] = X[r]
+                while len(self._cache) > self.max_items:
+                    self._cache.popitem(last=False)
+        return sp.vstack(out, format="csr") if out else sp.csr_matrix((0, N_FEATURES), dtype=np.float32)
+
+    def clear(self) -> None:
+        """Forget every cached row."""
+        with self._lock:
+            self._cache.clear()
+
+
+def local_tfidf_cosine(query: sp.csr_matrix, candidates: sp.csr_matrix) -> np.ndarray:
+    """``(N,)`` cosine between one query row and ``N`` candidate rows (sublinear TF), both weighted by the local
+    IDF ``log((1 + N) / (1 + df)) + 1`` with ``df`` counted over the candidates (0 where a side is empty)."""
+    n = candidates.shape[0]
+    cols, df = np.unique(candidates.indices, return_counts=True)
+    idf = np.ones(N_FEATURES, dtype=np.float32)
+    idf[cols] = np.log((1.0 + n) / (1.0 + df)) + 1.0
+    qv = query.multiply(idf[None, :]).tocsr()
+    dv = candidates.multiply(idf[None, :]).tocsr()
+    qn = float(np.sqrt(qv.multiply(qv).sum()))
+    dn = np.sqrt(np.asarray(dv.multiply(dv).sum(axis=1)).ravel())
+    dots = np.asarray((dv @ qv.T).todense()).ravel()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where((dn > 0) & (qn > 0), dots / (dn * max(qn, 1e-12)), 0.0)
+    return out.astype(np.float32)
+
+
+def fuse(retrieval: Retrieval, query_texts: Sequence[str], weight: float, k: int,
+         terms: TermVectors | None = None) -> Retrieval:
+    """Re-rank each query's dense candidates by ``(1 - weight) * dense + weight * lexical`` and keep the top ``k``.
+
+    Args:
+        retrieval: the dense top-N candidates with their texts (``retrieval.texts``).
+        query_texts: the ``m`` query texts; weight: the lexical weight ``w`` in [0, 1] (0: the dense order, cut
+            to ``k``); k: neighbours kept; terms: the term-vector cache (a new one when None).
+
+    Returns:
+        a :class:`Retrieval` of ``k`` neighbours per query, ``sims`` holding the fused scores.
+
+    Raises:
+        ValueError: ``weight`` outside [0, 1], or ``weight > 0`` without candidate texts.
+    """
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"lexical weight must be in [0, 1], got {weight}")
+    if weight == 0.0:
+        return retrieval.head(k)
+    if retrieval.texts is None:
+        raise ValueError("hybrid retrieval needs the candidates' texts (search with payloads)")
+    terms = terms or TermVectors()
+    m, n = retrieval.sims.shape
+    Q = terms.rows(list(query_texts))
+    ids, sims, labels, titles, texts = [], [], [], [], []
+    for i in range(m):
+        present = np.flatnonzero(np.isfinite(retrieval.sims[i]))
+        fused = np.full(n, -np.inf, dtype=np.float32)
+        if len(present):
+            D = terms.rows([retrieval.texts[i][j] for j in present], [str(retrieval.ids[i, j]) for j in present])
+            lex = local_tfidf_cosine(Q[i], D)
+            fused[present] = (1.0 - weight) * retrieval.sims[i, present] + weight * lex
+        order = np.argsort(-fused, kind="stable")[:k]
+        ids.append(retrieval.ids[i, order])
+        sims.append(fused[order])
+        labels.append([retrieval.labels[i][j] for j in order])
+        titles.append([retrieval.titles[i][j] for j in order] if retrieval.titles is not None else None)
+        texts.append([retrieval.texts[i][j] for j in order])
+    return Retrieval(np.array(ids, dtype=object).reshape(m, -1), np.array(sims, dtype=np.float32).reshape(m, -1),
+                     labels, titles if retrieval.titles is not None else None, texts)
