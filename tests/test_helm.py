@@ -257,6 +257,7 @@ def test_settings_split_between_configmap_and_secret(rendered, case):
     assert cm["NEWSMON_ENCODER__MODEL"] == PRODUCTION_MODEL
     assert cm["NEWSMON_ENCODER__POOLING"] == "cls" and cm["NEWSMON_ENCODER__MAX_LENGTH"] == "8192"
     assert cm["NEWSMON_ENCODER__QUERY_PREFIX"] == "" and cm["NEWSMON_ENCODER__PASSAGE_PREFIX"] == ""
+    assert cm["NEWSMON_ENCODER__RUNTIME"] == "torch"  # onnx-int8 is measured for e5-small only
     assert cm["NEWSMON_LOG_FORMAT"] == "json"
     # the workers never create topics (a replication factor of 1): the hook Job or the cluster's admins do
     assert cm["NEWSMON_KAFKA__CREATE_TOPICS"] == "false"
