@@ -19,9 +19,10 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import structlog
@@ -208,6 +209,32 @@ class TorchBackend:
             return torch.nn.functional.normalize(pooled.float(), dim=-1).cpu().numpy()
 
 
+#: Loaded backends (an ONNX session or a torch model) shared by the encoders of this process, by what they load;
+#: the least recently used beyond BACKENDS_KEPT is dropped (a promotion loads a new model; the old one goes).
+BACKENDS_KEPT = 3
+_BACKENDS: OrderedDict[tuple, Any] = OrderedDict()
+_BACKENDS_LOCK = threading.Lock()
+
+
+def shared_backend(key: tuple, load: Callable[[], Any]) -> Any:
+    """The backend loaded for ``key`` in this process (``load()`` on first use). Every :class:`Encoder` of one
+    model shares one set of weights (an ONNX Runtime session and a torch module in eval mode both serve
+    concurrent calls), so a process that opens several encoders (workers, a model switch, tests) holds the
+    weights once."""
+    with _BACKENDS_LOCK:
+        hit = _BACKENDS.get(key)
+        if hit is not None:
+            _BACKENDS.move_to_end(key)
+            return hit
+    backend = load()
+    with _BACKENDS_LOCK:
+        backend = _BACKENDS.setdefault(key, backend)
+        _BACKENDS.move_to_end(key)
+        while len(_BACKENDS) > BACKENDS_KEPT:
+            _BACKENDS.popitem(last=False)
+    return backend
+
+
 class Encoder:
     """Embeds articles: ``encode(texts) -> (n, d) float32``, rows L2-normalised.
 
@@ -252,13 +279,16 @@ class Encoder:
         if self.runtime in ONNX_RUNTIMES:
             self.device = "cpu"
             artefact = ensure_artefact(self.name_or_path, self.runtime, home)
-            self.backend: TorchBackend | OnnxBackend = OnnxBackend(artefact, self.settings.threads,
-                                                                   self.settings.pooling)
+            self.backend: TorchBackend | OnnxBackend = shared_backend(
+                ("onnx", str(artefact), self.settings.threads, self.settings.pooling),
+                lambda: OnnxBackend(artefact, self.settings.threads, self.settings.pooling))
         else:
             import torch  # deferred: seconds to import
 
             self.device = self.settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
-            self.backend = TorchBackend(self.name_or_path, self.device, self.settings.pooling, self.settings.threads)
+            self.backend = shared_backend(
+                ("torch", self.name_or_path, self.device, self.settings.pooling, self.settings.threads),
+                lambda: TorchBackend(self.name_or_path, self.device, self.settings.pooling, self.settings.threads))
         self.fp16 = self.runtime == "torch" and self.device.startswith("cuda")
         self._lock = threading.Lock()  # a fast tokenizer must not be used by two threads at once
         self.cache = EmbeddingCache(home / "embeddings.sqlite") if self.settings.cache else None
