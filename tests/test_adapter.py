@@ -117,6 +117,13 @@ def test_adapter_model_version_promotion_and_gate(settings, reuters_slice, tmp_p
     promoted.close()
     ids = sorted(stored)
     assert sorted(moved) == ids
+    # an adapted model is calibrated on validation alone (its adapter learnt from the memory's own articles)
+    from newsmon.training_jobs.calibration import calibrate_memory
+
+    clf = Classifier(s)
+    fit_on = calibrate_memory(clf, reuters_slice.split("validation"), written_by="nightly")["en"].record.fit_on
+    clf.close()
+    assert fit_on["memory_articles_leave_one_out"] == 0 and fit_on["validation_articles"] == 30
     assert np.allclose(np.stack([moved[i] for i in ids]),
                        transform_vectors(near.step, np.stack([stored[i] for i in ids])), atol=1e-5)
 
