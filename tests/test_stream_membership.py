@@ -65,14 +65,14 @@ def test_member_kicked_after_max_poll_interval_rejoins_and_loses_nothing(runtime
     stops (before the error policy, the failed commit ended both workers)."""
     s, rt = runtime_factory(batch_max_messages=4)
     s.kafka.session_timeout_ms = 6000
-    s.kafka.max_poll_interval_ms = 7000  # librdkafka: at least session.timeout.ms
+    s.kafka.max_poll_interval_ms = 10000  # the lowest the settings allow (librdkafka: >= session.timeout.ms)
     worker = next(w for w in rt.workers if w.name == "classifier")
     embed, slow = worker.pipeline.embed, {"left": 1}
 
     def slow_once(batch):  # one batch far past max.poll.interval.ms
         if slow["left"]:
             slow["left"] -= 1
-            time.sleep(12)
+            time.sleep(16)
         embed(batch)
 
     worker.pipeline.embed = slow_once

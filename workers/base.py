@@ -216,7 +216,7 @@ class BatchWorker:
             self._group_change("commit_failed", [])
             log.warning("commit failed: the in-flight batch's offsets are dropped and the consumer rejoins; the "
                         "partitions' next owner reads the batch again", worker=self.name, error=str(exc))
-            if membership_lost(exc) and exc.args[0].fatal():
+            if membership_lost(exc):  # rejoin with a new member: the group's view of this one is stale
                 self._renew_consumer(str(exc))
         return None
 

@@ -167,7 +167,8 @@ def commit_acknowledged(consumer: Consumer, batch: Iterable[Message], outbox: Ou
     to that message so it is consumed again. Returns the partitions rewound (empty when all went through).
 
     Raises:
-        confluent_kafka.KafkaException: the commit failed (nothing is lost: the batch will be redelivered).
+        confluent_kafka.KafkaException: the commit failed, also for one partition (nothing is lost: the batch
+            will be redelivered).
     """
     by_tp: dict[tuple[str, int], list[Message]] = {}
     for m in batch:
@@ -183,8 +184,10 @@ def commit_acknowledged(consumer: Consumer, batch: Iterable[Message], outbox: Ou
             next_offset = m.offset() + 1
         if next_offset > msgs[0].offset():
             commits.append(TopicPartition(topic, part, next_offset))
-    if commits:
-        consumer.commit(offsets=commits, asynchronous=False)
+    if commits:  # a synchronous commit reports per-partition errors in its result, not by raising
+        failed = [tp.error for tp in consumer.commit(offsets=commits, asynchronous=False) or () if tp.error]
+        if failed:
+            raise KafkaException(failed[0])
     for tp in rewind:
         log.warning("message not finished or not acknowledged: rewinding", topic=tp.topic, partition=tp.partition,
                     offset=tp.offset, error=outbox.failed.get((tp.topic, tp.partition, tp.offset)))
