@@ -107,7 +107,7 @@ def test_calibration_reaches_suggest_and_explicit_options_win(cli_env, sentinews
     assert res.exit_code != 0 and "memory build" in res.output
     res = runner.invoke(app, ["memory", "build", "--data", str(sentinews_slice), "--calibrate"])
     assert res.exit_code == 0, res.output
-    assert "calibration of newsmon_sl_" in res.output and "+ set_vote" in res.output
+    assert "calibration of" in res.output and "set_vote" in res.output and "objective" in res.output
     records = list((cli_env / "memory" / "calibration").glob("newsmon_sl_*.json"))
     assert len(records) == 1 and json.loads(records[0].read_text())["written_by"] == "memory build"
     text = next(r for r in (json.loads(x) for x in sentinews_slice.read_text(encoding="utf-8").splitlines())

@@ -115,7 +115,7 @@ def test_tune_runs_on_other_data_do_not_share_an_optimum(shared_data, newsmon_ho
     run's best trial. Now each run is its own study, named after model, data and run."""
     import optuna
 
-    from newsmon.shared.config import Settings
+    from newsmon.shared.config import Settings, reveal
     from newsmon.shared.data import load_corpus
     from newsmon.training_jobs.nightly import tune
 
@@ -134,4 +134,4 @@ def test_tune_runs_on_other_data_do_not_share_an_optimum(shared_data, newsmon_ho
     assert more["study"] == first["study"] and more["trials_in_study"] == 5
     with pytest.raises(ValueError, match="other data"):
         tune(s, load_corpus(tmp_path / "b.jsonl"), model, 2, resume=first["study"])
-    assert len(optuna.get_all_study_names(s.training.optuna_storage.get_secret_value())) == 3
+    assert len(optuna.get_all_study_names(reveal(s.training.optuna_storage))) == 3
