@@ -99,7 +99,7 @@ def test_finetune_tune_and_rollout_gate_both_ways(train_settings, reuters_slice,
     assert best_pg["storage"].endswith("/test")
 
     # gate, refused: a deliberately degraded model; production untouched
-    bad = degrade(str(cand), tmp_path / "degraded")
+    bad = degrade(str(cand), tmp_path / "degraded", noise=3.0)  # clearly worse, not within the tolerance
     d = rollout(s, str(bad), reuters_slice)
     assert not d.promoted and d.reason.startswith("refused")
     assert d.candidate["uF1"] < d.current["uF1"]
