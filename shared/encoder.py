@@ -32,7 +32,8 @@ from newsmon.shared.adapter import read_adapter
 from newsmon.shared.config import BUNDLED_E5_SMALL, EncoderSettings, Settings
 from newsmon.shared.e5_import import import_e5_small
 from newsmon.shared.text import clean_text
-from newsmon.shared.encoder_onnx import ONNX_RUNTIMES, OnnxBackend, ensure_artefact, runtime_model_id
+from newsmon.shared.encoder_onnx import (ONNX_RUNTIMES, OnnxBackend, ensure_artefact, hash_checkpoint_files,
+                                         runtime_model_id)
 
 log = structlog.get_logger(__name__)
 
@@ -67,15 +68,7 @@ def model_fingerprint(name_or_path: str) -> str:
             h.update(str(json.loads(manifest.read_text()).get("model_id", "")).encode())
         except json.JSONDecodeError:
             h.update(manifest.read_bytes())
-    if (p / "config.json").exists():
-        h.update((p / "config.json").read_bytes())
-    for w in sorted(p.glob("*.safetensors")) + sorted(p.glob("*.bin")):
-        size = w.stat().st_size
-        h.update(f"{w.name}:{size}".encode())
-        with w.open("rb") as fh:
-            h.update(fh.read(1 << 20))
-            fh.seek(max(0, size - (1 << 20)))
-            h.update(fh.read(1 << 20))
+    hash_checkpoint_files(h, p)
     return f"{p.name}@{h.hexdigest()[:16]}"
 
 

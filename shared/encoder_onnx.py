@@ -63,16 +63,23 @@ def weights_key(model_path: str) -> str:
     if not p.is_dir():
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", model_path).strip("_")
     h = hashlib.sha256()
-    if (p / "config.json").exists():
-        h.update((p / "config.json").read_bytes())
-    for w in sorted(p.glob("*.safetensors")) + sorted(p.glob("*.bin")):
+    hash_checkpoint_files(h, p)
+    return f"{p.name}@{h.hexdigest()[:16]}"
+
+
+def hash_checkpoint_files(h, directory: Path) -> None:
+    """Feed a checkpoint directory's ``config.json`` and, per weights file (``*.safetensors``, ``*.bin``), its
+    name, size and first and last MiB into the hash ``h`` (a ``hashlib`` object): cheap, and distinct for
+    different weights. Shared by the model fingerprint and the ONNX artefact's weights key."""
+    if (directory / "config.json").exists():
+        h.update((directory / "config.json").read_bytes())
+    for w in sorted(directory.glob("*.safetensors")) + sorted(directory.glob("*.bin")):
         size = w.stat().st_size
         h.update(f"{w.name}:{size}".encode())
         with w.open("rb") as fh:
             h.update(fh.read(1 << 20))
             fh.seek(max(0, size - (1 << 20)))
             h.update(fh.read(1 << 20))
-    return f"{p.name}@{h.hexdigest()[:16]}"
 
 
 def artefact_dirs(model_path: str, home: Path) -> list[Path]:

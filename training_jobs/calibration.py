@@ -22,6 +22,7 @@ import structlog
 from newsmon.shared.calibration import CalibrationRecord
 from newsmon.shared.classifier import Classifier
 from newsmon.shared.data import Article
+from newsmon.shared.evaluation.neighbours import search_by_language
 from newsmon.shared.memory import SearchFilter
 from newsmon.shared.predictors import Retrieval
 from newsmon.shared.predictors.calibrate import GRID_K, LEXICAL_CANDIDATES, OBJECTIVE, calibrate
@@ -51,12 +52,9 @@ def _leave_one_out(clf: Classifier, lang: str, k: int, limit: int | None
     if not points:
         return Retrieval(np.empty((0, k), dtype=object), np.empty((0, k), dtype=np.float32), []), [], []
     vecs = np.stack([p.vector for p in points]).astype(np.float32)
-    flt = SearchFilter(labelled=True)
-    rows, _ = clf.router.search_languages(vecs, [lang] * len(points), k + 1, flt,
-                                          clf.settings.memory.min_language_articles)
-    rows = [[n for n in hits if n.article_id != p.article_id][:k] for p, hits in zip(points, rows)]
-    return (Retrieval.from_neighbours(rows, k), [tuple(p.labels) for p in points],
-            [str(p.payload.get("text") or "") for p in points])
+    loo = search_by_language(clf.router, vecs, [lang] * len(points), k, clf.settings.memory.min_language_articles,
+                             exclude_self=[p.article_id for p in points])
+    return loo, [tuple(p.labels) for p in points], [str(p.payload.get("text") or "") for p in points]
 
 
 def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), written_by: str = "tune",

@@ -19,7 +19,7 @@ from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval, aggregate
 DEFAULTS = {"top_k": 50, "tau": 0.04, "lam": 1.0, "threshold": 0.5}
 
 
-def _neighbour_weights(sims: np.ndarray, k: int, tau: float) -> np.ndarray:
+def neighbour_weights(sims: np.ndarray, k: int, tau: float) -> np.ndarray:
     """Row-wise ``softmax(s / tau)`` over the first ``k`` similarities, ``(m, k)`` float64 (missing -> 0)."""
     s = sims[:, :k].astype(np.float64) / tau
     finite = np.isfinite(s)
@@ -53,7 +53,7 @@ def rae_xmc_scores(sims: np.ndarray, label_rows: sp.csr_matrix, k: int = 50, tau
     if label_rows.shape[0] != sims.shape[0] * K:
         raise ValueError(f"label_rows has {label_rows.shape[0]} rows, expected {sims.shape[0] * K}")
     k = min(k, K)
-    w = _neighbour_weights(sims, k, tau) * lam
+    w = neighbour_weights(sims, k, tau) * lam
     return aggregate(w, label_rows, K, n_labels or label_rows.shape[1])
 
 

@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
-from newsmon.shared.predictors.rae_xmc import rae_xmc_scores
+from newsmon.shared.predictors.rae_xmc import neighbour_weights, rae_xmc_scores
 from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
 
 #: The decision rules' parameters when nothing is calibrated: the research defaults, rules off.
@@ -38,13 +37,7 @@ def set_vote(retrieval: Retrieval, k: int, tau: float) -> tuple[list[tuple[str, 
     Returns:
         (``m`` winning label sets (sorted tuples; ``()`` without neighbours), ``(m,)`` float64 weights in [0, 1]).
     """
-    sims = retrieval.sims[:, :k].astype(np.float64)
-    finite = np.isfinite(sims)
-    s = np.where(finite, sims / tau, -np.inf)
-    mx = np.max(np.where(finite, s, -1e300), axis=1, keepdims=True)
-    e = np.where(finite, np.exp(s - mx), 0.0)
-    z = e.sum(axis=1, keepdims=True)
-    w = np.divide(e, z, out=np.zeros_like(e), where=z > 0)
+    w = neighbour_weights(retrieval.sims, min(k, retrieval.k), tau)
     sets, weights = [], np.zeros(len(w))
     for i, row in enumerate(retrieval.labels):
         acc: dict[tuple[str, ...], float] = {}
