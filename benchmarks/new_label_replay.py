@@ -17,6 +17,7 @@ from the encoder's cache under NEWSMON_HOME when it has them).
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 
 import numpy as np
@@ -24,28 +25,31 @@ import numpy as np
 from newsmon.shared.config import Settings
 from newsmon.shared.data import load_corpus
 from newsmon.shared.encoder import Encoder
+from newsmon.shared.memory.edge import EdgeMemory
 from newsmon.shared.predictors import LabelVocab, Retrieval, newsmon_decide
 from newsmon.shared.predictors.calibrate import LEXICAL_CANDIDATES, Params, calibrate
 from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors.newsmon import concat
 
-TAIL_OPTIONS = [None, (3, 5, 0.85), (3, 5, 0.88), (2, 3, 0.88), (3, 10, 0.85)]
+TAIL_OPTIONS = [None, (3, 5, 0.85), (3, 5, 0.88), (2, 3, 0.88), (2, 5, 0.88), (2, 5, 0.9), (1, 1, 0.9),
+                (1, 3, 0.92), (3, 10, 0.85)]
 
 
 def neighbours(Q: np.ndarray, P: np.ndarray, ids: list[str], texts: list[str], labels: list[tuple],
                query_idx: np.ndarray, memory_idx: np.ndarray, n: int, loo: bool) -> Retrieval:
-    """Dense top-``n`` of each query among the memory rows (exact cosine; itself excluded when ``loo``)."""
-    S = Q[query_idx] @ P[memory_idx].T
-    if loo:
-        pos = {m: j for j, m in enumerate(memory_idx)}
-        for i, q in enumerate(query_idx):
-            if q in pos:
-                S[i, pos[q]] = -np.inf
-    top = np.argsort(-S, axis=1)[:, :n]
-    mem = memory_idx[top]
-    return Retrieval(np.array([[ids[j] for j in row] for row in mem], dtype=object),
-                     np.take_along_axis(S, top, 1).astype(np.float32),
-                     [[labels[j] for j in row] for row in mem], None, [[texts[j] for j in row] for row in mem])
+    """Hybrid top-``n`` (dense top-n united with the lexical top-n, as the workers search) of each query among
+    the memory rows, from a temporary embedded knowledge memory (itself excluded when ``loo``)."""
+    with tempfile.TemporaryDirectory(prefix="newsmon-replay-") as tmp:
+        mem = EdgeMemory(tmp, "replay", P.shape[1])
+        try:
+            mem.upsert([ids[j] for j in memory_idx], P[memory_idx], [labels[j] for j in memory_idx],
+                       [{"text": texts[j]} for j in memory_idx])
+            extra = 1 if loo else 0
+            hits = mem.search(Q[query_idx], n + extra, texts=[texts[i] for i in query_idx], lexical_k=n + extra)
+        finally:
+            mem.close()
+    rows = [[h for h in row if not (loo and h.article_id == ids[q])][:2 * n] for q, row in zip(query_idx, hits)]
+    return Retrieval.from_neighbours(rows, 2 * n)
 
 
 def main() -> None:
@@ -89,10 +93,11 @@ def main() -> None:
         confirmed_ids = {ids[i] for i in confirmed}
         hidden = Retrieval(r.ids, r.sims, [[tuple(x for x in row_lbs if x != lb or nid in confirmed_ids)
                                             for nid, row_lbs in zip(r.ids[i], r.labels[i])]
-                                           for i in range(len(arts))], None, r.texts)
+                                           for i in range(len(arts))], None, r.texts, r.cosines)
         queries = np.array([i for i in everyone if i not in confirmed])
         gold = np.array([lb in labels[i] for i in queries])
-        sub = Retrieval(hidden.ids[queries], hidden.sims[queries], [hidden.labels[i] for i in queries])
+        sub = Retrieval(hidden.ids[queries], hidden.sims[queries], [hidden.labels[i] for i in queries], None, None,
+                        None if hidden.cosines is None else hidden.cosines[queries])
         nn = np.array([lb in row[0] for row in sub.labels])
         _tally(tallies["1-NN rule"], nn, gold)
         for t in TAIL_OPTIONS:

@@ -151,12 +151,14 @@ class Classifier:
         return self.retrieve_routed(vectors, langs, top_k, exclude)[0]
 
     def retrieve_routed(self, vectors: np.ndarray, langs: Sequence[str | None], top_k: int,
-                        exclude: Sequence[str] = ()) -> tuple[Retrieval, list[tuple[str, ...]]]:
-        """:meth:`retrieve`, and per query the names of the collections searched."""
+                        exclude: Sequence[str] = (), texts: Sequence[str] | None = None,
+                        lexical_k: int = 0) -> tuple[Retrieval, list[tuple[str, ...]]]:
+        """:meth:`retrieve`, and per query the names of the collections searched; with ``texts`` and
+        ``lexical_k`` hybrid (``top_k + lexical_k`` candidates, see :meth:`MemoryRouter.search_languages`)."""
         flt = SearchFilter(labelled=True, exclude_ids=tuple(exclude))
         rows, searched = self.router.search_languages(vectors, langs, top_k, flt,
-                                                      self.settings.memory.min_language_articles)
-        return Retrieval.from_neighbours(rows, top_k), searched
+                                                      self.settings.memory.min_language_articles, texts, lexical_k)
+        return Retrieval.from_neighbours(rows, top_k + (lexical_k if texts is not None else 0)), searched
 
     def scoring(self, lang: str | None) -> tuple[RaeSettings, str | None]:
         """The scoring parameters for articles in ``lang``: the calibration record of that language's collection
@@ -200,7 +202,9 @@ class Classifier:
         for params, cal, idx in groups.values():
             k = max(params.top_k, params.tail_neighbours if params.tail_support else 1)
             n = max(k, params.lexical_candidates) if params.lexical_weight else k
-            r, searched = self.retrieve_routed(vectors[idx], [langs[i] for i in idx], n, exclude)
+            hybrid = [texts[i] for i in idx] if params.lexical_weight else None
+            r, searched = self.retrieve_routed(vectors[idx], [langs[i] for i in idx], n, exclude, hybrid,
+                                               params.lexical_candidates if params.lexical_weight else 0)
             r = fuse(r, [texts[i] for i in idx], params.lexical_weight, k, self.terms)
             if relabel is not None:
                 r.labels = [[relabel(lbs) for lbs in row] for row in r.labels]

@@ -131,8 +131,10 @@ class RaeSettings(BaseModel):
     tail_neighbours: int = Field(5, ge=1, le=100, description="Neighbours the tail-support rule looks at.")
     lexical_weight: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="Hybrid retrieval: weight w of "
                                   "the lexical (TF-IDF) similarity fused with the dense one, (1 - w) * dense + w * "
-                                  "lexical, over the dense top lexical_candidates (0: dense only).")
-    lexical_candidates: int = Field(200, ge=1, le=1000, description="Dense candidates re-ranked by the lexical fusion.")
+                                  "lexical, over the hybrid candidates (0: dense only).")
+    lexical_candidates: int = Field(200, ge=1, le=1000, description="Hybrid retrieval: the memory's dense top-N "
+                                    "united with its lexical top-N (IDF-weighted term overlap), re-ranked by the "
+                                    "fusion.")
     tail_similarity: float = Field(0.9, ge=-1, le=1, allow_inf_nan=False,
                                    description="Minimum cosine of a tail-support neighbour.")
 

@@ -467,3 +467,55 @@ def test_router_find_many_one_get_per_language(tmp_path):
         assert router.find("missing") is None and router.find("a")[0] == "sl"
     finally:
         router.close()
+
+
+def test_hybrid_search_unites_lexical_neighbours_with_the_dense_ones(make_memory):
+    # the article sharing the query's rare words is far in the dense space: only the lexical vector finds it
+    mem = make_memory()
+    rng = np.random.default_rng(3)
+    V = _unit(rng, 30, DIM)
+    q = V[0]
+    far = int(np.argmin(V @ q))
+    texts = [f"splošna novica številka {i} o vremenu" for i in range(30)]
+    texts[far] = "Krka in Pivovarna Laško poročata dobiček"
+    mem.upsert([f"a{i}" for i in range(30)], V, [["x"]] * 30, [{"text": t} for t in texts])
+    assert mem.lexical
+    dense = mem.search(q[None], 5)[0]
+    assert f"a{far}" not in {n.article_id for n in dense}
+    hybrid = mem.search(q[None], 5, texts=["dobiček Krka"], lexical_k=3)[0]
+    ids = [n.article_id for n in hybrid]
+    assert f"a{far}" in ids and ids[:5] == [n.article_id for n in dense]  # the dense top-5 first (by cosine)
+    sims = [n.similarity for n in hybrid]
+    assert sims == sorted(sims, reverse=True) and hybrid[-1].similarity == pytest.approx(float(V[far] @ q), abs=1e-4)
+    assert len(hybrid) <= 8
+    # a query without words, or lexical_k 0: the dense hits only
+    assert [n.article_id for n in mem.search(q[None], 5, texts=["..."], lexical_k=3)[0]] == ids[:5]
+    with pytest.raises(ValueError, match="texts"):
+        mem.search(q[None], 5, texts=["a", "b"], lexical_k=3)
+    with pytest.raises(ValueError, match="lexical_k"):
+        mem.search(q[None], 5, texts=["a"], lexical_k=-1)
+
+
+def test_edge_collection_made_before_the_lexical_vector_gets_it(tmp_path):
+    import qdrant_edge as qe
+
+    (tmp_path / "old").mkdir()
+    old = qe.EdgeShard.create(str(tmp_path / "old"), qe.EdgeConfig(
+        vectors=qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine)))
+    old.close()
+    rng = np.random.default_rng(4)
+    V = _unit(rng, 3, DIM)
+    mem = EdgeMemory(tmp_path, "old", DIM)
+    try:
+        assert mem.lexical
+        mem.upsert(["a", "b", "c"], V, [["x"]] * 3, [{"text": t} for t in ("Krka dobiček", "vreme", "šport")])
+        hits = mem.search(V[1:2], 1, texts=["Krka"], lexical_k=1)[0]
+        assert {n.article_id for n in hits} == {"b", "a"}
+    finally:
+        mem.close()
+    mem = EdgeMemory(tmp_path, "old", DIM)  # reopens with the lexical vector in its stored config
+    try:
+        assert mem.count() == 3 and "a" in {n.article_id for n in mem.search(V[1:2], 1, texts=["Krka"],
+                                                                             lexical_k=1)[0]}
+    finally:
+        mem.close()

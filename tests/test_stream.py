@@ -165,10 +165,14 @@ def runtime_factory(tansu, newsmon_home, tmp_path, redis_url, encoder, corpus):
 
     made = []
 
-    def make(memory_articles=None, **worker):
+    def make(memory_articles=None, calibrate=False, **worker):
         s = stream_settings(tansu, newsmon_home, tmp_path, redis_url, **worker)
         clf = Classifier(s, encoder=encoder)
         clf.add_articles(memory_articles if memory_articles is not None else corpus.split("train")[:150])
+        if calibrate:  # as `newsmon memory build --calibrate` does: the workers read the record
+            from newsmon.training_jobs.calibration import calibrate_memory
+
+            calibrate_memory(clf, written_by="memory build")
         rt = build_runtime(s, classifier=clf)
         made.append(rt)
         return s, rt
@@ -245,10 +249,10 @@ def test_feedback_new_label_rename_and_retire(runtime_factory, corpus, encoder):
     anchor = int(np.argmax(np.sort(S, axis=1)[:, -3:].mean(axis=1)))
     group = [pool[j] for j in np.argsort(-S[anchor])[:3]] + [pool[anchor]]
     first3, fourth = group[:3], group[3]
-    # k = 3: a label confirmed on three articles can only win the softmax when k is small; with the research
-    # default k = 50 a brand-new label needs about half of the 50 neighbours (see the README)
-    s, rt = runtime_factory(memory)
-    s.rae.top_k = 3
+    # The production settings: no hand-lowered k, the memory calibrated (memory build --calibrate). The softmax
+    # alone cannot carry a label confirmed on three articles at the calibrated k; the tail-support rule does.
+    s, rt = runtime_factory(memory, calibrate=True)
+    assert "top_k" not in s.rae.model_fields_set
     rt.start()
     out = Collector(s, s.kafka.topic_proposals)
     updater = next(w for w in rt.workers if w.name == "memory-updater")
@@ -266,6 +270,7 @@ def test_feedback_new_label_rename_and_retire(runtime_factory, corpus, encoder):
         out.wait_for(lambda c: fourth.id in c.proposals(), 60, "the fourth proposal")
         p4 = out.proposals()[fourth.id][0]
         labels = {x.label: x for x in p4.labels}
+        assert p4.scoring.calibration is not None and p4.scoring.top_k > 3, p4.scoring
         assert "client:lasko-takeover" in labels, p4
         support = {n.article_id for n in labels["client:lasko-takeover"].neighbours}
         assert support <= {a.id for a in first3} and support

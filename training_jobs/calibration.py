@@ -52,9 +52,11 @@ def _leave_one_out(clf: Classifier, lang: str, k: int, limit: int | None
     if not points:
         return Retrieval(np.empty((0, k), dtype=object), np.empty((0, k), dtype=np.float32), []), [], []
     vecs = np.stack([p.vector for p in points]).astype(np.float32)
+    texts = [str(p.payload.get("text") or "") for p in points]
     loo = search_by_language(clf.router, vecs, [lang] * len(points), k, clf.settings.memory.min_language_articles,
-                             exclude_self=[p.article_id for p in points])
-    return loo, [tuple(p.labels) for p in points], [str(p.payload.get("text") or "") for p in points]
+                             exclude_self=[p.article_id for p in points], texts=texts,
+                             lexical_k=LEXICAL_CANDIDATES)
+    return loo, [tuple(p.labels) for p in points], texts
 
 
 def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), written_by: str = "tune",
@@ -89,7 +91,8 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
             loo, parts, gold, texts = Retrieval(loo.ids[:0], loo.sims[:0], []), [], [], []
         if val:
             vecs = clf.encoder.encode([a.text for a in val], role="query")
-            parts.append(clf.retrieve(vecs, [lang] * len(val), k))
+            parts.append(clf.retrieve_routed(vecs, [lang] * len(val), k, (), [a.text for a in val],
+                                             LEXICAL_CANDIDATES)[0])
             gold = gold + [tuple(a.labels) for a in val]
             texts = texts + [a.text for a in val]
             n_val = len(val)

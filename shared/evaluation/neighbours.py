@@ -43,14 +43,19 @@ class Neighbours:
 
 
 def search_by_language(router: MemoryRouter, vectors: np.ndarray, langs: Sequence[str], top_k: int,
-                       min_articles: int, exclude_self: Sequence[str] | None = None) -> Retrieval:
+                       min_articles: int, exclude_self: Sequence[str] | None = None,
+                       texts: Sequence[str] | None = None, lexical_k: int = 0) -> Retrieval:
     """Top-``top_k`` labelled neighbours of ``(m, d)`` vectors routed by language as in production (see
-    :meth:`MemoryRouter.search_languages`); ``exclude_self`` drops the query's own id (leave-one-out)."""
-    k = top_k + (1 if exclude_self is not None else 0)
-    rows, _searched = router.search_languages(vectors, langs, k, SearchFilter(labelled=True), min_articles)
+    :meth:`MemoryRouter.search_languages`; hybrid with the query ``texts`` and ``lexical_k > 0``: up to
+    ``top_k + lexical_k`` candidates); ``exclude_self`` drops the query's own id (leave-one-out)."""
+    extra = 1 if exclude_self is not None else 0
+    lex = lexical_k + extra if texts is not None and lexical_k else 0
+    rows, _searched = router.search_languages(vectors, langs, top_k + extra, SearchFilter(labelled=True),
+                                              min_articles, texts, lex)
+    n = top_k + (lexical_k if lex else 0)
     if exclude_self is not None:
-        rows = [[n for n in h if n.article_id != exclude_self[i]][:top_k] for i, h in enumerate(rows)]
-    return Retrieval.from_neighbours(rows, top_k)
+        rows = [[nb for nb in h if nb.article_id != exclude_self[i]][:n] for i, h in enumerate(rows)]
+    return Retrieval.from_neighbours(rows, n)
 
 
 def embed_splits(settings: Settings, train: Sequence[Article], test: Sequence[Article], val: Sequence[Article],
@@ -74,9 +79,11 @@ def embed_splits(settings: Settings, train: Sequence[Article], test: Sequence[Ar
 
 def retrieve_neighbours(settings: Settings, train: Sequence[Article], test: Sequence[Article],
                         val: Sequence[Article], top_k: int, with_validation: bool, loo_k: int | None,
-                        progress: bool, report: dict) -> Neighbours:
+                        progress: bool, report: dict, lexical_k: int = 0) -> Neighbours:
     """Embed, build the temporary memory from ``train`` and retrieve ``top_k`` neighbours for test (and
-    validation when ``with_validation``), plus ``loo_k`` leave-one-out neighbours of train when given.
+    validation when ``with_validation``), plus ``loo_k`` leave-one-out neighbours of train when given; with
+    ``lexical_k > 0`` every search is hybrid as in production (the dense top-k united with the lexical
+    top-``lexical_k``, sorted by cosine, so the first ``top_k`` are still the dense top-k).
     Timings go to ``report["timings"]``."""
     train_vecs, test_vecs, val_vecs, model_id, dim = embed_splits(settings, train, test, val, progress, report)
     timings = report["timings"]
@@ -92,11 +99,16 @@ def retrieve_neighbours(settings: Settings, train: Sequence[Article], test: Sequ
                                            [{"lang": lang, "text": train[i].text[:TEXT_PAYLOAD_CHARS]} for i in idx])
             timings["memory_build_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            test_r = search_by_language(router, test_vecs, [a.lang for a in test], top_k, n_min)
-            val_r = search_by_language(router, val_vecs, [a.lang for a in val], top_k, n_min) \
-                if with_validation else None
+            def texts(arts: Sequence[Article]) -> list[str] | None:
+                return [a.text for a in arts] if lexical_k else None
+
+            test_r = search_by_language(router, test_vecs, [a.lang for a in test], top_k, n_min,
+                                        texts=texts(test), lexical_k=lexical_k)
+            val_r = search_by_language(router, val_vecs, [a.lang for a in val], top_k, n_min, texts=texts(val),
+                                       lexical_k=lexical_k) if with_validation else None
             loo_r = search_by_language(router, train_vecs, [a.lang for a in train], loo_k, n_min,
-                                       exclude_self=[a.id for a in train]) if loo_k else None
+                                       exclude_self=[a.id for a in train], texts=texts(train),
+                                       lexical_k=lexical_k) if loo_k else None
             timings["search_s"] = time.perf_counter() - t0
         finally:
             router.close()

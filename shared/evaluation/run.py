@@ -130,7 +130,9 @@ def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: i
         with_val = (tuning or any(p.needs_validation_retrieval for p in dense)) and bool(val)
         top_k = max([p.neighbours_needed() for p in dense] + ([TUNE_TOP_K_MAX] if tuning else []))
         loo_k = max((p.neighbours_needed() for p in dense if p.needs_training_retrieval), default=0)
-        nb = retrieve_neighbours(settings, train, test, val, top_k, with_val, loo_k or None, progress, report)
+        lexical_k = max(p.lexical_neighbours_needed() for p in dense)
+        nb = retrieve_neighbours(settings, train, test, val, top_k, with_val, loo_k or None, progress, report,
+                                 lexical_k)
         train_set.retrieval = nb.train_loo
         train_set.validation, train_set.validation_labels = nb.validation, labels.val
         train_set.validation_texts = [a.text for a in val]

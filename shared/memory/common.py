@@ -15,10 +15,14 @@ from typing import Any
 import numpy as np
 
 from newsmon.shared.memory.base import (FIELD_ARTICLE_ID, FIELD_DUPLICATE_OF, FIELD_LABELS, FIELD_LANG,
-                                        FIELD_N_LABELS, INTERNAL_FIELDS, QUERY_BATCH, READ_BATCH, WRITE_BATCH,
+                                        FIELD_N_LABELS, FIELD_TEXT, INTERNAL_FIELDS, QUERY_BATCH, READ_BATCH, WRITE_BATCH,
                                         KnowledgeMemoryError, MemoryPoint, Neighbour, SearchFilter, check_filter,
                                         check_ids, check_label_sets, check_payloads, check_top_k, check_vectors,
                                         point_id)
+from newsmon.shared.terms import sparse_terms
+
+#: A point as the adapters write it: (point id, dense vector, payload, lexical (indices, values) or None).
+PointRow = tuple[str, list[float], dict, "tuple[list[int], list[float]] | None"]
 
 
 # -- payloads and records ----------------------------------------------------------------------------------
@@ -88,6 +92,8 @@ class QdrantAdapter:
     collection: str
     dim: int
     _handle: Any = None
+    #: Whether the collection has the lexical sparse vector (:data:`LEXICAL_VECTOR`); set by the adapter.
+    lexical: bool = False
 
     # -- engine primitives ------------------------------------------------------------------------------
     def _match(self, key: str, value: str) -> Any:
@@ -110,8 +116,8 @@ class QdrantAdapter:
         """The engine filter of the conditions (``None`` lists are left out)."""
         raise NotImplementedError
 
-    def _write(self, points: Sequence[tuple[str, list[float], dict]]) -> None:
-        """Upsert ``(point id, vector, full payload)`` triples."""
+    def _write(self, points: Sequence[PointRow]) -> None:
+        """Upsert points (:data:`PointRow`; the lexical vector only where it is not None)."""
         raise NotImplementedError
 
     def _delete(self, pids: Sequence[str]) -> None:
@@ -126,8 +132,11 @@ class QdrantAdapter:
         """Engine records (``.id``, ``.payload``, ``.vector``) of the stored ones among ``pids``."""
         raise NotImplementedError
 
-    def _query(self, queries: np.ndarray, k: int, flt: Any) -> list[list]:
-        """Per query row, the top-``k`` hits (``.payload``, ``.score``), best first."""
+    def _query(self, queries: np.ndarray, k: int, flt: Any,
+               sparse: Sequence[tuple[list[int], list[float]]] | None = None, lexical_k: int = 0) -> list[list]:
+        """Per query row, the top-``k`` hits (``.payload``, ``.score``: the cosine), best first; with ``sparse``
+        (per row, its lexical ``(indices, values)``) and ``lexical_k``, united with the top-``lexical_k`` by the
+        lexical vector (a row without terms: dense only)."""
         raise NotImplementedError
 
     def _count(self, flt: Any) -> int:
@@ -181,7 +190,9 @@ class QdrantAdapter:
         vecs = check_vectors(vectors, self.dim, n=len(ids_))
         label_sets = check_label_sets(labels, len(ids_))
         pls = check_payloads(payloads, ids_)
-        points = [(point_id(aid), vecs[k].tolist(), full_payload(aid, label_sets[k], pls[k]))
+        terms = sparse_terms([str(pl.get(FIELD_TEXT) or "") for pl in pls]) if self.lexical else [None] * len(ids_)
+        points = [(point_id(aid), vecs[k].tolist(), full_payload(aid, label_sets[k], pls[k]),
+                   terms[k] if terms[k] and terms[k][0] else None)
                   for k, aid in enumerate(ids_)]
         with self._guard("upsert"):
             for chunk in chunks(points, WRITE_BATCH):
@@ -217,15 +228,24 @@ class QdrantAdapter:
                     found[str(rec.id)] = memory_point(rec, with_vectors)
         return [found.get(point_id(i)) for i in ids_]
 
-    def search(self, vectors: np.ndarray, top_k: int, filter: SearchFilter | None = None) -> list[list[Neighbour]]:
-        """See :meth:`KnowledgeMemory.search`. ``vectors``: ``(m, d)`` float; one batched query per 64 rows."""
+    def search(self, vectors: np.ndarray, top_k: int, filter: SearchFilter | None = None,
+               texts: Sequence[str] | None = None, lexical_k: int = 0) -> list[list[Neighbour]]:
+        """See :meth:`KnowledgeMemory.search`. ``vectors``: ``(m, d)`` float; one batched query per 64 rows. A
+        collection without the lexical vector (made before it existed) answers the dense hits only."""
         k = check_top_k(top_k)
         qs = check_vectors(vectors, self.dim)
+        if isinstance(lexical_k, bool) or not isinstance(lexical_k, int) or lexical_k < 0:
+            raise ValueError(f"lexical_k must be an int >= 0, got {lexical_k!r}")
+        if texts is not None and len(texts) != len(qs):
+            raise ValueError(f"texts: expected {len(qs)} query texts, got {len(texts)}")
+        terms = sparse_terms(list(texts)) if texts is not None and lexical_k and self.lexical else None
         flt = self._filter(filter)
         out: list[list[Neighbour]] = []
         with self._guard("search"):
-            for chunk in chunks(qs, QUERY_BATCH):
-                for hits in self._query(chunk, k, flt):
+            for start in range(0, len(qs), QUERY_BATCH):
+                chunk = qs[start:start + QUERY_BATCH]
+                sparse = terms[start:start + QUERY_BATCH] if terms is not None else None
+                for hits in self._query(chunk, k, flt, sparse, lexical_k if sparse is not None else 0):
                     out.append([neighbour(h.payload, h.score) for h in hits])
         return out
 

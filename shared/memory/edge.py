@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -9,8 +10,9 @@ from typing import Any
 import numpy as np
 import qdrant_edge as qe
 
-from newsmon.shared.memory.base import NAME_BAD_CHARS, PAYLOAD_INDEXES, MemoryLockedError, check_dim
-from newsmon.shared.memory.common import QdrantAdapter
+from newsmon.shared.memory.base import (LEXICAL_VECTOR, NAME_BAD_CHARS, PAYLOAD_INDEXES, MemoryLockedError,
+                                        check_dim)
+from newsmon.shared.memory.common import PointRow, QdrantAdapter
 
 _INDEX_KIND = {"keyword": qe.PayloadSchemaType.Keyword, "integer": qe.PayloadSchemaType.Integer}
 
@@ -46,15 +48,28 @@ class EdgeMemory(QdrantAdapter):
         self.collection = collection
         self.dim = check_dim(dim)
         self.directory = Path(path) / collection
-        config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=self.dim, distance=qe.Distance.Cosine))
-        self._handle = self._open(config)
+        dense = qe.EdgeVectorParams(size=self.dim, distance=qe.Distance.Cosine)
+        lexical = {LEXICAL_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
+        old = self._stored_without_lexical()
+        self._handle = self._open(qe.EdgeConfig(vectors=dense, sparse_vectors={} if old else lexical))
         try:
+            if old:  # a collection made before the lexical index: add it (its existing points stay dense-only)
+                self._live.update(qe.UpdateOperation.create_sparse_vector(LEXICAL_VECTOR, modifier=qe.Modifier.Idf))
+            self.lexical = True
             self._ensure_indexes()
         except BaseException:
             self._handle.close()
             raise
 
     # -- opening ------------------------------------------------------------------------------------------
+    def _stored_without_lexical(self) -> bool:
+        """Whether the directory holds a collection whose stored config lacks the lexical sparse vector."""
+        try:
+            stored = json.loads((self.directory / "edge_config.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return LEXICAL_VECTOR not in (stored.get("sparse_vectors") or {})
+
     def _open(self, config: Any) -> Any:
         directory = str(self.directory)
         has_data = (self.directory / "edge_config.json").exists() or (self.directory / "segments").is_dir()
@@ -111,8 +126,10 @@ class EdgeMemory(QdrantAdapter):
     def _make_filter(self, must: list, must_not: list) -> Any:
         return qe.Filter(must=must, must_not=must_not)
 
-    def _write(self, points: Sequence[tuple[str, list[float], dict]]) -> None:
-        self._live.update(qe.UpdateOperation.upsert_points([qe.Point(pid, vec, pl) for pid, vec, pl in points]))
+    def _write(self, points: Sequence[PointRow]) -> None:
+        self._live.update(qe.UpdateOperation.upsert_points([
+            qe.Point(pid, vec if terms is None else {"": vec, LEXICAL_VECTOR: qe.SparseVector(*terms)}, pl)
+            for pid, vec, pl, terms in points]))
 
     def _delete(self, pids: Sequence[str]) -> None:
         self._live.update(qe.UpdateOperation.delete_points(list(pids)))
@@ -124,9 +141,19 @@ class EdgeMemory(QdrantAdapter):
     def _retrieve(self, pids: Sequence[str], with_vectors: bool) -> list:
         return self._live.retrieve(list(pids), True, with_vectors)
 
-    def _query(self, queries: np.ndarray, k: int, flt: Any) -> list[list]:
-        requests = [qe.QueryRequest(limit=k, query=qe.Query.Nearest(q.tolist()), filter=flt, with_payload=True)
-                    for q in queries]
+    def _query(self, queries: np.ndarray, k: int, flt: Any, sparse: Any = None, lexical_k: int = 0) -> list[list]:
+        requests = []
+        for i, q in enumerate(queries):
+            dense = qe.Query.Nearest(q.tolist())
+            terms = sparse[i] if sparse is not None and lexical_k else None
+            if not terms or not terms[0]:
+                requests.append(qe.QueryRequest(limit=k, query=dense, filter=flt, with_payload=True))
+                continue
+            lexical = qe.Query.Nearest(qe.SparseVector(*terms), using=LEXICAL_VECTOR)
+            requests.append(qe.QueryRequest(
+                prefetches=[qe.Prefetch(query=dense, limit=k, filter=flt),
+                            qe.Prefetch(query=lexical, limit=lexical_k, filter=flt)],
+                query=dense, limit=k + lexical_k, with_payload=True))
         return self._live.query_batch(qe.QueryBatchRequest(requests))
 
     def _count(self, flt: Any) -> int:

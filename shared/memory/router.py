@@ -154,9 +154,12 @@ class MemoryRouter:
 
     # -- the search routed by language --------------------------------------------------------------------
     def search_languages(self, vectors: np.ndarray, langs: Sequence[str | None], top_k: int, flt: SearchFilter,
-                         min_articles: int) -> tuple[list[list[Neighbour]], list[tuple[str, ...]]]:
+                         min_articles: int, texts: Sequence[str] | None = None, lexical_k: int = 0
+                         ) -> tuple[list[list[Neighbour]], list[tuple[str, ...]]]:
         """Top-k neighbours of ``(m, d)`` query vectors, each searched in its language's memory; returns per
-        query the hits (best first, at most ``top_k``) and the names of the collections searched.
+        query the hits (best first by cosine, at most ``top_k + lexical_k``) and the names of the collections
+        searched. With ``texts`` and ``lexical_k > 0`` the search is hybrid (:meth:`KnowledgeMemory.search`: the
+        dense top-``top_k`` united with the lexical top-``lexical_k``).
 
         A language whose memory holds at least ``min_articles`` labelled articles is searched alone. Below
         that (a new language), or without a collection (or ``lang`` None), the hits of every other language's
@@ -167,22 +170,28 @@ class MemoryRouter:
         ``min_articles`` hits (until it reaches ``min_articles``). No collection is created.
         """
         existing = self.languages()
+        limit = top_k + (lexical_k if texts is not None else 0)
+
+        def search(lang: str, idx: list[int]) -> list[list[Neighbour]]:
+            return self.memory(lang).search(vectors[idx], top_k, flt, [texts[i] for i in idx] if texts is not None
+                                            else None, lexical_k if texts is not None else 0)
+
         rows: list[list[Neighbour]] = [[] for _ in langs]
         searched: list[tuple[str, ...]] = [() for _ in langs]
         for lang in sorted({lg or "" for lg in langs}):
             idx = [i for i, lg in enumerate(langs) if (lg or "") == lang]
-            own = self.memory(lang).search(vectors[idx], top_k, flt) if lang in existing else None
+            own = search(lang, idx) if lang in existing else None
             names = (self.collection(lang),) if own is not None else ()
             hits = own
             if own is None or not self._stands_alone(lang, own, min_articles):
                 others = [lg for lg in existing if lg != lang]
                 hits = [list(h) for h in own] if own is not None else [[] for _ in idx]
                 for other in others:
-                    for pos, extra in enumerate(self.memory(other).search(vectors[idx], top_k, flt)):
+                    for pos, extra in enumerate(search(other, idx)):
                         hits[pos].extend(extra)
                 names += tuple(self.collection(lg) for lg in others)
             for pos, i in enumerate(idx):
-                rows[i] = sorted(hits[pos], key=lambda n: -n.similarity)[:top_k]
+                rows[i] = sorted(hits[pos], key=lambda n: -n.similarity)[:limit]
                 searched[i] = names
         return rows, searched
 

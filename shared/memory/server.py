@@ -14,10 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
+import structlog
 
-from newsmon.shared.memory.base import (PAYLOAD_INDEXES, KnowledgeMemoryError, MemoryUnavailableError,
-                                        check_dim)
-from newsmon.shared.memory.common import QdrantAdapter
+from newsmon.shared.memory.base import (LEXICAL_VECTOR, PAYLOAD_INDEXES, KnowledgeMemoryError,
+                                        MemoryUnavailableError, check_dim)
+from newsmon.shared.memory.common import PointRow, QdrantAdapter
+
+log = structlog.get_logger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from qdrant_client import QdrantClient
@@ -137,7 +140,8 @@ class QdrantServerMemory(QdrantAdapter):
             if not self._live.collection_exists(self.collection):
                 try:
                     self._live.create_collection(
-                        self.collection, vectors_config=m.VectorParams(size=self.dim, distance=m.Distance.COSINE))
+                        self.collection, vectors_config=m.VectorParams(size=self.dim, distance=m.Distance.COSINE),
+                        sparse_vectors_config={LEXICAL_VECTOR: m.SparseVectorParams(modifier=m.Modifier.IDF)})
                 except UnexpectedResponse as exc:  # 409: another worker created it meanwhile
                     if exc.status_code != 409:
                         raise
@@ -150,6 +154,7 @@ class QdrantServerMemory(QdrantAdapter):
             raise ValueError(
                 f"collection {self.collection!r} has size={params.size}, distance={params.distance}; "
                 f"expected size={self.dim}, distance=Cosine")
+        self.lexical = LEXICAL_VECTOR in (info.config.params.sparse_vectors or {}) or self._add_lexical()
         kinds = {"keyword": m.PayloadSchemaType.KEYWORD, "integer": m.PayloadSchemaType.INTEGER}
         existing = set(info.payload_schema or {})
         for name, kind in PAYLOAD_INDEXES.items():
@@ -158,6 +163,22 @@ class QdrantServerMemory(QdrantAdapter):
             with server_call(f"create payload index {name!r}"), warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Payload indexes have no effect in the local Qdrant")
                 self._live.create_payload_index(self.collection, name, field_schema=kinds[kind], wait=True)
+
+    def _add_lexical(self) -> bool:
+        """Add the lexical sparse vector to a collection made before it existed (its points stay dense-only until
+        they are written again); False where the engine refuses (qdrant-client's local mode), logged."""
+        m = self._m
+        try:
+            with server_call(f"add the lexical vector to {self.collection!r}"):
+                self._live.update_collection(self.collection, sparse_vectors_config={
+                    LEXICAL_VECTOR: m.SparseVectorParams(modifier=m.Modifier.IDF)})
+            return True
+        except MemoryUnavailableError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - hybrid search is an improvement, the dense search still works
+            log.warning("collection without the lexical vector: dense search only", collection=self.collection,
+                        reason=str(exc))
+            return False
 
     # -- engine primitives (see QdrantAdapter) ------------------------------------------------------------
     def _guard(self, what: str):
@@ -179,8 +200,11 @@ class QdrantServerMemory(QdrantAdapter):
     def _make_filter(self, must: list, must_not: list) -> Any:
         return self._m.Filter(must=must, must_not=must_not)
 
-    def _write(self, points: Sequence[tuple[str, list[float], dict]]) -> None:
-        structs = [self._m.PointStruct(id=pid, vector=vec, payload=pl) for pid, vec, pl in points]
+    def _write(self, points: Sequence[PointRow]) -> None:
+        m = self._m
+        structs = [m.PointStruct(id=pid, payload=pl, vector=vec if terms is None else
+                                 {"": vec, LEXICAL_VECTOR: m.SparseVector(indices=terms[0], values=terms[1])})
+                   for pid, vec, pl, terms in points]
         self._live.upsert(self.collection, points=structs, wait=True)
 
     def _delete(self, pids: Sequence[str]) -> None:
@@ -194,8 +218,19 @@ class QdrantServerMemory(QdrantAdapter):
     def _retrieve(self, pids: Sequence[str], with_vectors: bool) -> list:
         return self._live.retrieve(self.collection, ids=list(pids), with_payload=True, with_vectors=with_vectors)
 
-    def _query(self, queries: np.ndarray, k: int, flt: Any) -> list[list]:
-        requests = [self._m.QueryRequest(query=q.tolist(), limit=k, filter=flt, with_payload=True) for q in queries]
+    def _query(self, queries: np.ndarray, k: int, flt: Any, sparse: Any = None, lexical_k: int = 0) -> list[list]:
+        m = self._m
+        requests = []
+        for i, q in enumerate(queries):
+            terms = sparse[i] if sparse is not None and lexical_k else None
+            if not terms or not terms[0]:
+                requests.append(m.QueryRequest(query=q.tolist(), limit=k, filter=flt, with_payload=True))
+                continue
+            lexical = m.SparseVector(indices=terms[0], values=terms[1])
+            requests.append(m.QueryRequest(
+                prefetch=[m.Prefetch(query=q.tolist(), limit=k, filter=flt),
+                          m.Prefetch(query=lexical, using=LEXICAL_VECTOR, limit=lexical_k, filter=flt)],
+                query=q.tolist(), limit=k + lexical_k, with_payload=True))
         return [resp.points for resp in self._live.query_batch_points(self.collection, requests=requests)]
 
     def _count(self, flt: Any) -> int:

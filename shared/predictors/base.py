@@ -120,6 +120,11 @@ class Predictor(ABC):
         """How many neighbours per query ``scores`` reads (0 for text-only methods)."""
         return 0
 
+    def lexical_neighbours_needed(self) -> int:
+        """How many lexical neighbours per query join the dense ones (hybrid search; 0: dense only). The
+        retrieval stays sorted by cosine, so its first ``neighbours_needed()`` columns are the dense top-k."""
+        return 0
+
     @classmethod
     def from_settings(cls, settings: Any, **params: Any) -> "Predictor":
         """A predictor with its parameters from ``settings`` (a :class:`newsmon.shared.config.Settings`;

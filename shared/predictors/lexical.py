@@ -21,12 +21,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.feature_extraction.text import HashingVectorizer
 
 from newsmon.shared.predictors.retrieval import Retrieval
-
-#: Hashed word features (2^20: collisions are negligible for news vocabularies).
-N_FEATURES = 1 << 20
+from newsmon.shared.terms import N_FEATURES, term_rows
 
 
 class TermVectors:
@@ -38,8 +35,6 @@ class TermVectors:
 
     def __init__(self, max_items: int = 200_000) -> None:
         self.max_items = max_items
-        self._vec = HashingVectorizer(n_features=N_FEATURES, alternate_sign=False, norm=None, lowercase=True,
-                                      dtype=np.float32)
         self._cache: OrderedDict[str, sp.csr_matrix] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -56,8 +51,7 @@ class TermVectors:
                 else:
                     todo.append(i)
         if todo:
-            X = self._vec.transform([texts[i] or "" for i in todo]).tocsr()
-            X.data = (1.0 + np.log(X.data)).astype(np.float32)
+            X = term_rows([texts[i] for i in todo])
             with self._lock:
                 for r, i in enumerate(todo):
                     out[i] = X[r]
@@ -101,7 +95,8 @@ def fuse(retrieval: Retrieval, query_texts: Sequence[str], weight: float, k: int
             to ``k``); k: neighbours kept; terms: the term-vector cache (a new one when None).
 
     Returns:
-        a :class:`Retrieval` of ``k`` neighbours per query, ``sims`` holding the fused scores.
+        a :class:`Retrieval` of ``k`` neighbours per query, ``sims`` holding the fused scores and ``cosines`` the
+        dense cosines.
 
     Raises:
         ValueError: ``weight`` outside [0, 1], or ``weight > 0`` without candidate texts.
@@ -115,7 +110,8 @@ def fuse(retrieval: Retrieval, query_texts: Sequence[str], weight: float, k: int
     terms = terms or TermVectors()
     m, n = retrieval.sims.shape
     Q = terms.rows(list(query_texts))
-    ids, sims, labels, titles, texts = [], [], [], [], []
+    ids, sims, cos, labels, titles, texts = [], [], [], [], [], []
+    dense = retrieval.cosine
     for i in range(m):
         present = np.flatnonzero(np.isfinite(retrieval.sims[i]))
         fused = np.full(n, -np.inf, dtype=np.float32)
@@ -126,8 +122,10 @@ def fuse(retrieval: Retrieval, query_texts: Sequence[str], weight: float, k: int
         order = np.argsort(-fused, kind="stable")[:k]
         ids.append(retrieval.ids[i, order])
         sims.append(fused[order])
+        cos.append(dense[i, order])
         labels.append([retrieval.labels[i][j] for j in order])
         titles.append([retrieval.titles[i][j] for j in order] if retrieval.titles is not None else None)
         texts.append([retrieval.texts[i][j] for j in order])
     return Retrieval(np.array(ids, dtype=object).reshape(m, -1), np.array(sims, dtype=np.float32).reshape(m, -1),
-                     labels, titles if retrieval.titles is not None else None, texts)
+                     labels, titles if retrieval.titles is not None else None, texts,
+                     np.array(cos, dtype=np.float32).reshape(m, -1))

@@ -21,8 +21,10 @@ def concat(parts: list[Retrieval]) -> Retrieval:
     """The queries of several retrievals, in order, cut to the smallest K (texts kept when every part has them)."""
     k = min(p.k for p in parts)
     texts = [row[:k] for p in parts for row in p.texts] if all(p.texts is not None for p in parts) else None
+    fused = any(p.cosines is not None for p in parts)
     return Retrieval(np.vstack([p.ids[:, :k] for p in parts]), np.vstack([p.sims[:, :k] for p in parts]),
-                     [row[:k] for p in parts for row in p.labels], None, texts)
+                     [row[:k] for p in parts for row in p.labels], None, texts,
+                     np.vstack([p.cosine[:, :k] for p in parts]) if fused else None)
 
 
 @register
@@ -94,6 +96,12 @@ class NewsmonPredictor(Predictor):
         if p is None:
             return max(max(GRID_K), LEXICAL_CANDIDATES)
         return max(p.top_k, p.tail_neighbours, p.lexical_candidates if p.lexical_weight else 0)
+
+    def lexical_neighbours_needed(self) -> int:
+        p = self.fixed
+        if p is None:
+            return LEXICAL_CANDIDATES
+        return p.lexical_candidates if p.lexical_weight else 0
 
 
 def _label_sets(Y: sp.csr_matrix, vocab: LabelVocab) -> list[tuple[str, ...]]:

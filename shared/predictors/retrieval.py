@@ -64,6 +64,8 @@ class Retrieval:
             unknown); None when the search returned no payloads.
         texts: ``m`` lists of ``K`` neighbour texts (payload ``text``; ``""`` where missing), for the lexical
             fusion of hybrid retrieval (:mod:`newsmon.shared.predictors.lexical`); None when not kept.
+        cosines: ``(m, K)`` float32 dense cosine similarities when ``sims`` holds another ranking score (the
+            fused score of hybrid retrieval); None when ``sims`` are the cosines. See :attr:`cosine`.
     """
 
     ids: np.ndarray
@@ -71,6 +73,12 @@ class Retrieval:
     labels: list[list[tuple[str, ...]]]
     titles: list[list[str | None]] | None = None
     texts: list[list[str]] | None = None
+    cosines: np.ndarray | None = None
+
+    @property
+    def cosine(self) -> np.ndarray:
+        """``(m, K)`` float32 dense cosine similarities of the neighbours (``sims`` unless they were fused)."""
+        return self.sims if self.cosines is None else self.cosines
 
     @classmethod
     def from_neighbours(cls, neighbours: Sequence[Sequence], top_k: int | None = None) -> "Retrieval":
@@ -108,7 +116,8 @@ class Retrieval:
         """The first ``k`` neighbours of each query."""
         return Retrieval(self.ids[:, :k], self.sims[:, :k], [row[:k] for row in self.labels],
                          None if self.titles is None else [row[:k] for row in self.titles],
-                         None if self.texts is None else [row[:k] for row in self.texts])
+                         None if self.texts is None else [row[:k] for row in self.texts],
+                         None if self.cosines is None else self.cosines[:, :k])
 
 
 #: Characters of a neighbour's title (or text snippet) shown to people; the wire allows 300.

@@ -54,13 +54,14 @@ def set_vote(retrieval: Retrieval, k: int, tau: float) -> tuple[list[tuple[str, 
 def tail_support(retrieval: Retrieval, vocab: LabelVocab, support: int, neighbours: int,
                  similarity: float) -> np.ndarray:
     """``(m, L)`` bool: labels carried by at least ``support`` of each query's first ``neighbours`` neighbours
-    that have cosine similarity >= ``similarity``."""
+    that have a dense cosine similarity >= ``similarity`` (:attr:`Retrieval.cosine`: after hybrid retrieval's
+    fusion the ranking score is not a cosine, and the threshold is one)."""
     n = min(neighbours, retrieval.k)
     close = retrieval.head(n)
     rows = close.label_matrix(vocab)
     L = len(vocab)
     rows = sp.csr_matrix((rows.data, rows.indices, rows.indptr), shape=(rows.shape[0], L))
-    ok = (np.nan_to_num(close.sims, neginf=-1.0) >= similarity).astype(np.float32).reshape(-1)
+    ok = (np.nan_to_num(close.cosine, neginf=-1.0) >= similarity).astype(np.float32).reshape(-1)
     m = close.sims.shape[0]
     W = sp.csr_matrix((ok, (np.repeat(np.arange(m), n), np.arange(m * n))), shape=(m, m * n))
     return np.asarray((W @ rows).todense()) >= support
