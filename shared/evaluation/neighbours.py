@@ -21,6 +21,10 @@ from newsmon.shared.memory import MemoryRouter, SearchFilter
 from newsmon.shared.predictors import Retrieval
 
 
+#: Queries per search in :func:`search_by_language` (their hits, with texts, are turned into arrays per chunk).
+SEARCH_CHUNK = 512
+
+
 @dataclass
 class Neighbours:
     """Embeddings and retrievals of the three splits.
@@ -50,12 +54,19 @@ def search_by_language(router: MemoryRouter, vectors: np.ndarray, langs: Sequenc
     ``top_k + lexical_k`` candidates); ``exclude_self`` drops the query's own id (leave-one-out)."""
     extra = 1 if exclude_self is not None else 0
     lex = lexical_k + extra if texts is not None and lexical_k else 0
-    rows, _searched = router.search_languages(vectors, langs, top_k + extra, SearchFilter(labelled=True),
-                                              min_articles, texts, lex)
     n = top_k + (lexical_k if lex else 0)
-    if exclude_self is not None:
-        rows = [[nb for nb in h if nb.article_id != exclude_self[i]][:n] for i, h in enumerate(rows)]
-    return Retrieval.from_neighbours(rows, n)
+    parts = []
+    for start in range(0, max(len(vectors), 1), SEARCH_CHUNK):  # bounded: hits carry their articles' texts
+        end = start + SEARCH_CHUNK
+        rows, _searched = router.search_languages(vectors[start:end], langs[start:end], top_k + extra,
+                                                  SearchFilter(labelled=True), min_articles,
+                                                  texts[start:end] if texts is not None else None, lex)
+        if exclude_self is not None:
+            rows = [[nb for nb in h if nb.article_id != exclude_self[start + i]][:n] for i, h in enumerate(rows)]
+        parts.append(Retrieval.from_neighbours(rows, n))
+    return Retrieval(np.vstack([p.ids for p in parts]), np.vstack([p.sims for p in parts]),
+                     [row for p in parts for row in p.labels], [row for p in parts for row in p.titles],
+                     [row for p in parts for row in p.texts])
 
 
 def embed_splits(settings: Settings, train: Sequence[Article], test: Sequence[Article], val: Sequence[Article],

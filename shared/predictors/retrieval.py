@@ -92,6 +92,7 @@ class Retrieval:
         labels: list[list[tuple[str, ...]]] = []
         titles: list[list[str | None]] = []
         texts: list[list[str]] = []
+        shared: dict[str, str] = {}  # one string per memory article, however many queries retrieve it
         for i, row in enumerate(neighbours):
             row = list(row)[:k]
             for j, nb in enumerate(row):
@@ -99,8 +100,7 @@ class Retrieval:
                 sims[i, j] = nb.similarity
             labels.append([tuple(nb.labels) for nb in row] + [()] * (k - len(row)))
             titles.append([display_title(getattr(nb, "payload", None)) for nb in row] + [None] * (k - len(row)))
-            texts.append([str((getattr(nb, "payload", None) or {}).get("text") or "") for nb in row]
-                         + [""] * (k - len(row)))
+            texts.append([shared.setdefault(nb.article_id, _text(nb)) for nb in row] + [""] * (k - len(row)))
         return cls(ids, sims, labels, titles, texts)
 
     @property
@@ -118,6 +118,11 @@ class Retrieval:
                          None if self.titles is None else [row[:k] for row in self.titles],
                          None if self.texts is None else [row[:k] for row in self.texts],
                          None if self.cosines is None else self.cosines[:, :k])
+
+
+def _text(nb: Any) -> str:
+    """A neighbour's stored text (payload ``text``; ``""`` without one)."""
+    return str((getattr(nb, "payload", None) or {}).get("text") or "")
 
 
 #: Characters of a neighbour's title (or text snippet) shown to people; the wire allows 300.
