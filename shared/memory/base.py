@@ -46,13 +46,9 @@ INTERNAL_FIELDS = frozenset({FIELD_ARTICLE_ID, FIELD_LABELS, FIELD_N_LABELS})
 PAYLOAD_INDEXES = {FIELD_LABELS: "keyword", FIELD_LANG: "keyword", FIELD_ARTICLE_ID: "keyword",
                    FIELD_N_LABELS: "integer", FIELD_DUPLICATE_OF: "keyword"}
 
-#: The named sparse vector of every point: the hashed, sublinear-TF, unit-length term features of its payload
-#: ``text`` (:func:`newsmon.shared.terms.sparse_terms`), searched with the engine's IDF modifier. Hybrid search
-#: (``search(..., texts=, lexical_k=)``) unites its top hits with the dense ones.
-LEXICAL_VECTOR = "lexical"
-#: The payload field the lexical vector is made from.
-FIELD_TEXT = "text"
-
+#: The named sparse vector of every point, made from its payload ``FIELD_TEXT`` (hashed sublinear-TF terms, unit
+#: length: :func:`newsmon.shared.terms.sparse_terms`) and searched with the engine's IDF modifier.
+LEXICAL_VECTOR, FIELD_TEXT = "lexical", "text"
 #: Points per write request and queries per batched search request.
 WRITE_BATCH = 512
 READ_BATCH = 1024
@@ -223,15 +219,11 @@ class KnowledgeMemory(Protocol):
             vectors: ``(m, d)`` float query array (any scale).
             top_k: dense hits per query, ``>= 1``.
             filter: restriction on the candidates; ``None``: all points.
-            texts: the ``m`` query texts; with ``lexical_k > 0``, the ``lexical_k`` best points by the lexical
-                vector (:data:`LEXICAL_VECTOR`, IDF-weighted term overlap) join the dense top-``top_k``
-                (one engine query with two prefetches, re-scored by the dense cosine).
+            texts: the ``m`` query texts; with ``lexical_k > 0`` the top-``lexical_k`` by the lexical vector
+                (:data:`LEXICAL_VECTOR`) join the dense top-``top_k`` (one query, two prefetches, by cosine).
 
-        Returns:
-            ``m`` lists, each with at most ``top_k + lexical_k`` :class:`Neighbour` sorted by cosine
-            similarity, highest first.
-
-        Raises ``ValueError`` on a bad shape, ``top_k < 1``, ``lexical_k < 0`` or ``len(texts) != m``.
+        Returns ``m`` lists of at most ``top_k + lexical_k`` :class:`Neighbour`, by cosine similarity, highest
+        first. Raises ``ValueError`` on a bad shape, ``top_k < 1``, ``lexical_k < 0`` or ``len(texts) != m``.
         """
         ...
 

@@ -132,6 +132,12 @@ def _base_grid(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], extra: d
     return best
 
 
+def _keeps(rule: str, trial: float, current: float) -> bool:
+    """Whether a rule step is kept: it must lift the objective, except tail support, the new-label lever, kept
+    unless it lowers it (a static corpus cannot show its benefit: no label appears over time in a leave-one-out)."""
+    return trial > current + 1e-9 or (rule == "tail_support" and trial >= current - 1e-9)
+
+
 def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[str, ...] = tuple(RULE_GRID),
               query_texts: list[str] | None = None, terms: TermVectors | None = None) -> CalibrationResult:
     """Choose the ``newsmon`` predictor's parameters on ``n`` calibration articles.
@@ -181,9 +187,7 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
             tf1, tacc = _micro_f1_acc(Yt, _pad(P, Yt.shape[1])[:, :Yt.shape[1]])
             if trial_best is None or tf1 + tacc > trial_best[0]:
                 trial_best = (tf1 + tacc, trial, tf1, tacc)
-        # tail support is the new-label lever: a static corpus cannot show its benefit (no label appears over
-        # time in a leave-one-out), so it is kept unless it lowers the objective; the others must lift it
-        kept = trial_best[0] > f1 + acc + 1e-9 or (rule == "tail_support" and trial_best[0] >= f1 + acc - 1e-9)
+        kept = _keeps(rule, trial_best[0], f1 + acc)
         steps.append({"step": f"+ {rule}", "params": trial_best[1].as_dict(), "micro_f1": trial_best[2],
                       "subset_accuracy": trial_best[3], "objective": trial_best[0], "kept": kept})
         if kept:
