@@ -10,9 +10,8 @@ Storage layout (both adapters, shared so data can move between them):
 
 Payload indexes: keyword on ``labels``, ``lang``, ``article_id`` and ``duplicate_of``, integer on ``n_labels``.
 
-Vectors are stored unit-normalised by the engine (cosine distance), so the vector read back by
-:meth:`KnowledgeMemory.get` is ``v / ||v||``, not the original ``v``. Similarities are cosine similarities in
-``[-1, 1]``.
+Vectors are stored unit-normalised by the engine (cosine distance): :meth:`KnowledgeMemory.get` reads back
+``v / ||v||``. Similarities are cosine similarities in ``[-1, 1]``.
 """
 
 from __future__ import annotations
