@@ -93,3 +93,10 @@ def test_help_screens_show_no_bool_placeholder():
         assert "<bool>" not in res.output, (path, res.output)
     out = runner.invoke(app, ["suggest", "--help"], terminal_width=120).output
     assert "--json" in out and "<float>" in out  # flags are bare, options that take a value keep their type
+
+
+def test_the_product_row_has_its_ratio_to_the_svm():
+    methods = {"svm": _method("TF-IDF + SVM", 150, uF1=0.40, Acc=0.20),
+               "newsmon": _method("newsmon", 150, uF1=0.44, Acc=0.23)}
+    ratios = ratios_to_svm(methods)
+    assert ratios["newsmon"]["uF1"] == pytest.approx(1.10) and ratios["newsmon"]["Acc"] == pytest.approx(1.15)

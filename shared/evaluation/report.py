@@ -37,7 +37,8 @@ def _ratio_entry(m: dict, svm: dict, key: str, what: str) -> tuple[float | None,
 
 
 def ratios_to_svm(methods: dict) -> dict:
-    """Micro-F1 and subset-accuracy ratios of RAE-XMC (default and tuned) to TF-IDF + SVM, when both ran.
+    """Micro-F1 and subset-accuracy ratios of RAE-XMC (default and tuned) and of the product row (``newsmon``) to
+    TF-IDF + SVM, when both ran.
 
     Returns ``{method: {"uF1": x | None, "Acc": x | None, "why": {key: reason}, "test_articles": n,
     "low_sample": bool}}``: a ratio that cannot be formed is None with its reason in ``why`` (never NaN);
@@ -48,7 +49,7 @@ def ratios_to_svm(methods: dict) -> dict:
     fitted = _fitted(methods)
     n = int(fitted[0]["metrics"]["all"].get("n_articles", 0)) if fitted else 0
     out = {}
-    for key in ("rae", "rae_tuned"):
+    for key in ("rae", "rae_tuned", "newsmon"):
         if key in methods:
             entry: dict = {"why": {}, "test_articles": n, "low_sample": n < LOW_SAMPLE_ARTICLES}
             failed = next((m for m in (methods[key], methods["svm"]) if m.get("error")), None)
