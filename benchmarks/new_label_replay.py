@@ -31,8 +31,8 @@ from newsmon.shared.predictors.calibrate import LEXICAL_CANDIDATES, Params, cali
 from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors.newsmon import concat
 
-TAIL_OPTIONS = [None, (3, 5, 0.85), (3, 5, 0.88), (2, 3, 0.88), (2, 5, 0.88), (2, 5, 0.9), (1, 1, 0.9),
-                (1, 3, 0.92), (3, 10, 0.85)]
+TAIL_OPTIONS = [None, (3, 5, 0.85), (3, 5, 0.88), (2, 3, 0.88), (2, 5, 0.88), (1, 1, 0.9), (3, 3, 0.9),
+                (3, 3, 0.92), (3, 3, 0.94)]
 
 
 def neighbours(Q: np.ndarray, P: np.ndarray, ids: list[str], texts: list[str], labels: list[tuple],

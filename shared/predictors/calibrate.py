@@ -42,7 +42,8 @@ RULE_GRID: dict[str, list[dict[str, Any]]] = {
     "floor": [{"floor": f} for f in (0.0, 0.1, 0.2, 0.3)],
     "set_vote": [{"set_vote": v} for v in (0.25, 0.35, 0.45, 0.55, 0.65)],
     "tail_support": [{"tail_support": s, "tail_neighbours": n, "tail_similarity": t}
-                     for s, n, t in ((3, 5, 0.85), (3, 5, 0.88), (3, 5, 0.9), (2, 3, 0.9), (3, 10, 0.88))],
+                     for s, n, t in ((3, 10, 0.88), (3, 5, 0.85), (3, 5, 0.88), (3, 5, 0.9), (2, 3, 0.9),
+                                     (3, 3, 0.9), (3, 3, 0.92), (3, 3, 0.94))],
 }
 OBJECTIVE = "micro_f1 + subset_accuracy"
 
