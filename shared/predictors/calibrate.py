@@ -35,7 +35,7 @@ GRID_TAU = (0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
 GRID_THRESHOLD = tuple(np.round(np.arange(0.10, 0.76, 0.05), 2))
 #: Lexical weights tried for hybrid retrieval (0 = dense only), and the candidates fused: the dense top-N united
 #: with the lexical top-N of the knowledge memory (hybrid search).
-GRID_LEXICAL = (0.3, 0.5, 0.7)
+GRID_LEXICAL = (0.2, 0.3, 0.5, 0.7)
 LEXICAL_CANDIDATES = 200
 #: The decision rules tried on top of the base, in this order, each kept only where it lifts.
 RULE_GRID: dict[str, list[dict[str, Any]]] = {
