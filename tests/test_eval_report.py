@@ -48,7 +48,7 @@ def test_small_test_split_is_marked_low_sample_and_never_prints_nan():
     assert f"fewer than {LOW_SAMPLE_ARTICLES} test articles (all 18, rare 7)" in notes
     assert "– in frequent: no test article carries a label with >= 500 training occurrences" in notes
     line = format_ratios("RAE-XMC", report["ratio_to_svm"]["rae"])
-    assert line == ("RAE-XMC / TF-IDF+SVM: micro-F1 x2.50†, subset accuracy x2.50† "
+    assert line == ("RAE-XMC / TF-IDF+SVM: micro-F1 x2.500†, subset accuracy x2.500† "
                     "(† low-sample: 18 test articles, fewer than 100)")
 
 
@@ -67,13 +67,13 @@ def test_enough_test_articles_carry_no_mark(tmp_path):
     table = markdown_table(report)
     rae_row = next(line for line in table.splitlines() if line.startswith("| RAE-XMC |"))
     assert "| 50.0 |" in rae_row and "50.0†" not in rae_row.split("|")[2]
-    assert "x2.50," in format_ratios("RAE-XMC", report["ratio_to_svm"]["rae"])
+    assert "x2.500," in format_ratios("RAE-XMC", report["ratio_to_svm"]["rae"])
     assert "all 150" not in "\n".join(table_notes(report))  # only the rare group (7 articles) is low-sample
     write_outputs(report, tmp_path)
     saved = json.loads((tmp_path / "results.json").read_text())  # strict JSON for the ratios: no NaN
     assert saved["ratio_to_svm"]["rae"]["uF1"] == pytest.approx(2.5)
     md = (tmp_path / "results.md").read_text()
-    assert "RAE-XMC / TF-IDF+SVM: micro-F1 x2.50" in md and "nan" not in md.lower()
+    assert "RAE-XMC / TF-IDF+SVM: micro-F1 x2.500" in md and "nan" not in md.lower()
     assert not math.isnan(saved["ratio_to_svm"]["rae"]["Acc"])
 
 

@@ -77,7 +77,7 @@ def format_ratios(name: str, r: dict) -> str:
     parts = []
     for col, what in (("uF1", "micro-F1"), ("Acc", "subset accuracy")):
         x = r.get(col)
-        shown = f"x{x:.2f}{mark}" if not _missing(x) else f"– ({r.get('why', {}).get(col, 'undefined')})"
+        shown = f"x{x:.3f}{mark}" if not _missing(x) else f"– ({r.get('why', {}).get(col, 'undefined')})"
         parts.append(f"{what} {shown}")
     line = f"{name} / TF-IDF+SVM: " + ", ".join(parts)
     if mark:
