@@ -199,3 +199,20 @@ def test_calibration_keeps_tail_support_when_it_does_not_lower_the_objective():
     tail = result.steps[-1]
     assert tail["step"] == "+ tail_support" and tail["kept"] and result.params.tail_support > 0
     assert tail["objective"] == pytest.approx(result.steps[0]["objective"])
+
+
+def test_a_proposal_shows_the_cosine_of_its_neighbours_after_fusion():
+    # the wire's `similarity` is the cosine of the embeddings (LabelProposal schema); the fused ranking score of
+    # hybrid retrieval is lower (about 0.5 here) and must not leak into it
+    from newsmon.shared.predictors import explain
+    from newsmon.shared.predictors.lexical import fuse
+
+    row = [(0.95, ("x",)), (0.94, ("x",)), (0.93, ("x",))] + [(0.80, ("h",))] * 5
+    base = _r([row])
+    r = fuse(Retrieval(base.ids, base.sims, base.labels, None, [["vlada proračun davki"] * 3 + ["nogomet"] * 5]),
+             ["vlada pokojnine zakon reforma"], 0.5, 8)
+    vocab = LabelVocab()
+    scores, chosen = newsmon_decide(r, vocab, Params(top_k=8, tau=0.04, threshold=0.3))
+    p = explain(r, scores, vocab, 0.3, proposed=chosen)[0]
+    x = next(lb for lb in p.labels if lb.label == "x")
+    assert [s for _, s in x.neighbours] == pytest.approx([0.95, 0.94, 0.93]) and r.sims[0, 0] < 0.9

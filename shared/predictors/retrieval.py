@@ -193,7 +193,8 @@ def _label_score(retrieval: Retrieval, i: int, label: str, score: float, k: int,
     """Label ``label`` of query ``i`` with up to ``max_neighbours`` of its first ``k`` neighbours that carry it."""
     js = [j for j in range(min(k, retrieval.k)) if label in retrieval.labels[i][j]][:max_neighbours]
     titles = [retrieval.titles[i][j] for j in js] if retrieval.titles is not None else []
-    return LabelScore(label, score, [(str(retrieval.ids[i, j]), float(retrieval.sims[i, j])) for j in js], titles)
+    cos = retrieval.cosine  # the wire's `similarity` is the cosine, also after hybrid retrieval's fusion
+    return LabelScore(label, score, [(str(retrieval.ids[i, j]), float(cos[i, j])) for j in js], titles)
 
 
 def explain(retrieval: Retrieval, scores: np.ndarray, vocab: LabelVocab, threshold: float,
@@ -202,7 +203,8 @@ def explain(retrieval: Retrieval, scores: np.ndarray, vocab: LabelVocab, thresho
     """Turn ``(m, L)`` scores into :class:`Proposal` objects: the labels of ``proposed`` (``(m, L)`` bool, the
     decision rules' choice; default ``score > threshold``), each with up to ``max_neighbours`` of the first ``k``
     neighbours that carry it (most similar first), and the best ``candidates`` labels with a score > 0 that were
-    not proposed likewise (for the moderator; none by default)."""
+    not proposed likewise (for the moderator; none by default). A neighbour's similarity is its dense cosine
+    (:attr:`Retrieval.cosine`), the neighbours are in the retrieval's (possibly fused) order."""
     k = k or retrieval.k
     if proposed is None:
         proposed = scores > threshold
