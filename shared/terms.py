@@ -29,18 +29,18 @@ def term_rows(texts: Sequence[str]) -> sp.csr_matrix:
     return X
 
 
-def sparse_terms(texts: Sequence[str]) -> list[tuple[list[int], list[float]]]:
+def sparse_terms(texts: Sequence[str]) -> list[tuple[list[int], list[float]] | None]:
     """Per text, the ``(indices, values)`` of its term row, L2-normalised (unit length, so that a long article
-    does not outscore a short one by its length alone); ``([], [])`` for a text without words.
+    does not outscore a short one by its length alone); None for a text without words (no lexical vector).
 
     These are the knowledge memory's lexical vectors (a Qdrant sparse vector with the IDF modifier: the engine
     weights each term by its inverse document frequency over the collection at query time).
     """
     X = term_rows(texts)
-    out = []
+    out: list[tuple[list[int], list[float]] | None] = []
     for i in range(X.shape[0]):
         lo, hi = X.indptr[i], X.indptr[i + 1]
         vals = X.data[lo:hi]
         norm = float(np.sqrt((vals * vals).sum()))
-        out.append((X.indices[lo:hi].tolist(), (vals / norm).tolist() if norm > 0 else []))
+        out.append((X.indices[lo:hi].tolist(), (vals / norm).tolist()) if norm > 0 else None)
     return out

@@ -166,6 +166,7 @@ def test_every_package_folder_is_installed():
     packages = {module for module, path in module_files() if path.name == "__init__.py"}
     data = {name for name in config["packages"] if name in config.get("package-data", {})
             and name.rsplit(".", 1)[0] in packages}  # data packages (the JSON Schemas): folders without code
-    assert set(config["packages"]) - data == packages, "list every package folder in pyproject [tool.setuptools] packages"
+    assert set(config["packages"]) - data == packages, \
+        "list every package folder in pyproject [tool.setuptools] packages"
     assert data == {"newsmon.schemas.json"}
     assert config["package-dir"] == {package: folder for folder, package in PACKAGES.items()}

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from newsmon.shared.memory.base import (FIELD_ARTICLE_ID, FIELD_DUPLICATE_OF, FIELD_LABELS, FIELD_LANG,
-                                        FIELD_N_LABELS, FIELD_TEXT, INTERNAL_FIELDS, QUERY_BATCH, READ_BATCH, WRITE_BATCH,
-                                        KnowledgeMemoryError, MemoryPoint, Neighbour, SearchFilter, check_filter,
-                                        check_ids, check_label_sets, check_payloads, check_top_k, check_vectors,
-                                        point_id)
+                                        FIELD_N_LABELS, FIELD_TEXT, INTERNAL_FIELDS, QUERY_BATCH, READ_BATCH,
+                                        WRITE_BATCH, KnowledgeMemoryError, MemoryPoint, Neighbour, SearchFilter,
+                                        check_filter, check_ids, check_label_sets, check_payloads, check_top_k,
+                                        check_vectors, point_id)
 from newsmon.shared.terms import sparse_terms
 
 #: A point as the adapters write it: (point id, dense vector, payload, lexical (indices, values) or None).
@@ -133,10 +133,10 @@ class QdrantAdapter:
         raise NotImplementedError
 
     def _query(self, queries: np.ndarray, k: int, flt: Any,
-               sparse: Sequence[tuple[list[int], list[float]]] | None = None, lexical_k: int = 0) -> list[list]:
+               sparse: Sequence[tuple[list[int], list[float]] | None] | None = None, lexical_k: int = 0) -> list[list]:
         """Per query row, the top-``k`` hits (``.payload``, ``.score``: the cosine), best first; with ``sparse``
-        (per row, its lexical ``(indices, values)``) and ``lexical_k``, united with the top-``lexical_k`` by the
-        lexical vector (a row without terms: dense only)."""
+        (per row, its lexical ``(indices, values)``, None for a row without words: dense only), united with the
+        top-``lexical_k`` by the lexical vector. ``sparse`` is None when the search is not hybrid."""
         raise NotImplementedError
 
     def _count(self, flt: Any) -> int:
@@ -191,8 +191,7 @@ class QdrantAdapter:
         label_sets = check_label_sets(labels, len(ids_))
         pls = check_payloads(payloads, ids_)
         terms = sparse_terms([str(pl.get(FIELD_TEXT) or "") for pl in pls]) if self.lexical else [None] * len(ids_)
-        points = [(point_id(aid), vecs[k].tolist(), full_payload(aid, label_sets[k], pls[k]),
-                   terms[k] if terms[k] and terms[k][0] else None)
+        points = [(point_id(aid), vecs[k].tolist(), full_payload(aid, label_sets[k], pls[k]), terms[k])
                   for k, aid in enumerate(ids_)]
         with self._guard("upsert"):
             for chunk in chunks(points, WRITE_BATCH):
@@ -245,7 +244,7 @@ class QdrantAdapter:
             for start in range(0, len(qs), QUERY_BATCH):
                 chunk = qs[start:start + QUERY_BATCH]
                 sparse = terms[start:start + QUERY_BATCH] if terms is not None else None
-                for hits in self._query(chunk, k, flt, sparse, lexical_k if sparse is not None else 0):
+                for hits in self._query(chunk, k, flt, sparse, lexical_k):
                     out.append([neighbour(h.payload, h.score) for h in hits])
         return out
 

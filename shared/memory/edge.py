@@ -145,8 +145,8 @@ class EdgeMemory(QdrantAdapter):
         requests = []
         for i, q in enumerate(queries):
             dense = qe.Query.Nearest(q.tolist())
-            terms = sparse[i] if sparse is not None and lexical_k else None
-            if not terms or not terms[0]:
+            terms = sparse[i] if sparse is not None else None
+            if terms is None:
                 requests.append(qe.QueryRequest(limit=k, query=dense, filter=flt, with_payload=True))
                 continue
             lexical = qe.Query.Nearest(qe.SparseVector(*terms), using=LEXICAL_VECTOR)

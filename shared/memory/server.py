@@ -222,8 +222,8 @@ class QdrantServerMemory(QdrantAdapter):
         m = self._m
         requests = []
         for i, q in enumerate(queries):
-            terms = sparse[i] if sparse is not None and lexical_k else None
-            if not terms or not terms[0]:
+            terms = sparse[i] if sparse is not None else None
+            if terms is None:
                 requests.append(m.QueryRequest(query=q.tolist(), limit=k, filter=flt, with_payload=True))
                 continue
             lexical = m.SparseVector(indices=terms[0], values=terms[1])
