@@ -29,7 +29,6 @@ from newsmon.shared.memory.edge import EdgeMemory
 from newsmon.shared.predictors import LabelVocab, Retrieval, newsmon_decide
 from newsmon.shared.predictors.calibrate import LEXICAL_CANDIDATES, Params, calibrate
 from newsmon.shared.predictors.lexical import TermVectors, fuse
-from newsmon.shared.predictors.newsmon import concat
 
 TAIL_OPTIONS = [None, (3, 5, 0.85), (3, 5, 0.88), (2, 3, 0.88), (2, 5, 0.88), (1, 1, 0.9), (3, 3, 0.9),
                 (3, 3, 0.92), (3, 3, 0.94)]
@@ -71,7 +70,7 @@ def main() -> None:
     n = max(100, LEXICAL_CANDIDATES)
     terms = TermVectors()
     # the calibration eval would choose: train leave-one-out + validation
-    cal_r = concat([neighbours(Q, P, ids, texts, labels, tr, tr, n, True),
+    cal_r = Retrieval.concat([neighbours(Q, P, ids, texts, labels, tr, tr, n, True),
                     neighbours(Q, P, ids, texts, labels, va, tr, n, False)])
     cal = calibrate(cal_r, [labels[i] for i in tr] + [labels[i] for i in va],
                     query_texts=[texts[i] for i in tr] + [texts[i] for i in va], terms=terms)

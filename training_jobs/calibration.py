@@ -26,7 +26,6 @@ from newsmon.shared.evaluation.neighbours import search_by_language
 from newsmon.shared.memory import SearchFilter
 from newsmon.shared.predictors import Retrieval
 from newsmon.shared.predictors.calibrate import GRID_K, LEXICAL_CANDIDATES, OBJECTIVE, calibrate
-from newsmon.shared.predictors.newsmon import concat
 
 log = structlog.get_logger(__name__)
 
@@ -96,7 +95,7 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
             gold = gold + [tuple(a.labels) for a in val]
             texts = texts + [a.text for a in val]
             n_val = len(val)
-        result = calibrate(concat(parts), gold, query_texts=texts, terms=clf.terms)
+        result = calibrate(Retrieval.concat(parts), gold, query_texts=texts, terms=clf.terms)
         record = CalibrationRecord(
             collection=clf.collection(lang), language=lang, model_version=clf.model_version,
             params=result.params.as_dict(), objective=OBJECTIVE, figures=result.figures,

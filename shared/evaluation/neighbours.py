@@ -64,9 +64,7 @@ def search_by_language(router: MemoryRouter, vectors: np.ndarray, langs: Sequenc
         if exclude_self is not None:
             rows = [[nb for nb in h if nb.article_id != exclude_self[start + i]][:n] for i, h in enumerate(rows)]
         parts.append(Retrieval.from_neighbours(rows, n))
-    return Retrieval(np.vstack([p.ids for p in parts]), np.vstack([p.sims for p in parts]),
-                     [row for p in parts for row in p.labels], [row for p in parts for row in p.titles],
-                     [row for p in parts for row in p.texts])
+    return Retrieval.concat(parts)
 
 
 def embed_splits(settings: Settings, train: Sequence[Article], test: Sequence[Article], val: Sequence[Article],

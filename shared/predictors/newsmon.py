@@ -17,16 +17,6 @@ from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
 from newsmon.shared.predictors.rules import newsmon_decide
 
 
-def concat(parts: list[Retrieval]) -> Retrieval:
-    """The queries of several retrievals, in order, cut to the smallest K (texts kept when every part has them)."""
-    k = min(p.k for p in parts)
-    texts = [row[:k] for p in parts for row in p.texts] if all(p.texts is not None for p in parts) else None
-    fused = any(p.cosines is not None for p in parts)
-    return Retrieval(np.vstack([p.ids[:, :k] for p in parts]), np.vstack([p.sims[:, :k] for p in parts]),
-                     [row[:k] for p in parts for row in p.labels], None, texts,
-                     np.vstack([p.cosine[:, :k] for p in parts]) if fused else None)
-
-
 @register
 class NewsmonPredictor(Predictor):
     """What the workers propose: :func:`newsmon_decide` with parameters calibrated by
@@ -62,7 +52,7 @@ class NewsmonPredictor(Predictor):
                 parts.append(train.validation)
                 gold += _label_sets(train.validation_labels, train.vocab)
                 texts += list(train.validation_texts or [""] * len(train.validation.labels))
-            self.calibration = calibrate(concat(parts), gold, query_texts=texts, terms=self.terms)
+            self.calibration = calibrate(Retrieval.concat(parts), gold, query_texts=texts, terms=self.terms)
             self.chosen = self.calibration.params
         return self
 

@@ -103,6 +103,21 @@ class Retrieval:
             texts.append([shared.setdefault(nb.article_id, _text(nb)) for nb in row] + [""] * (k - len(row)))
         return cls(ids, sims, labels, titles, texts)
 
+    @classmethod
+    def concat(cls, parts: Sequence["Retrieval"]) -> "Retrieval":
+        """The queries of ``parts``, in order, cut to the smallest K; titles and texts kept when every part has
+        them, the cosines when any part was fused."""
+        k = min(p.k for p in parts)
+
+        def rows(name: str) -> list | None:
+            lists = [getattr(p, name) for p in parts]
+            return None if any(x is None for x in lists) else [row[:k] for x in lists for row in x]
+
+        fused = any(p.cosines is not None for p in parts)
+        return cls(np.vstack([p.ids[:, :k] for p in parts]), np.vstack([p.sims[:, :k] for p in parts]),
+                   rows("labels"), rows("titles"), rows("texts"),
+                   np.vstack([p.cosine[:, :k] for p in parts]) if fused else None)
+
     @property
     def k(self) -> int:
         return self.sims.shape[1]
