@@ -6,8 +6,9 @@ every other article of the corpus (leave-one-out: an article never retrieves its
 articles carrying the label. Reported: micro precision / recall / F1 of the new labels over all articles, for
 
 - the calibrated ``newsmon`` predictor (parameters from :func:`newsmon.shared.predictors.calibrate.calibrate` on
-  the train split scored leave-one-out plus validation, as ``eval`` does), with its tail-support rule as
-  calibrated and with tail support switched on at several settings;
+  the train split scored leave-one-out plus validation, as ``eval`` does; the replayed label is not among the
+  labels the calibration saw, as a label confirmed after the calibration is not in the workers), with its rules as
+  calibrated (the new-label rule included), without the new-label rule, and with tail support at other settings;
 - the reference rule "propose when a confirmed article is the nearest neighbour" (1-NN).
 
 Usage: ``.venv/bin/python benchmarks/new_label_replay.py --data ../shared/data/sentinews_sl`` (embeddings come
@@ -29,9 +30,10 @@ from newsmon.shared.memory.edge import EdgeMemory
 from newsmon.shared.predictors import LabelVocab, Retrieval, newsmon_decide
 from newsmon.shared.predictors.calibrate import LEXICAL_CANDIDATES, Params, calibrate
 from newsmon.shared.predictors.lexical import TermVectors, fuse
+from newsmon.shared.predictors.rules import neighbours_needed
 
-TAIL_OPTIONS = [None, (3, 5, 0.85), (3, 5, 0.88), (2, 3, 0.88), (2, 5, 0.88), (1, 1, 0.9), (3, 3, 0.9),
-                (3, 3, 0.92), (3, 3, 0.94)]
+#: Variants on top of the calibrated parameters: None = as calibrated; "no new-label rule"; tail-support settings.
+VARIANTS = [None, "no new-label rule", (2, 5, 0.88), (1, 1, 0.9)]
 
 
 def neighbours(Q: np.ndarray, P: np.ndarray, ids: list[str], texts: list[str], labels: list[tuple],
@@ -73,20 +75,20 @@ def main() -> None:
     cal_r = Retrieval.concat([neighbours(Q, P, ids, texts, labels, tr, tr, n, True),
                     neighbours(Q, P, ids, texts, labels, va, tr, n, False)])
     cal = calibrate(cal_r, [labels[i] for i in tr] + [labels[i] for i in va],
-                    query_texts=[texts[i] for i in tr] + [texts[i] for i in va], terms=terms)
+                    query_texts=[texts[i] for i in tr] + [texts[i] for i in va], terms=terms,
+                    memory_labels={lb for i in tr for lb in labels[i]})
     params = cal.params
     everyone = np.arange(len(arts))
     dense = neighbours(Q, P, ids, texts, labels, everyone, everyone, n, True)
-    k = max(params.top_k, 10)
-    r = fuse(dense, texts, params.lexical_weight, k, terms)
+    r = fuse(dense, texts, params.lexical_weight, max(neighbours_needed(params), 10), terms)
     counts: dict[str, list[int]] = {}
     for i, lbs in enumerate(labels):
         for lb in lbs:
             counts.setdefault(lb, []).append(i)
     new = {lb: ix for lb, ix in counts.items() if args.min_articles <= len(ix) <= args.max_articles}
     rng = np.random.default_rng(13)
-    tallies = {name: [0, 0, 0] for name in ["1-NN rule", "newsmon (calibrated)"] + [
-        f"newsmon + tail {t[0]} of {t[1]} >= {t[2]}" for t in TAIL_OPTIONS if t]}
+    variants = {_name(v): _variant(params, v) for v in VARIANTS}
+    tallies = {name: [0, 0, 0] for name in ["1-NN rule", *variants]}
     for lb, ix in sorted(new.items()):
         confirmed = set(rng.choice(ix, 3, replace=False).tolist())
         confirmed_ids = {ids[i] for i in confirmed}
@@ -99,14 +101,12 @@ def main() -> None:
                         None if hidden.cosines is None else hidden.cosines[queries])
         nn = np.array([lb in row[0] for row in sub.labels])
         _tally(tallies["1-NN rule"], nn, gold)
-        for t in TAIL_OPTIONS:
-            p = params if t is None else Params(**{**params.as_dict(), "tail_support": t[0],
-                                                   "tail_neighbours": t[1], "tail_similarity": t[2]})
+        known = set(cal.known_labels) - {lb}  # the label is new: confirmed after the calibration
+        for name, p in variants.items():
             vocab = LabelVocab()
-            _, chosen = newsmon_decide(sub, vocab, p)
+            _, chosen = newsmon_decide(sub, vocab, p, known)
             got = chosen[:, vocab.index[lb]] if lb in vocab.index else np.zeros(len(queries), bool)
-            _tally(tallies["newsmon (calibrated)" if t is None else f"newsmon + tail {t[0]} of {t[1]} >= {t[2]}"],
-                   got, gold)
+            _tally(tallies[name], got, gold)
     print(f"{args.data}: {len(new)} labels with {args.min_articles}-{args.max_articles} articles, 3 confirmations "
           f"each, scored on the other {len(arts) - 3} articles; calibrated {params.as_dict()}; "
           f"{time.perf_counter() - t0:.0f} s")
@@ -116,6 +116,21 @@ def main() -> None:
         rec = tp / (tp + fn) if tp + fn else float("nan")
         f1 = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
         print(f"| {name} | {prec:.3f} | {rec:.3f} | {f1:.3f} | {tp + fp} |")
+
+
+def _name(v) -> str:
+    if v is None:
+        return "newsmon (calibrated)"
+    return f"newsmon, {v}" if isinstance(v, str) else f"newsmon + tail {v[0]} of {v[1]} >= {v[2]}"
+
+
+def _variant(params: Params, v) -> Params:
+    """The calibrated parameters changed as ``v`` says (see :data:`VARIANTS`)."""
+    if v is None:
+        return params
+    if isinstance(v, str):
+        return Params(**{**params.as_dict(), "new_label_support": 0})
+    return Params(**{**params.as_dict(), "tail_support": v[0], "tail_neighbours": v[1], "tail_similarity": v[2]})
 
 
 def _tally(t: list[int], pred: np.ndarray, gold: np.ndarray) -> None:

@@ -73,6 +73,9 @@ class ScoringInfo(Part):
                                                            "at least this share of the weight is proposed; null: off.")
     tail_support: int = Field(0, ge=0, description="Tail rule: a label carried by this many close neighbours is "
                                                    "proposed (0: off).")
+    new_label_support: int = Field(0, ge=0, description="New-label rule: a label confirmed after the calibration "
+                                                        "and carried by this many close neighbours is proposed "
+                                                        "(0: off).")
 
 
 class Timings(Part):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from functools import cached_property
 from datetime import datetime, timezone
 from typing import Any
 
@@ -45,6 +46,9 @@ class CalibrationRecord(BaseModel):
         fit_on: what it was fitted on (``memory_articles`` scored leave-one-out, ``validation_articles``,
             ``corpus``), never the test split.
         written_by: ``tune``, ``memory build``, ``nightly`` or ``demo``; created_at: UTC time.
+        labels: the labels of the memory it was fitted on, sorted; the new-label rule
+            (:func:`newsmon.shared.predictors.newsmon_decide`) serves every other label (confirmed since). None in
+            records written before this field: the rule is then off.
     """
 
     version: int = RECORD_VERSION
@@ -57,6 +61,12 @@ class CalibrationRecord(BaseModel):
     fit_on: dict[str, Any] = Field(default_factory=dict)
     written_by: str = "tune"
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    labels: list[str] | None = None
+
+    @cached_property
+    def known_labels(self) -> frozenset[str] | None:
+        """:attr:`labels` as a set (computed once per record read), None when the record does not list them."""
+        return frozenset(self.labels) if self.labels is not None else None
 
     def scoring(self) -> RaeSettings:
         """The record's parameters as :class:`RaeSettings` (unknown fields of newer records are ignored).

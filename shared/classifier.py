@@ -23,6 +23,7 @@ from newsmon.shared.memory import KnowledgeMemory, MemoryRouter, SearchFilter, s
 from newsmon.shared.calibration import CalibrationStore, effective_scoring, record_id
 from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors import LabelScore, LabelVocab, Proposal, Retrieval, explain, newsmon_decide
+from newsmon.shared.predictors.rules import neighbours_needed
 from newsmon.shared.promotion import effective_encoder_settings
 
 log = structlog.get_logger(__name__)
@@ -48,7 +49,7 @@ def scoring_info(rae: RaeSettings, calibration: str | None = None) -> ScoringInf
     from), for the wire."""
     return ScoringInfo(predictor="newsmon", top_k=rae.top_k, tau=rae.tau, threshold=rae.threshold,
                        calibration=calibration, floor=rae.floor, set_vote=rae.set_vote,
-                       tail_support=rae.tail_support)
+                       tail_support=rae.tail_support, new_label_support=rae.new_label_support)
 
 
 @dataclass
@@ -160,13 +161,16 @@ class Classifier:
                                                       self.settings.memory.min_language_articles, texts, lexical_k)
         return Retrieval.from_neighbours(rows, top_k + (lexical_k if texts is not None else 0)), searched
 
-    def scoring(self, lang: str | None) -> tuple[RaeSettings, str | None]:
+    def scoring(self, lang: str | None) -> tuple[RaeSettings, str | None, frozenset[str] | None]:
         """The scoring parameters for articles in ``lang``: the calibration record of that language's collection
         (``newsmon tune``), every field set explicitly in ``settings.rae`` taking precedence
-        (:func:`newsmon.shared.calibration.effective_scoring`). Returns (parameters, record id or None)."""
+        (:func:`newsmon.shared.calibration.effective_scoring`). Returns (parameters, record id or None, the labels
+        the record saw or None: the others are new labels for the new-label rule)."""
         record = self.calibrations.read(self.collection(lang)) if lang else None
         params, _source = effective_scoring(self.settings, record)
-        return params, record_id(record) if record is not None else None
+        if record is None:
+            return params, None, None
+        return params, record_id(record), record.known_labels
 
     def propose(self, texts: Sequence[str], langs: Sequence[str | None] | None = None,
                 rae: RaeSettings | None = None, vectors: np.ndarray | None = None,
@@ -194,22 +198,25 @@ class Classifier:
         langs = list(langs) if langs is not None else [None] * len(texts)
         if vectors is None:
             vectors = self.encoder.encode(list(texts), role="query")
-        groups: dict[str, tuple[RaeSettings, str | None, list[int]]] = {}
+        groups: dict[str, tuple[RaeSettings, str | None, frozenset[str] | None, list[int]]] = {}
         for i, lang in enumerate(langs):
-            params, cal = (rae, None) if rae is not None else self.scoring(lang)
-            groups.setdefault(params.model_dump_json() + str(cal), (params, cal, []))[2].append(i)
+            params, cal, known = (rae, None, None) if rae is not None else self.scoring(lang)
+            groups.setdefault(params.model_dump_json() + str(cal), (params, cal, known, []))[3].append(i)
         out: list[Proposal | None] = [None] * len(texts)
-        for params, cal, idx in groups.values():
-            k = max(params.top_k, params.tail_neighbours if params.tail_support else 1)
+        for params, cal, known, idx in groups.values():
+            k = neighbours_needed(params)
             n = max(k, params.lexical_candidates) if params.lexical_weight else k
             hybrid = [texts[i] for i in idx] if params.lexical_weight else None
             r, searched = self.retrieve_routed(vectors[idx], [langs[i] for i in idx], n, exclude, hybrid,
                                                params.lexical_candidates if params.lexical_weight else 0)
             r = fuse(r, [texts[i] for i in idx], params.lexical_weight, k, self.terms)
             if relabel is not None:
+                if known is not None:  # a known label keeps counting as known under its new name
+                    seen = {lb for row in r.labels for lbs in row for lb in lbs}
+                    known = frozenset(x for lb in seen if lb in known for x in relabel((lb,)))
                 r.labels = [[relabel(lbs) for lbs in row] for row in r.labels]
             vocab = LabelVocab()
-            scores, chosen = newsmon_decide(r, vocab, params)
+            scores, chosen = newsmon_decide(r, vocab, params, known)
             for i, p, names in zip(idx, explain(r, scores, vocab, params.threshold, params.top_k,
                                                 candidates=candidates, proposed=chosen), searched):
                 p.searched, p.scoring, p.calibration = names, params, cal

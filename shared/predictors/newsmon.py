@@ -14,7 +14,7 @@ from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, r
 from newsmon.shared.predictors.calibrate import GRID_K, LEXICAL_CANDIDATES, calibrate
 from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
-from newsmon.shared.predictors.rules import newsmon_decide
+from newsmon.shared.predictors.rules import neighbours_needed, newsmon_decide
 
 
 @register
@@ -40,11 +40,16 @@ class NewsmonPredictor(Predictor):
         self.calibration: Any = None
         self.vocab = LabelVocab()
         self.terms = TermVectors()
+        self.known_labels: frozenset[str] | None = None
 
     def fit(self, train: TrainingSet) -> "NewsmonPredictor":
-        """Keep the vocabulary and, without fixed parameters, calibrate on ``train.retrieval`` (leave-one-out)
-        plus ``train.validation`` (see :class:`TrainingSet`)."""
+        """Keep the vocabulary and the labels of the memory (the train split: every other label counts as new
+        for the new-label rule, as labels confirmed after a calibration do in the workers) and, without fixed
+        parameters, calibrate on ``train.retrieval`` (leave-one-out) plus ``train.validation`` (see
+        :class:`TrainingSet`)."""
         self.vocab = train.vocab
+        Y = sp.csr_matrix(train.labels)
+        self.known_labels = frozenset(train.vocab.labels[j] for j in np.unique(Y.indices))
         if self.fixed is None:
             parts, gold = [train.retrieval], _label_sets(train.labels, train.vocab)
             texts = list(train.texts)
@@ -52,7 +57,8 @@ class NewsmonPredictor(Predictor):
                 parts.append(train.validation)
                 gold += _label_sets(train.validation_labels, train.vocab)
                 texts += list(train.validation_texts or [""] * len(train.validation.labels))
-            self.calibration = calibrate(Retrieval.concat(parts), gold, query_texts=texts, terms=self.terms)
+            self.calibration = calibrate(Retrieval.concat(parts), gold, query_texts=texts, terms=self.terms,
+                                         memory_labels=self.known_labels)
             self.chosen = self.calibration.params
         return self
 
@@ -60,9 +66,9 @@ class NewsmonPredictor(Predictor):
         """``(m, L)`` float32 scores and ``(m, L)`` bool proposals over the training vocabulary."""
         vocab = LabelVocab(self.vocab.labels)
         p = self.chosen
-        r = fuse(queries.retrieval, queries.texts, getattr(p, "lexical_weight", 0.0), max(p.top_k, p.tail_neighbours),
+        r = fuse(queries.retrieval, queries.texts, getattr(p, "lexical_weight", 0.0), neighbours_needed(p),
                  self.terms)
-        scores, proposed = newsmon_decide(r, vocab, p)
+        scores, proposed = newsmon_decide(r, vocab, p, self.known_labels)
         L = len(self.vocab)
         return scores[:, :L], proposed[:, :L]
 
@@ -85,7 +91,7 @@ class NewsmonPredictor(Predictor):
         p = self.fixed
         if p is None:
             return max(max(GRID_K), LEXICAL_CANDIDATES)
-        return max(p.top_k, p.tail_neighbours, p.lexical_candidates if p.lexical_weight else 0)
+        return max(neighbours_needed(p), p.lexical_candidates if p.lexical_weight else 0)
 
     def lexical_neighbours_needed(self) -> int:
         p = self.fixed

@@ -10,13 +10,20 @@ the research method lacks, each switchable and calibrated on the memory itself (
   which targets subset accuracy);
 - **tail support**: a label carried by at least ``tail_support`` of the first ``tail_neighbours`` neighbours,
   each at cosine >= ``tail_similarity``, is proposed whatever its softmax share, so 3 confirmed close articles
-  suffice for a new or rare label (the paper notes RAE-XMC hurts the tail and suggests 1-NN there).
+  suffice for a new or rare label (the paper notes RAE-XMC hurts the tail and suggests 1-NN there);
+- **new-label support**: a label the calibration never saw (one confirmed by moderators since, so no leave-one-out
+  could weigh it) is proposed when at least ``new_label_support`` of the first ``new_label_neighbours``
+  neighbours carry it at cosine >= ``new_label_similarity``; a memory of thousands of articles holding 2 of a new
+  label's 3 confirmations among an article's 20 nearest is strong evidence, which the softmax share of a label
+  among k = 100 neighbours never shows. Chosen by a replay inside the calibration
+  (:func:`newsmon.shared.predictors.calibrate.new_label_replay`).
 
 :func:`newsmon_decide` is the one implementation: the live classifier, ``suggest`` and ``eval`` all call it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -27,7 +34,8 @@ from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
 
 #: The decision rules' parameters when nothing is calibrated: the research defaults, rules off.
 RULE_DEFAULTS: dict[str, Any] = {"floor": None, "set_vote": None, "tail_support": 0, "tail_neighbours": 5,
-                                 "tail_similarity": 0.9}
+                                 "tail_similarity": 0.9, "new_label_support": 0, "new_label_neighbours": 20,
+                                 "new_label_similarity": 0.8}
 
 
 def set_vote(retrieval: Retrieval, k: int, tau: float) -> tuple[list[tuple[str, ...]], np.ndarray]:
@@ -67,14 +75,24 @@ def tail_support(retrieval: Retrieval, vocab: LabelVocab, support: int, neighbou
     return np.asarray((W @ rows).todense()) >= support
 
 
-def newsmon_decide(retrieval: Retrieval, vocab: LabelVocab, params: Any) -> tuple[np.ndarray, np.ndarray]:
+def neighbours_needed(params: Any) -> int:
+    """Neighbours per query that :func:`newsmon_decide` reads with ``params``: k and each rule's window."""
+    return max(params.top_k, params.tail_neighbours if params.tail_support else 1,
+               getattr(params, "new_label_neighbours", 1) if getattr(params, "new_label_support", 0) else 1)
+
+
+def newsmon_decide(retrieval: Retrieval, vocab: LabelVocab, params: Any,
+                   known_labels: Collection[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Scores and decisions of the ``newsmon`` predictor for ``m`` queries.
 
     Args:
-        retrieval: the queries' top-K neighbours (K >= ``params.top_k``).
+        retrieval: the queries' top-K neighbours (K >= :func:`neighbours_needed`).
         vocab: the label vocabulary (grows with the neighbours' labels).
         params: an object with ``top_k``, ``tau``, ``threshold``, ``floor``, ``set_vote``, ``tail_support``,
-            ``tail_neighbours``, ``tail_similarity`` (e.g. :class:`newsmon.shared.config.RaeSettings`).
+            ``tail_neighbours``, ``tail_similarity`` and optionally ``new_label_support``,
+            ``new_label_neighbours``, ``new_label_similarity`` (e.g. :class:`newsmon.shared.config.RaeSettings`).
+        known_labels: the labels the calibration saw (its record's ``labels``); the new-label rule serves the
+            others. None: no label counts as new (no record tells), the rule is off.
 
     Returns:
         (``(m, L)`` float32 scores, ``(m, L)`` bool proposals) with ``L = len(vocab)`` after the call. A label
@@ -98,6 +116,11 @@ def newsmon_decide(retrieval: Retrieval, vocab: LabelVocab, params: Any) -> tupl
     if params.tail_support:
         proposed |= tail_support(retrieval, vocab, params.tail_support, params.tail_neighbours,
                                  params.tail_similarity)
+    if getattr(params, "new_label_support", 0) and known_labels is not None:
+        new = np.array([lb not in known_labels for lb in vocab.labels], dtype=bool)
+        if new.any():
+            proposed |= tail_support(retrieval, vocab, params.new_label_support, params.new_label_neighbours,
+                                     params.new_label_similarity) & new[None, :]
     if params.floor is not None:
         empty = ~proposed.any(axis=1)
         best = scores.argmax(axis=1)
