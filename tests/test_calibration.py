@@ -273,3 +273,36 @@ def test_a_proposal_shows_the_cosine_of_its_neighbours_after_fusion():
     p = explain(r, scores, vocab, 0.3, proposed=chosen)[0]
     x = next(lb for lb in p.labels if lb.label == "x")
     assert [s for _, s in x.neighbours] == pytest.approx([0.95, 0.94, 0.93]) and r.sims[0, 0] < 0.9
+
+
+def test_label_keys_are_normalised_sums_and_leave_one_out_takes_the_article_out():
+    from newsmon.shared.predictors.label_keys import LabelKeys
+
+    X = np.array([[1, 0], [0.8, 0.6], [0, 1]], dtype=np.float32)
+    keys = LabelKeys(2).add(X, [("a",), ("a", "b"), ("b",)])
+    hits = keys.top(np.array([[1, 0]], dtype=np.float32), 2)
+    # key a = (1.8, 0.6) / |.| -> cosine 1.8 / sqrt(3.6); key b = (0.8, 1.6) / |.| -> 0.8 / sqrt(3.2)
+    assert hits.labels == [["a", "b"]]
+    assert hits.cosines[0].tolist() == pytest.approx([1.8 / np.sqrt(3.6), 0.8 / np.sqrt(3.2)], abs=1e-6)
+    loo = keys.top(X[:1], 2, own_vectors=X[:1], own_labels=[("a",)])  # article 0 out: key a = (0.8, 0.6)
+    assert loo.labels == [["a", "b"]] and loo.cosines[0, 0] == pytest.approx(0.8, abs=1e-6)
+    alone = keys.top(X[2:], 2, own_vectors=X[2:], own_labels=[("b",)])  # key b is then article 1's alone
+    assert alone.labels == [["b", "a"]]
+    assert alone.cosines[0].tolist() == pytest.approx([0.6, 0.6 / np.sqrt(3.6)], abs=1e-6)
+    renamed = hits.relabel(lambda t: {"a": ("c",), "b": ()}[t[0]])  # a renamed to c, b retired
+    assert renamed.labels == [["c"]] and renamed.cosines[0, 1] == -np.inf
+
+
+def test_label_keys_mix_into_the_scores_with_weight_lambda():
+    from newsmon.shared.predictors.label_keys import LabelHits
+
+    r = _r([[(0.9, ("a",)), (0.9, ("b",))]])  # neighbours: a 0.5, b 0.5
+    hits = LabelHits([["b", "c"]], np.array([[0.9, 0.9]], dtype=np.float32))  # keys: b 0.5, c 0.5
+    vocab = LabelVocab()
+    on = Params(top_k=2, tau=1.0, threshold=0.45, label_lambda=1.0, label_keys=2, label_tau=0.01)
+    scores, chosen = newsmon_decide(r, vocab, on, label_hits=hits)
+    got = {lb: round(float(scores[0, vocab.index[lb]]), 4) for lb in vocab.labels}
+    assert got == {"a": 0.25, "b": 0.5, "c": 0.25}  # (neighbours + 1 * keys) / (1 + 1)
+    assert [vocab.labels[j] for j in np.flatnonzero(chosen[0])] == ["b"]
+    off = newsmon_decide(r, LabelVocab(), Params(top_k=2, tau=1.0, threshold=0.45), label_hits=hits)[0]
+    assert off.shape == (1, 2) and off[0].tolist() == pytest.approx([0.5, 0.5])  # lambda 0: keys unused

@@ -79,3 +79,33 @@ def test_new_label_rule_reads_the_calibration_records_labels_and_follows_renames
 
     assert propose("old", ["a", "old"], relabel) == {"a"}  # a known label renamed stays known
     assert propose("old", ["a"], relabel) == {"a", "x"}
+
+
+def test_label_keys_come_from_the_memory_follow_each_calibration_record_and_the_registry(memory_classifier):
+    from newsmon.shared.calibration import CalibrationRecord
+
+    clf = memory_classifier
+    clf.settings.memory.min_language_articles = 1
+    d = clf.encoder.dim
+    rng = np.random.default_rng(3)
+    q, other = _unit(rng, 1, d), _unit(rng, 6, d)
+    close = q + 0.3 * _unit(rng, 2, d)  # two articles of label k near the query, not its nearest neighbours
+    close /= np.linalg.norm(close, axis=1, keepdims=True)
+    clf.memory("sl").upsert([f"o{i}" for i in range(6)] + ["k0", "k1"], np.vstack([other, close]),
+                            [["a"]] * 6 + [["k"]] * 2, [{"lang": "sl"}] * 8)
+
+    def propose(lam: float, relabel=None) -> set[str]:
+        params = {"top_k": 8, "tau": 100.0, "threshold": 0.4, "label_lambda": lam, "label_keys": 2,
+                  "label_tau": 0.01}  # neighbours: a 0.75, k 0.25; keys: k nearly 1
+        clf.calibrations.write(CalibrationRecord(collection=clf.collection("sl"), language="sl",
+                                                 model_version=clf.model_version, params=params,
+                                                 objective="micro_f1 + subset_accuracy", labels=["a", "k"]))
+        (p,), _ = clf.propose(["q"], ["sl"], vectors=q, relabel=relabel)
+        return p.label_set
+
+    assert propose(0.0) == {"a"}
+    assert propose(1.0) == {"k"}  # k: (0.25 + ~1) / 2 > 0.4; a: (0.75 + ~0) / 2 < 0.4 (its key is far)
+    keys = clf.label_keys("sl", next(iter(clf._keys.values()))[0])
+    assert sorted(keys.labels) == ["a", "k"] and keys.counts[keys.index["k"]] == 2
+    # k retired: gone from the neighbours and from the keys (a's key takes the keys' weight: (0.75 + 1) / 2)
+    assert propose(1.0, relabel=lambda t: tuple(x for x in t if x != "k")) == {"a"}

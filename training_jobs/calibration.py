@@ -26,6 +26,8 @@ from newsmon.shared.evaluation.neighbours import search_by_language
 from newsmon.shared.memory import SearchFilter
 from newsmon.shared.predictors import Retrieval
 from newsmon.shared.predictors.calibrate import GRID_K, LEXICAL_CANDIDATES, OBJECTIVE, calibrate
+from newsmon.shared.predictors.label_keys import LabelHits, LabelKeys
+from newsmon.shared.predictors.newsmon import MAX_LABEL_KEYS
 
 log = structlog.get_logger(__name__)
 
@@ -40,22 +42,24 @@ class LanguageCalibration:
 
 
 def _leave_one_out(clf: Classifier, lang: str, k: int, limit: int | None
-                   ) -> tuple[Retrieval, list[tuple], list[str]]:
+                   ) -> tuple[Retrieval, list[tuple], list[str], np.ndarray]:
     """The labelled memory articles of ``lang`` (at most ``limit``, in scroll order) with their top-``k``
-    neighbours among the others (production routing), their label sets and their stored texts."""
+    neighbours among the others (production routing), their label sets, their stored texts and their ``(n, d)``
+    float32 stored embeddings."""
     points = []
     for p in clf.memory(lang).scroll(SearchFilter(labelled=True), with_vectors=True):
         points.append(p)
         if limit is not None and len(points) >= limit:
             break
     if not points:
-        return Retrieval(np.empty((0, k), dtype=object), np.empty((0, k), dtype=np.float32), []), [], []
+        empty = Retrieval(np.empty((0, k), dtype=object), np.empty((0, k), dtype=np.float32), [])
+        return empty, [], [], np.empty((0, clf.encoder.dim), dtype=np.float32)
     vecs = np.stack([p.vector for p in points]).astype(np.float32)
     texts = [str(p.payload.get("text") or "") for p in points]
     loo = search_by_language(clf.router, vecs, [lang] * len(points), k, clf.settings.memory.min_language_articles,
                              exclude_self=[p.article_id for p in points], texts=texts,
                              lexical_k=LEXICAL_CANDIDATES)
-    return loo, [tuple(p.labels) for p in points], texts
+    return loo, [tuple(p.labels) for p in points], texts, vecs
 
 
 def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), written_by: str = "tune",
@@ -81,23 +85,26 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
     out: dict[str, LanguageCalibration] = {}
     for lang in clf.languages():
         t0 = time.perf_counter()
-        loo, gold, texts = _leave_one_out(clf, lang, k, max_memory_articles)
+        loo, gold, texts, mem_vecs = _leave_one_out(clf, lang, k, max_memory_articles)
         if not gold:
             continue
         parts, n_val = [loo], 0
         memory_labels = {lb for labels in gold for lb in labels} | {lb for row in loo.labels for x in row for lb in x}
+        keys = LabelKeys(clf.encoder.dim).add(mem_vecs, gold)  # as the workers build them (Classifier.label_keys)
+        hits = [keys.top(mem_vecs, MAX_LABEL_KEYS, mem_vecs, gold)]
         val = [a for a in validation if a.lang == lang and a.labels]
         if adapted and val:
-            loo, parts, gold, texts = Retrieval(loo.ids[:0], loo.sims[:0], []), [], [], []
+            loo, parts, gold, texts, hits = Retrieval(loo.ids[:0], loo.sims[:0], []), [], [], [], []
         if val:
             vecs = clf.encoder.encode([a.text for a in val], role="query")
             parts.append(clf.retrieve_routed(vecs, [lang] * len(val), k, (), [a.text for a in val],
                                              LEXICAL_CANDIDATES)[0])
+            hits.append(keys.top(vecs, MAX_LABEL_KEYS))
             gold = gold + [tuple(a.labels) for a in val]
             texts = texts + [a.text for a in val]
             n_val = len(val)
         result = calibrate(Retrieval.concat(parts), gold, query_texts=texts, terms=clf.terms,
-                           memory_labels=memory_labels)
+                           memory_labels=memory_labels, label_hits=LabelHits.concat(hits))
         record = CalibrationRecord(
             collection=clf.collection(lang), language=lang, model_version=clf.model_version,
             params=result.params.as_dict(), objective=OBJECTIVE, figures=result.figures,

@@ -136,6 +136,7 @@ def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: i
         train_set.retrieval = nb.train_loo
         train_set.validation, train_set.validation_labels = nb.validation, labels.val
         train_set.validation_texts = [a.text for a in val]
+        train_set.vectors, train_set.validation_vectors = nb.train_vecs, nb.val_vecs
         test_q.vectors, test_q.retrieval = nb.test_vecs, nb.test
         val_q.vectors, val_q.retrieval = nb.val_vecs, nb.validation
     for p in predictors:
@@ -160,7 +161,7 @@ def ablation_rows(p: Predictor, test_q: QueryBatch, labels: Labels) -> dict[str,
     for i, step in enumerate(steps):
         t0 = time.perf_counter()
         fixed = type(p)(params=Params(**step["params"]))
-        fixed.vocab, fixed.known_labels = p.vocab, getattr(p, "known_labels", None)
+        fixed.vocab, fixed.known_labels, fixed.label_keys = p.vocab, p.known_labels, p.label_keys
         scores, proposed = fixed.score_and_decide(test_q)
         tag = "kept" if step["kept"] else "not kept"
         name = f"{p.display_name}: {step['step']}" + ("" if i == 0 else f" ({tag})")

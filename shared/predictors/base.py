@@ -39,6 +39,8 @@ class TrainingSet:
             (leave-one-out), for methods with ``needs_training_retrieval`` (ML-KNN, newsmon); else None.
         validation / validation_labels / validation_texts: the validation articles' top-K neighbours, their
             ``(n_val, L)`` 0/1 labels and their texts, for methods with ``needs_validation_retrieval`` (newsmon calibrates on them); else None.
+        vectors / validation_vectors: ``(n, d)`` / ``(n_val, d)`` float32 embeddings of the training (memory) and
+            validation articles when the evaluation embedded them (newsmon's label keys); else None.
     """
 
     texts: Sequence[str]
@@ -48,6 +50,8 @@ class TrainingSet:
     validation: Retrieval | None = None
     validation_labels: sp.csr_matrix | None = None
     validation_texts: Sequence[str] | None = None
+    vectors: np.ndarray | None = None
+    validation_vectors: np.ndarray | None = None
 
 
 @dataclass

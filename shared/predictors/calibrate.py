@@ -9,7 +9,8 @@ on the same data choose the same parameters; the objective's noise is reported a
 over the calibration articles.
 
 Order: k, tau and the threshold on a grid; then hybrid retrieval (the dense neighbours fused with a lexical
-similarity, when the neighbours' texts are at hand), kept only when it lifts the objective; then each decision
+similarity, when the neighbours' texts are at hand), kept only when it lifts the objective; then the label keys
+(RAE-XMC's label part of the memory, :mod:`newsmon.shared.predictors.label_keys`) likewise; then each decision
 rule (floor, label-set vote, tail support) is tried on top and kept only when it lifts the objective, except tail
 support, kept unless it lowers it (it serves labels that appear after the calibration, which a leave-one-out over
 a static corpus cannot show); every step is recorded (the ablation). Last, the new-label rule (labels the
@@ -28,8 +29,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from newsmon.shared.predictors.rules import RULE_DEFAULTS, newsmon_decide
+from newsmon.shared.predictors.label_keys import LabelHits, key_scores
 from newsmon.shared.predictors.lexical import TermVectors, fuse
+from newsmon.shared.predictors.rules import RULE_DEFAULTS, newsmon_decide
 from newsmon.shared.predictors.rae_xmc import rae_xmc_scores
 from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
 
@@ -50,6 +52,8 @@ RULE_GRID: dict[str, list[dict[str, Any]]] = {
                                      (3, 3, 0.9), (3, 3, 0.92), (3, 3, 0.94))],
 }
 OBJECTIVE = "micro_f1 + subset_accuracy"
+#: The label keys' options (lambda, nearest keys, temperature), tried on the chosen k / tau with every threshold.
+LABEL_KEY_GRID = tuple(itertools.product((0.1, 0.25, 0.5, 1.0), (3, 10), (0.01, 0.02, 0.05)))
 #: The new-label rule's options (support, neighbours, minimum cosine), and the replay that chooses among them:
 #: labels with NEW_LABEL_ARTICLES memory articles, each hidden but for NEW_LABEL_CONFIRMATIONS of them.
 NEW_LABEL_GRID = tuple(itertools.product((2, 3), (10, 20, 30, 50), (0.8, 0.85, 0.9)))
@@ -74,6 +78,9 @@ class Params:
     new_label_support: int = 0
     new_label_neighbours: int = 20
     new_label_similarity: float = 0.8
+    label_lambda: float = 0.0
+    label_keys: int = 10
+    label_tau: float = 0.01
 
     def as_dict(self) -> dict[str, Any]:
         """The parameters as a plain dict (JSON-able)."""
@@ -160,6 +167,41 @@ def _lexical_step(retrieval: Retrieval, query_texts: list[str], terms: TermVecto
     return best
 
 
+def _label_keys_step(retrieval: Retrieval, hits: LabelHits, Yt: np.ndarray, labels: list[str], params: Params
+                     ) -> tuple[float, Params, float, float]:
+    """The best (objective, params, micro-F1, subset accuracy) of the label keys' grid (:data:`LABEL_KEY_GRID`
+    and every threshold) on top of ``params``' k and tau (RAE-XMC's label part of the memory)."""
+    vocab = LabelVocab(labels)
+    L = Yt.shape[1]
+    rae = _pad(rae_xmc_scores(retrieval.sims, retrieval.label_matrix(vocab), params.top_k, params.tau, 1.0, L), L)
+    best = None
+    for lam, n, tau in LABEL_KEY_GRID:
+        S = (rae[:, :L] + lam * key_scores(hits, n, tau, vocab.index, L)) / (1 + lam)
+        for thr in GRID_THRESHOLD:
+            f1, acc = _micro_f1_acc(Yt, S > thr)
+            if best is None or f1 + acc > best[0] + 1e-12:
+                extra = {"threshold": float(thr), "label_lambda": lam, "label_keys": n, "label_tau": tau}
+                best = (f1 + acc, Params(**{**params.as_dict(), **extra}), f1, acc)
+    return best
+
+
+def _rule_step(rule: str, retrieval: Retrieval, Yt: np.ndarray, labels: list[str], params: Params, f1: float,
+               acc: float, label_hits: LabelHits | None) -> tuple[dict[str, Any], Params, float, float]:
+    """Try each option of decision rule ``rule`` on top of ``params``; returns (the ablation step, and the
+    parameters, micro-F1 and subset accuracy after it: the best option's when kept, else the ones given)."""
+    best = None
+    for option in RULE_GRID[rule]:
+        trial = Params(**{**params.as_dict(), **option})
+        _, P = newsmon_decide(retrieval, LabelVocab(labels), trial, label_hits=label_hits)
+        tf1, tacc = _micro_f1_acc(Yt, _pad(P, Yt.shape[1])[:, :Yt.shape[1]])
+        if best is None or tf1 + tacc > best[0]:
+            best = (tf1 + tacc, trial, tf1, tacc)
+    kept = _keeps(rule, best[0], f1 + acc)
+    step = {"step": f"+ {rule}", "params": best[1].as_dict(), "micro_f1": best[2], "subset_accuracy": best[3],
+            "objective": best[0], "kept": kept}
+    return (step, best[1], best[2], best[3]) if kept else (step, params, f1, acc)
+
+
 def _keeps(rule: str, trial: float, current: float) -> bool:
     """Whether a rule step is kept: it must lift the objective, except tail support, the new-label lever, kept
     unless it lowers it (a static corpus cannot show its benefit: no label appears over time in a leave-one-out)."""
@@ -238,7 +280,8 @@ def _new_label_step(retrieval: Retrieval, gold: list[tuple[str, ...]], params: P
 
 def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[str, ...] = tuple(RULE_GRID),
               query_texts: list[str] | None = None, terms: TermVectors | None = None,
-              memory_labels: Iterable[str] | None = None, new_labels: bool = True) -> CalibrationResult:
+              memory_labels: Iterable[str] | None = None, new_labels: bool = True,
+              label_hits: LabelHits | None = None) -> CalibrationResult:
     """Choose the ``newsmon`` predictor's parameters on ``n`` calibration articles.
 
     Args:
@@ -249,6 +292,8 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
         rules: the decision rules to try (names of :data:`RULE_GRID`), in order.
         memory_labels: the labels of the memory (the result's ``known_labels``; default: the neighbours' labels).
         new_labels: choose the new-label rule (:func:`new_label_replay`) as the last step.
+        label_hits: the articles' nearest label keys (leave-one-out for memory articles), aligned with
+            ``retrieval``; given, the label keys are tried after hybrid retrieval and kept when they lift.
 
     Returns:
         the chosen parameters, their figures and the ablation steps.
@@ -260,6 +305,8 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
         raise ValueError("calibration needs labelled articles with neighbours")
     vocab = LabelVocab()
     retrieval.label_matrix(vocab)
+    if label_hits is not None:
+        vocab.extend(lb for row in label_hits.labels for lb in row)
     Yt = _gold(gold, vocab)
     dense = fuse(retrieval, [], 0.0, max(GRID_K))
     _, params, f1, acc = _base_grid(dense, Yt, vocab.labels, {})
@@ -274,23 +321,18 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
                       "subset_accuracy": tacc, "objective": obj, "kept": kept})
         if kept:
             params, f1, acc, chosen = tparams, tf1, tacc, fused
+    if label_hits is not None:
+        obj, tparams, tf1, tacc = _label_keys_step(chosen, label_hits, Yt, vocab.labels, params)
+        steps.append({"step": "+ label keys", "params": tparams.as_dict(), "micro_f1": tf1, "subset_accuracy": tacc,
+                      "objective": obj, "kept": obj > f1 + acc + 1e-9})
+        params, f1, acc = (tparams, tf1, tacc) if steps[-1]["kept"] else (params, f1, acc)
     for rule in rules:
-        trial_best = None
-        for option in RULE_GRID[rule]:
-            trial = Params(**{**params.as_dict(), **option})
-            _, P = newsmon_decide(chosen, LabelVocab(vocab.labels), trial)
-            tf1, tacc = _micro_f1_acc(Yt, _pad(P, Yt.shape[1])[:, :Yt.shape[1]])
-            if trial_best is None or tf1 + tacc > trial_best[0]:
-                trial_best = (tf1 + tacc, trial, tf1, tacc)
-        kept = _keeps(rule, trial_best[0], f1 + acc)
-        steps.append({"step": f"+ {rule}", "params": trial_best[1].as_dict(), "micro_f1": trial_best[2],
-                      "subset_accuracy": trial_best[3], "objective": trial_best[0], "kept": kept})
-        if kept:
-            _, params, f1, acc = trial_best
+        step, params, f1, acc = _rule_step(rule, chosen, Yt, vocab.labels, params, f1, acc, label_hits)
+        steps.append(step)
     if new_labels:
         step, params = _new_label_step(chosen, gold, params, f1, acc)
         steps.append(step)
-    _, P = newsmon_decide(chosen, LabelVocab(vocab.labels), params)
+    _, P = newsmon_decide(chosen, LabelVocab(vocab.labels), params, label_hits=label_hits)
     lo, hi = bootstrap_interval(Yt, _pad(P, Yt.shape[1])[:, :Yt.shape[1]])
     figures = {"micro_f1": f1, "subset_accuracy": acc, "objective": f1 + acc, "objective_lo": lo,
                "objective_hi": hi, "n": float(len(gold))}

@@ -11,10 +11,15 @@ import numpy as np
 import scipy.sparse as sp
 
 from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
-from newsmon.shared.predictors.calibrate import GRID_K, LEXICAL_CANDIDATES, calibrate
+from newsmon.shared.predictors.calibrate import GRID_K, LABEL_KEY_GRID, LEXICAL_CANDIDATES, calibrate
+from newsmon.shared.predictors.label_keys import LabelHits, LabelKeys
 from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
 from newsmon.shared.predictors.rules import neighbours_needed, newsmon_decide
+
+
+#: Label keys retrieved per calibration article (the most any option of the grid reads).
+MAX_LABEL_KEYS = max(n for _, n, _ in LABEL_KEY_GRID)
 
 
 @register
@@ -41,6 +46,7 @@ class NewsmonPredictor(Predictor):
         self.vocab = LabelVocab()
         self.terms = TermVectors()
         self.known_labels: frozenset[str] | None = None
+        self.label_keys: LabelKeys | None = None
 
     def fit(self, train: TrainingSet) -> "NewsmonPredictor":
         """Keep the vocabulary and the labels of the memory (the train split: every other label counts as new
@@ -50,15 +56,21 @@ class NewsmonPredictor(Predictor):
         self.vocab = train.vocab
         Y = sp.csr_matrix(train.labels)
         self.known_labels = frozenset(train.vocab.labels[j] for j in np.unique(Y.indices))
+        own = _label_sets(train.labels, train.vocab)
+        if train.vectors is not None:
+            self.label_keys = LabelKeys(train.vectors.shape[1]).add(train.vectors, own)
         if self.fixed is None:
-            parts, gold = [train.retrieval], _label_sets(train.labels, train.vocab)
-            texts = list(train.texts)
+            parts, gold, texts = [train.retrieval], list(own), list(train.texts)
+            hits = [self.label_keys.top(train.vectors, MAX_LABEL_KEYS, train.vectors, own)] if self.label_keys else []
             if train.validation is not None and train.validation_labels is not None:
                 parts.append(train.validation)
                 gold += _label_sets(train.validation_labels, train.vocab)
                 texts += list(train.validation_texts or [""] * len(train.validation.labels))
+                if hits and train.validation_vectors is not None:
+                    hits.append(self.label_keys.top(train.validation_vectors, MAX_LABEL_KEYS))
             self.calibration = calibrate(Retrieval.concat(parts), gold, query_texts=texts, terms=self.terms,
-                                         memory_labels=self.known_labels)
+                                         memory_labels=self.known_labels,
+                                         label_hits=LabelHits.concat(hits) if len(hits) == len(parts) else None)
             self.chosen = self.calibration.params
         return self
 
@@ -68,7 +80,10 @@ class NewsmonPredictor(Predictor):
         p = self.chosen
         r = fuse(queries.retrieval, queries.texts, getattr(p, "lexical_weight", 0.0), neighbours_needed(p),
                  self.terms)
-        scores, proposed = newsmon_decide(r, vocab, p, self.known_labels)
+        hits = None
+        if getattr(p, "label_lambda", 0.0) and self.label_keys is not None and queries.vectors is not None:
+            hits = self.label_keys.top(queries.vectors, p.label_keys)
+        scores, proposed = newsmon_decide(r, vocab, p, self.known_labels, hits)
         L = len(self.vocab)
         return scores[:, :L], proposed[:, :L]
 

@@ -1,8 +1,9 @@
 """The decision rules of the product's predictor (``newsmon``, :mod:`newsmon.shared.predictors.newsmon`): RAE-XMC scores over the retrieved neighbours, with decision rules that
 the research method lacks, each switchable and calibrated on the memory itself (leave-one-out) plus validation:
 
-- **threshold**: ``p > threshold`` on the RAE-XMC score ``p = softmax(s / tau) . Y`` (RAE-XMC eq. 8, lambda 1:
-  lambda only rescales ``p`` against the threshold, so it is not searched);
+- **threshold**: ``p > threshold`` on the RAE-XMC score ``p = softmax(s / tau) . Y`` (RAE-XMC eq. 8), with the
+  label keys mixed in when ``label_lambda > 0`` (:mod:`newsmon.shared.predictors.label_keys`: lambda weighs the
+  label part of the memory, the role the paper gives it, instead of rescaling ``p`` against the threshold);
 - **floor**: the best label is proposed when its score reaches ``floor`` even if no label passes the
   threshold (an article always close to its neighbours gets at least one label);
 - **label-set vote**: the neighbours vote, with their softmax weights, for their *exact* label sets; when the
@@ -29,13 +30,15 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from newsmon.shared.predictors.label_keys import LabelHits, key_scores
 from newsmon.shared.predictors.rae_xmc import neighbour_weights, rae_xmc_scores
 from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
 
 #: The decision rules' parameters when nothing is calibrated: the research defaults, rules off.
 RULE_DEFAULTS: dict[str, Any] = {"floor": None, "set_vote": None, "tail_support": 0, "tail_neighbours": 5,
                                  "tail_similarity": 0.9, "new_label_support": 0, "new_label_neighbours": 20,
-                                 "new_label_similarity": 0.8}
+                                 "new_label_similarity": 0.8, "label_lambda": 0.0, "label_keys": 10,
+                                 "label_tau": 0.01}
 
 
 def set_vote(retrieval: Retrieval, k: int, tau: float) -> tuple[list[tuple[str, ...]], np.ndarray]:
@@ -82,7 +85,8 @@ def neighbours_needed(params: Any) -> int:
 
 
 def newsmon_decide(retrieval: Retrieval, vocab: LabelVocab, params: Any,
-                   known_labels: Collection[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   known_labels: Collection[str] | None = None,
+                   label_hits: LabelHits | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Scores and decisions of the ``newsmon`` predictor for ``m`` queries.
 
     Args:
@@ -93,6 +97,8 @@ def newsmon_decide(retrieval: Retrieval, vocab: LabelVocab, params: Any,
             ``new_label_neighbours``, ``new_label_similarity`` (e.g. :class:`newsmon.shared.config.RaeSettings`).
         known_labels: the labels the calibration saw (its record's ``labels``); the new-label rule serves the
             others. None: no label counts as new (no record tells), the rule is off.
+        label_hits: the queries' nearest label keys (:mod:`newsmon.shared.predictors.label_keys`), mixed in with
+            weight ``label_lambda`` (RAE-XMC's label part of the memory); None or ``label_lambda == 0``: off.
 
     Returns:
         (``(m, L)`` float32 scores, ``(m, L)`` bool proposals) with ``L = len(vocab)`` after the call. A label
@@ -102,11 +108,17 @@ def newsmon_decide(retrieval: Retrieval, vocab: LabelVocab, params: Any,
         ValueError: ``top_k < 1`` or ``tau <= 0``.
     """
     rows = retrieval.label_matrix(vocab)
+    keys = label_hits if getattr(params, "label_lambda", 0.0) and label_hits is not None else None
+    if keys is not None:
+        vocab.extend(lb for row in keys.labels for lb in row[:params.label_keys])
     L = len(vocab)
     m = retrieval.sims.shape[0]
     if L == 0:
         return np.zeros((m, 0), dtype=np.float32), np.zeros((m, 0), dtype=bool)
     scores = rae_xmc_scores(retrieval.sims, rows, params.top_k, params.tau, 1.0, L)
+    if keys is not None:
+        lam = params.label_lambda
+        scores = (scores + lam * key_scores(keys, params.label_keys, params.label_tau, vocab.index, L)) / (1 + lam)
     proposed = scores > params.threshold
     if params.set_vote is not None:
         sets, weights = set_vote(retrieval, params.top_k, params.tau)

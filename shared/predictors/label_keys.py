@@ -1,0 +1,142 @@
+"""RAE-XMC's label keys: the knowledge memory holds, beside its articles (keys: their embeddings, values: their
+label rows ``Y``), one key per label with the value ``lambda * e_l`` (RAE-XMC, Sec. 3: ``K = [X; Z_L]``,
+``V = [Y; lambda I]``). The paper embeds the label's text; client topics are codes and keyword expressions, so a
+label's key here is its *prototype*: the L2-normalised sum of the embeddings of the memory articles that carry
+it. lambda then has a role of its own (the weight of the label keys against the neighbours), unlike in the
+simplified formula where it only rescales the threshold.
+
+Scores (:func:`newsmon.shared.predictors.rules.newsmon_decide`): ``p = (softmax(s / tau) . Y + lambda *
+softmax(c / tau_L)) / (1 + lambda)`` where ``s`` are the top-k neighbours' ranking scores and ``c`` the cosines
+of the ``label_keys`` nearest label keys (two softmaxes: the neighbours' fused ranking score and a key's cosine
+are on different scales).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from newsmon.shared.predictors.rae_xmc import neighbour_weights
+
+#: Queries per matrix product in :meth:`LabelKeys.top` (bounds the ``(chunk, L)`` similarity block).
+CHUNK = 1024
+
+
+@dataclass
+class LabelHits:
+    """The nearest label keys of ``m`` queries: ``labels`` (``m`` lists of labels, nearest first) and ``cosines``
+    (``(m, n)`` float32, descending; ``-inf`` where a query has fewer keys)."""
+
+    labels: list[list[str]]
+    cosines: np.ndarray
+
+    @classmethod
+    def concat(cls, parts: Sequence["LabelHits"]) -> "LabelHits":
+        """The queries of ``parts`` in order, cut to the smallest ``n``."""
+        n = min(p.cosines.shape[1] for p in parts)
+        return cls([row[:n] for p in parts for row in p.labels], np.vstack([p.cosines[:, :n] for p in parts]))
+
+
+    def relabel(self, fn) -> "LabelHits":
+        """The hits with each label mapped through ``fn`` (a label tuple -> label tuple function: the label
+        registry's renames; a label mapped to nothing, i.e. retired, is dropped with its cosine)."""
+        labels, cos = [], np.full_like(self.cosines, -np.inf)
+        for i, row in enumerate(self.labels):
+            kept = [(x, c) for lb, c in zip(row, self.cosines[i]) for x in fn((lb,))][:self.cosines.shape[1]]
+            labels.append([x for x, _ in kept])
+            cos[i, :len(kept)] = [c for _, c in kept]
+        return LabelHits(labels, cos)
+
+
+class LabelKeys:
+    """Label prototypes of a knowledge memory: per label the sum of its articles' embeddings and their count.
+
+    Args:
+        dim: embedding dimension ``d``.
+    """
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.labels: list[str] = []
+        self.index: dict[str, int] = {}
+        self._sums: list[np.ndarray] = []
+        self.counts: list[int] = []
+
+    def add(self, vectors: np.ndarray, label_sets: Iterable[Sequence[str]]) -> "LabelKeys":
+        """Add ``(n, d)`` float32 article embeddings with their label sets (unlabelled articles add nothing).
+
+        Raises:
+            ValueError: vectors of another dimension.
+        """
+        vectors = np.asarray(vectors, dtype=np.float32).reshape(-1, self.dim)
+        for v, labels in zip(vectors, label_sets):
+            for lb in labels:
+                if lb not in self.index:
+                    self.index[lb] = len(self.labels)
+                    self.labels.append(lb)
+                    self._sums.append(np.zeros(self.dim, dtype=np.float64))
+                    self.counts.append(0)
+                self._sums[self.index[lb]] += v
+                self.counts[self.index[lb]] += 1
+        return self
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def top(self, queries: np.ndarray, n: int, own_vectors: np.ndarray | None = None,
+            own_labels: Sequence[Sequence[str]] | None = None) -> LabelHits:
+        """The ``n`` label keys nearest to each of ``(m, d)`` query embeddings (cosine to the normalised sum).
+
+        Args:
+            own_vectors / own_labels: for queries that are memory articles themselves (leave-one-out), their own
+                ``(m, d)`` stored embedding and labels, taken out of their labels' keys first (a label carried
+                by that article alone then has no key for it).
+        """
+        queries = np.asarray(queries, dtype=np.float32).reshape(-1, self.dim)
+        m, L = len(queries), len(self.labels)
+        n = min(n, L)
+        cos = np.full((m, n), -np.inf, dtype=np.float32)
+        labels: list[list[str]] = [[] for _ in range(m)]
+        if n == 0:
+            return LabelHits(labels, cos)
+        S = np.stack(self._sums).astype(np.float32)
+        sq = (S * S).sum(axis=1)
+        for start in range(0, m, CHUNK):
+            q = queries[start:start + CHUNK]
+            dots = q @ S.T
+            norms = np.repeat(np.sqrt(sq)[None, :], len(q), axis=0)
+            if own_vectors is not None and own_labels is not None:
+                for i in range(len(q)):
+                    x = own_vectors[start + i]
+                    for lb in own_labels[start + i]:
+                        j = self.index.get(lb)
+                        if j is not None:
+                            dots[i, j] -= float(q[i] @ x)
+                            norms[i, j] = np.sqrt(max(sq[j] - 2.0 * float(S[j] @ x) + float(x @ x), 0.0))
+            sims = np.divide(dots, norms, out=np.full_like(dots, -np.inf), where=norms > 1e-6)
+            part = np.argpartition(-sims, n - 1, axis=1)[:, :n]
+            order = np.argsort(-np.take_along_axis(sims, part, axis=1), axis=1, kind="stable")
+            best = np.take_along_axis(part, order, axis=1)
+            cos[start:start + len(q)] = np.take_along_axis(sims, best, axis=1)
+            for i, row in enumerate(best):
+                labels[start + i] = [self.labels[j] for j in row]
+        return LabelHits(labels, cos)
+
+
+def key_scores(hits: LabelHits, n: int, tau: float, index: dict[str, int], n_labels: int) -> np.ndarray:
+    """``(m, n_labels)`` float32 ``softmax(c / tau)`` over each query's ``n`` nearest label keys, placed at the
+    labels' columns (``index``: label -> column; labels missing from it are skipped)."""
+    m = hits.cosines.shape[0]
+    n = min(n, hits.cosines.shape[1])
+    out = np.zeros((m, n_labels), dtype=np.float32)
+    if n == 0:
+        return out
+    w = neighbour_weights(hits.cosines, n, tau)
+    for i, row in enumerate(hits.labels):
+        for j, lb in enumerate(row[:n]):
+            col = index.get(lb)
+            if col is not None and w[i, j] > 0:
+                out[i, col] += w[i, j]
+    return out
