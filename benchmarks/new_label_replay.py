@@ -29,7 +29,9 @@ from newsmon.shared.encoder import Encoder
 from newsmon.shared.memory.edge import EdgeMemory
 from newsmon.shared.predictors import LabelVocab, Retrieval, newsmon_decide
 from newsmon.shared.predictors.calibrate import LEXICAL_CANDIDATES, Params, calibrate
+from newsmon.shared.predictors.label_keys import LabelHits, LabelKeys
 from newsmon.shared.predictors.lexical import TermVectors, fuse
+from newsmon.shared.predictors.newsmon import MAX_LABEL_KEYS
 from newsmon.shared.predictors.rules import neighbours_needed
 
 #: Variants on top of the calibrated parameters: None = as calibrated; "no new-label rule"; tail-support settings.
@@ -74,11 +76,18 @@ def main() -> None:
     # the calibration eval would choose: train leave-one-out + validation
     cal_r = Retrieval.concat([neighbours(Q, P, ids, texts, labels, tr, tr, n, True),
                     neighbours(Q, P, ids, texts, labels, va, tr, n, False)])
-    cal = calibrate(cal_r, [labels[i] for i in tr] + [labels[i] for i in va],
+    own = [labels[i] for i in tr]
+    keys = LabelKeys(P.shape[1]).add(P[tr], own)  # label keys of the train memory, leave-one-out for train
+    cal = calibrate(cal_r, own + [labels[i] for i in va],
                     query_texts=[texts[i] for i in tr] + [texts[i] for i in va], terms=terms,
-                    memory_labels={lb for i in tr for lb in labels[i]})
+                    memory_labels={lb for i in tr for lb in labels[i]},
+                    label_hits=LabelHits.concat([keys.top(Q[tr], MAX_LABEL_KEYS, P[tr], own),
+                                                 keys.top(Q[va], MAX_LABEL_KEYS)]))
     params = cal.params
     everyone = np.arange(len(arts))
+    # the workers' label keys: the whole memory's, each article's own vector taken out (it is the query); the
+    # replayed label has none (its keys are built at the calibration, before its confirmations)
+    all_hits = LabelKeys(P.shape[1]).add(P, labels).top(Q, params.label_keys, P, labels)
     dense = neighbours(Q, P, ids, texts, labels, everyone, everyone, n, True)
     r = fuse(dense, texts, params.lexical_weight, max(neighbours_needed(params), 10), terms)
     counts: dict[str, list[int]] = {}
@@ -96,6 +105,8 @@ def main() -> None:
                                             for nid, row_lbs in zip(r.ids[i], r.labels[i])]
                                            for i in range(len(arts))], None, r.texts, r.cosines)
         queries = np.array([i for i in everyone if i not in confirmed])
+        hits = LabelHits([all_hits.labels[i] for i in queries], all_hits.cosines[queries]).relabel(
+            lambda t, lb=lb: () if t[0] == lb else t)
         gold = np.array([lb in labels[i] for i in queries])
         sub = Retrieval(hidden.ids[queries], hidden.sims[queries], [hidden.labels[i] for i in queries], None, None,
                         None if hidden.cosines is None else hidden.cosines[queries])
@@ -104,7 +115,7 @@ def main() -> None:
         known = set(cal.known_labels) - {lb}  # the label is new: confirmed after the calibration
         for name, p in variants.items():
             vocab = LabelVocab()
-            _, chosen = newsmon_decide(sub, vocab, p, known)
+            _, chosen = newsmon_decide(sub, vocab, p, known, hits)
             got = chosen[:, vocab.index[lb]] if lb in vocab.index else np.zeros(len(queries), bool)
             _tally(tallies[name], got, gold)
     print(f"{args.data}: {len(new)} labels with {args.min_articles}-{args.max_articles} articles, 3 confirmations "

@@ -63,6 +63,7 @@ class LabelKeys:
         self.index: dict[str, int] = {}
         self._sums: list[np.ndarray] = []
         self.counts: list[int] = []
+        self._matrix: tuple[np.ndarray, np.ndarray] | None = None  # (L, d) float32 sums and their squared norms
 
     def add(self, vectors: np.ndarray, label_sets: Iterable[Sequence[str]]) -> "LabelKeys":
         """Add ``(n, d)`` float32 article embeddings with their label sets (unlabelled articles add nothing).
@@ -71,6 +72,7 @@ class LabelKeys:
             ValueError: vectors of another dimension.
         """
         vectors = np.asarray(vectors, dtype=np.float32).reshape(-1, self.dim)
+        self._matrix = None
         for v, labels in zip(vectors, label_sets):
             for lb in labels:
                 if lb not in self.index:
@@ -101,8 +103,10 @@ class LabelKeys:
         labels: list[list[str]] = [[] for _ in range(m)]
         if n == 0:
             return LabelHits(labels, cos)
-        S = np.stack(self._sums).astype(np.float32)
-        sq = (S * S).sum(axis=1)
+        if self._matrix is None:
+            S = np.stack(self._sums).astype(np.float32)
+            self._matrix = (S, (S * S).sum(axis=1))
+        S, sq = self._matrix
         for start in range(0, m, CHUNK):
             q = queries[start:start + CHUNK]
             dots = q @ S.T
