@@ -250,7 +250,8 @@ def test_feedback_new_label_rename_and_retire(runtime_factory, corpus, encoder):
     group = [pool[j] for j in np.argsort(-S[anchor])[:3]] + [pool[anchor]]
     first3, fourth = group[:3], group[3]
     # The production settings: no hand-lowered k, the memory calibrated (memory build --calibrate). The softmax
-    # alone cannot carry a label confirmed on three articles at the calibrated k; the tail-support rule does.
+    # alone cannot carry a label confirmed on three articles at the calibrated k; the new-label rule (a label the
+    # calibration never saw) or the tail-support rule does.
     s, rt = runtime_factory(memory, calibrate=True)
     assert "top_k" not in s.rae.model_fields_set
     rt.start()
