@@ -53,6 +53,27 @@ def test_eval_on_slice_writes_table_json_and_plot(cli_env, sentinews_slice):
     assert (out / "results.md").read_text().count("|") > 50
 
 
+def test_eval_newsmon_row_has_an_ablation_row_per_calibration_step(cli_env, sentinews_slice):
+    out = cli_env / "eval-newsmon"
+    res = runner.invoke(app, ["eval", "--data", str(sentinews_slice), "--methods", "newsmon,svm", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    report = json.loads((out / "results.json").read_text())
+    methods = report["methods"]
+    steps = [methods[k]["name"] for k in sorted(methods, key=lambda k: int(k[12:]) if "_step" in k else -1)
+             if k.startswith("newsmon_step")]
+    assert [x.removesuffix(" (kept)").removesuffix(" (not kept)") for x in steps] == [
+        "newsmon: base (k, tau, threshold)", "newsmon: + lexical fusion", "newsmon: + label keys", "newsmon: + floor",
+        "newsmon: + set_vote", "newsmon: + tail_support", "newsmon: + new-label support"]
+    assert all(x.endswith(("(kept)", "(not kept)")) for x in steps[1:])
+    row = methods["newsmon"]["params"]
+    for key in ("top_k", "tau", "threshold", "label_lambda", "new_label_support"):  # the product row = the last step
+        assert row[key] == methods[f"newsmon_step{len(steps) - 1}"]["params"][key], key
+    assert "new_label_replay" in methods[f"newsmon_step{len(steps) - 1}"]["params"]
+    assert report["ratio_to_svm"]["newsmon"]["uF1"] is not None
+    md = (out / "results.md").read_text()
+    assert all(f"| {x} |" in md for x in steps)
+
+
 def test_memory_build_then_suggest_explains_with_neighbours(cli_env, sentinews_slice):
     from newsmon.schemas import LabelProposal, parse_event
     from newsmon.shared.memory.base import collection_name
