@@ -87,7 +87,8 @@ def main() -> None:
     everyone = np.arange(len(arts))
     # the workers' label keys: the whole memory's, each article's own vector taken out (it is the query); the
     # replayed label has none (its keys are built at the calibration, before its confirmations)
-    all_hits = LabelKeys(P.shape[1]).add(P, labels).top(Q, params.label_keys, P, labels)
+    all_keys = LabelKeys(P.shape[1]).add(P, labels)
+    all_hits = all_keys.top(Q, params.label_keys, P, labels)
     dense = neighbours(Q, P, ids, texts, labels, everyone, everyone, n, True)
     r = fuse(dense, texts, params.lexical_weight, max(neighbours_needed(params), 10), terms)
     counts: dict[str, list[int]] = {}
@@ -107,6 +108,7 @@ def main() -> None:
         queries = np.array([i for i in everyone if i not in confirmed])
         hits = LabelHits([all_hits.labels[i] for i in queries], all_hits.cosines[queries]).relabel(
             lambda t, lb=lb: () if t[0] == lb else t)
+        counts = {k: c for k, c in all_keys.label_counts().items() if k != lb}  # new: the rare bucket
         gold = np.array([lb in labels[i] for i in queries])
         sub = Retrieval(hidden.ids[queries], hidden.sims[queries], [hidden.labels[i] for i in queries], None, None,
                         None if hidden.cosines is None else hidden.cosines[queries])
@@ -115,7 +117,7 @@ def main() -> None:
         known = set(cal.known_labels) - {lb}  # the label is new: confirmed after the calibration
         for name, p in variants.items():
             vocab = LabelVocab()
-            _, chosen = newsmon_decide(sub, vocab, p, known, hits)
+            _, chosen = newsmon_decide(sub, vocab, p, known, hits, counts)
             got = chosen[:, vocab.index[lb]] if lb in vocab.index else np.zeros(len(queries), bool)
             _tally(tallies[name], got, gold)
     print(f"{args.data}: {len(new)} labels with {args.min_articles}-{args.max_articles} articles, 3 confirmations "

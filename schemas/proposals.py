@@ -78,6 +78,9 @@ class ScoringInfo(Part):
                                                         "(0: off).")
     label_lambda: FiniteFloat = Field(0.0, ge=0, description="Weight lambda of the label keys (label prototypes) "
                                                              "mixed into the scores (0: off).")
+    bucket_thresholds: list[FiniteFloat] | None = Field(None, description="One threshold per label-frequency bucket "
+                                                                    "(<= 10, 11-99, 100-499, >= 500 memory articles) "
+                                                                    "replacing threshold; null: one threshold.")
 
 
 class Timings(Part):

@@ -52,7 +52,8 @@ def scoring_info(rae: RaeSettings, calibration: str | None = None) -> ScoringInf
     return ScoringInfo(predictor="newsmon", top_k=rae.top_k, tau=rae.tau, threshold=rae.threshold,
                        calibration=calibration, floor=rae.floor, set_vote=rae.set_vote,
                        tail_support=rae.tail_support, new_label_support=rae.new_label_support,
-                       label_lambda=rae.label_lambda)
+                       label_lambda=rae.label_lambda,
+                       bucket_thresholds=list(rae.bucket_thresholds) if rae.bucket_thresholds else None)
 
 
 @dataclass
@@ -237,12 +238,16 @@ class Classifier:
                     seen = {lb for row in r.labels for lbs in row for lb in lbs}
                     known = frozenset(x for lb in seen if lb in known for x in relabel((lb,)))
                 r.labels = [[relabel(lbs) for lbs in row] for row in r.labels]
-            hits = None
-            if params.label_lambda and cal is not None:  # a record's parameters: the keys of its language
-                hits = self.label_keys(langs[idx[0]], cal).top(vectors[idx], params.label_keys)
-                hits = hits.relabel(relabel) if relabel is not None else hits
+            hits = counts = None
+            if (params.label_lambda or params.bucket_thresholds) and cal is not None:  # its language's keys
+                keys = self.label_keys(langs[idx[0]], cal)
+                hits = keys.top(vectors[idx], params.label_keys) if params.label_lambda else None
+                counts = keys.label_counts()
+                if relabel is not None:
+                    hits = hits.relabel(relabel) if hits is not None else None
+                    counts = _relabel_counts(counts, relabel)
             vocab = LabelVocab()
-            scores, chosen = newsmon_decide(r, vocab, params, known, hits)
+            scores, chosen = newsmon_decide(r, vocab, params, known, hits, counts)
             for i, p, names in zip(idx, explain(r, scores, vocab, params.threshold, params.top_k,
                                                 candidates=candidates, proposed=chosen), searched):
                 p.searched, p.scoring, p.calibration = names, params, cal
@@ -254,3 +259,13 @@ class Classifier:
         self.router.close()
         self.calibrations.close()
         self.encoder.close()
+
+
+def _relabel_counts(counts: dict[str, int], relabel: Callable[[tuple[str, ...]], tuple[str, ...]]) -> dict[str, int]:
+    """Memory articles per label under the label registry's names (a renamed label's articles count for the new
+    name, a retired label's for none)."""
+    out: dict[str, int] = {}
+    for lb, c in counts.items():
+        for x in relabel((lb,)):
+            out[x] = out.get(x, 0) + c
+    return out

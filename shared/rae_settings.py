@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 
 class RaeSettings(BaseModel):
@@ -44,3 +44,14 @@ class RaeSettings(BaseModel):
     label_keys: int = Field(10, ge=1, le=1000, description="Nearest label keys in the label keys' softmax.")
     label_tau: float = Field(0.01, gt=0, allow_inf_nan=False, description="Softmax temperature over the label keys' "
                              "cosines.")
+    bucket_thresholds: tuple[float, float, float, float] | None = Field(
+        None, description="One threshold per label-frequency bucket instead of threshold: labels carried by <= 10 "
+        "memory articles (and labels new since the calibration), 11-99, 100-499, >= 500; unset: one threshold. "
+        "Environment: a JSON list, e.g. [0.6, 0.5, 0.3, 0.35].")
+
+    @field_validator("bucket_thresholds")
+    @classmethod
+    def _thresholds_in_range(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        if v is not None and not all(0.0 <= x <= 1.0 for x in v):
+            raise ValueError(f"bucket thresholds must lie in [0, 1], got {list(v)}")
+        return v

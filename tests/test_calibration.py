@@ -306,3 +306,47 @@ def test_label_keys_mix_into_the_scores_with_weight_lambda():
     assert [vocab.labels[j] for j in np.flatnonzero(chosen[0])] == ["b"]
     off = newsmon_decide(r, LabelVocab(), Params(top_k=2, tau=1.0, threshold=0.45), label_hits=hits)[0]
     assert off.shape == (1, 2) and off[0].tolist() == pytest.approx([0.5, 0.5])  # lambda 0: keys unused
+
+
+def test_bucket_thresholds_use_each_labels_frequency_in_the_memory():
+    from newsmon.shared.predictors.rules import column_thresholds
+
+    # neighbours: r (rare, 3 memory articles) 0.3, m (11-99) 0.3, f (frequent, 800) 0.4 of the weight
+    r = _r([[(0.9, ("r",)), (0.9, ("m",)), (0.9, ("f",)), (0.9, ("r", "m", "f")), (0.9, ("f",))] + [(0.9, ())] * 5])
+    counts = {"r": 3, "m": 40, "f": 800}
+    vocab = LabelVocab()
+    p = Params(top_k=10, tau=1.0, threshold=0.5, bucket_thresholds=(0.25, 0.35, 0.2, 0.45))
+    scores, chosen = newsmon_decide(r, vocab, p, label_counts=counts)
+    assert {lb: round(float(scores[0, vocab.index[lb]]), 2) for lb in "rmf"} == {"r": 0.2, "m": 0.2, "f": 0.3}
+    assert column_thresholds(vocab, p, counts).tolist() == [0.25, 0.35, 0.45]
+    assert not chosen.any()  # each under its own bucket's threshold
+    lower = Params(**{**p.as_dict(), "bucket_thresholds": (0.15, 0.35, 0.2, 0.25)})
+    _, chosen = newsmon_decide(r, vocab, lower, label_counts=counts)
+    assert sorted(vocab.labels[j] for j in np.flatnonzero(chosen[0])) == ["f", "r"]
+    _, new = newsmon_decide(r, vocab, lower, label_counts={"m": 40, "f": 800})  # r unknown: the rare bucket
+    assert new[0, vocab.index["r"]]
+    assert column_thresholds(vocab, lower, None).tolist() == [0.5, 0.5, 0.5]  # no counts: the one threshold
+    assert column_thresholds(vocab, Params(threshold=0.3), counts).tolist() == [0.3, 0.3, 0.3]
+    with pytest.raises(ValueError, match="bucket thresholds must lie in"):
+        RaeSettings(bucket_thresholds=(0.2, 0.2, 1.2, 0.2))
+
+
+def test_calibration_tries_bucket_thresholds_and_keeps_them_only_when_they_lift():
+    # a frequent label 'f' on most neighbours of every article, carried by only half the articles; rare labels
+    # 'r<i>' on 2 of the 10 neighbours of the article that carries them: one threshold cannot serve both
+    rows, gold, counts = [], [], {"f": 600}
+    for i in range(40):
+        rare = f"r{i}"
+        counts[rare] = 3
+        f = ("f",) if i % 2 else ()
+        rows.append([(0.9, (rare,) + f), (0.9, (rare,))] + [(0.9, ("f",))] * 5 + [(0.9, ())] * 3)
+        gold.append((rare,) + f)
+    r = _r(rows)
+    res = calibrate(r, gold, label_counts=counts, rules=())
+    step = next(s for s in res.steps if s["step"] == "+ bucket thresholds")
+    base = res.steps[0]["objective"]
+    assert step["kept"] == (step["objective"] > base + 1e-9)
+    assert step["kept"] and res.params.bucket_thresholds is not None
+    b = res.params.bucket_thresholds
+    assert b[0] < 0.2 <= b[3]  # rare labels (0.2 of the weight) pass, the frequent one (0.5-0.6) is held back
+    assert "+ bucket thresholds" not in [s["step"] for s in calibrate(r, gold, rules=()).steps]

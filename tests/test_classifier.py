@@ -109,3 +109,23 @@ def test_label_keys_come_from_the_memory_follow_each_calibration_record_and_the_
     assert sorted(keys.labels) == ["a", "k"] and keys.counts[keys.index["k"]] == 2
     # k retired: gone from the neighbours and from the keys (a's key takes the keys' weight: (0.75 + 1) / 2)
     assert propose(1.0, relabel=lambda t: tuple(x for x in t if x != "k")) == {"a"}
+
+
+def test_bucket_thresholds_count_the_memory_and_follow_renames(memory_classifier):
+    from newsmon.shared.calibration import CalibrationRecord
+
+    clf = memory_classifier
+    clf.settings.memory.min_language_articles = 1
+    d = clf.encoder.dim
+    rng = np.random.default_rng(4)
+    clf.memory("sl").upsert([f"a{i}" for i in range(12)] + ["k0", "k1"], _unit(rng, 14, d),
+                            [["a"]] * 12 + [["k"]] * 2, [{"lang": "sl"}] * 14)
+    params = {"top_k": 14, "tau": 100.0, "threshold": 0.5, "bucket_thresholds": [0.1, 0.9, 0.9, 0.9]}
+    clf.calibrations.write(CalibrationRecord(collection=clf.collection("sl"), language="sl",
+                                             model_version=clf.model_version, params=params,
+                                             objective="micro_f1 + subset_accuracy", labels=["a", "k"]))
+    q = _unit(rng, 1, d)
+    (p,), _ = clf.propose(["q"], ["sl"], vectors=q)  # a: 12/14 of the weight, 12 articles (11-99 bucket: 0.9)
+    assert p.label_set == {"k"} and p.scoring.bucket_thresholds == (0.1, 0.9, 0.9, 0.9)  # k: 2/14, rare: 0.1
+    (p,), _ = clf.propose(["q"], ["sl"], vectors=q, relabel=lambda t: tuple("z" if x == "a" else x for x in t))
+    assert p.label_set == {"k"}  # renamed a -> z keeps its 12 articles: z stays in the 11-99 bucket

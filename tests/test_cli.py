@@ -62,11 +62,12 @@ def test_eval_newsmon_row_has_an_ablation_row_per_calibration_step(cli_env, sent
     steps = [methods[k]["name"] for k in sorted(methods, key=lambda k: int(k[12:]) if "_step" in k else -1)
              if k.startswith("newsmon_step")]
     assert [x.removesuffix(" (kept)").removesuffix(" (not kept)") for x in steps] == [
-        "newsmon: base (k, tau, threshold)", "newsmon: + lexical fusion", "newsmon: + label keys", "newsmon: + floor",
-        "newsmon: + set_vote", "newsmon: + tail_support", "newsmon: + new-label support"]
+        "newsmon: base (k, tau, threshold)", "newsmon: + lexical fusion", "newsmon: + label keys",
+        "newsmon: + bucket thresholds", "newsmon: + floor", "newsmon: + set_vote", "newsmon: + tail_support",
+        "newsmon: + new-label support"]
     assert all(x.endswith(("(kept)", "(not kept)")) for x in steps[1:])
     row = methods["newsmon"]["params"]
-    for key in ("top_k", "tau", "threshold", "label_lambda", "new_label_support"):  # the product row = the last step
+    for key in ("top_k", "tau", "threshold", "label_lambda", "bucket_thresholds", "new_label_support"):  # the product row = the last step
         assert row[key] == methods[f"newsmon_step{len(steps) - 1}"]["params"][key], key
     assert "new_label_replay" in methods[f"newsmon_step{len(steps) - 1}"]["params"]
     assert report["ratio_to_svm"]["newsmon"]["uF1"] is not None

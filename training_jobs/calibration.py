@@ -91,6 +91,7 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
         parts, n_val = [loo], 0
         memory_labels = {lb for labels in gold for lb in labels} | {lb for row in loo.labels for x in row for lb in x}
         keys = LabelKeys(clf.encoder.dim).add(mem_vecs, gold)  # as the workers build them (Classifier.label_keys)
+        counts = keys.label_counts()
         hits = [keys.top(mem_vecs, MAX_LABEL_KEYS, mem_vecs, gold)]
         val = [a for a in validation if a.lang == lang and a.labels]
         if adapted and val:
@@ -104,7 +105,7 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
             texts = texts + [a.text for a in val]
             n_val = len(val)
         result = calibrate(Retrieval.concat(parts), gold, query_texts=texts, terms=clf.terms,
-                           memory_labels=memory_labels, label_hits=LabelHits.concat(hits))
+                           memory_labels=memory_labels, label_hits=LabelHits.concat(hits), label_counts=counts)
         record = CalibrationRecord(
             collection=clf.collection(lang), language=lang, model_version=clf.model_version,
             params=result.params.as_dict(), objective=OBJECTIVE, figures=result.figures,

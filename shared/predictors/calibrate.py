@@ -31,7 +31,7 @@ import scipy.sparse as sp
 
 from newsmon.shared.predictors.label_keys import LabelHits, key_scores
 from newsmon.shared.predictors.lexical import TermVectors, fuse
-from newsmon.shared.predictors.rules import RULE_DEFAULTS, newsmon_decide
+from newsmon.shared.predictors.rules import BUCKET_EDGES, RULE_DEFAULTS, newsmon_decide
 from newsmon.shared.predictors.rae_xmc import rae_xmc_scores
 from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
 
@@ -81,6 +81,7 @@ class Params:
     label_lambda: float = 0.0
     label_keys: int = 10
     label_tau: float = 0.01
+    bucket_thresholds: tuple[float, float, float, float] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The parameters as a plain dict (JSON-able)."""
@@ -185,14 +186,61 @@ def _label_keys_step(retrieval: Retrieval, hits: LabelHits, Yt: np.ndarray, labe
     return best
 
 
+def _scores(retrieval: Retrieval, hits: LabelHits | None, labels: list[str], L: int, params: Params) -> np.ndarray:
+    """``(n, L)`` float32 scores with ``params``' k, tau and label keys (the threshold part of the decision)."""
+    vocab = LabelVocab(labels)
+    S = _pad(rae_xmc_scores(retrieval.sims, retrieval.label_matrix(vocab), params.top_k, params.tau, 1.0, L), L)[:, :L]
+    if params.label_lambda and hits is not None:
+        lam = params.label_lambda
+        S = (S + lam * key_scores(hits, params.label_keys, params.label_tau, vocab.index, L)) / (1 + lam)
+    return S
+
+
+def _bucket_step(retrieval: Retrieval, hits: LabelHits | None, Yt: np.ndarray, labels: list[str], params: Params,
+                 label_counts: dict[str, int]) -> tuple[float, Params, float, float]:
+    """One threshold per label-frequency bucket (:data:`newsmon.shared.predictors.rules.BUCKET_EDGES`), by
+    coordinate ascent from ``params.threshold`` over :data:`GRID_THRESHOLD` (two rounds, buckets in order). Returns
+    the best (objective, params, micro-F1, subset accuracy)."""
+    L = Yt.shape[1]
+    S = _scores(retrieval, hits, labels, L, params)
+    bucket = np.searchsorted(BUCKET_EDGES, [label_counts.get(lb, 0) for lb in labels[:L]], side="left")
+    chosen = [params.threshold] * 4
+
+    def objective(thr: list[float]) -> tuple[float, float, float]:
+        f1, acc = _micro_f1_acc(Yt, S > np.asarray(thr)[bucket][None, :])
+        return f1 + acc, f1, acc
+
+    best = objective(chosen)
+    for _ in range(2):
+        for b in range(4):
+            for t in GRID_THRESHOLD:
+                trial = chosen[:b] + [float(t)] + chosen[b + 1:]
+                got = objective(trial)
+                if got[0] > best[0] + 1e-12:
+                    best, chosen = got, trial
+    return best[0], Params(**{**params.as_dict(), "bucket_thresholds": tuple(chosen)}), best[1], best[2]
+
+
+def _take(steps: list[dict[str, Any]], name: str, found: tuple[float, Params, float, float], params: Params,
+          f1: float, acc: float) -> tuple[Params, float, float]:
+    """Record step ``name`` (its best (objective, params, micro-F1, subset accuracy)) in ``steps``, kept when it
+    lifts the objective; returns the parameters, micro-F1 and subset accuracy after it."""
+    obj, tparams, tf1, tacc = found
+    kept = obj > f1 + acc + 1e-9
+    steps.append({"step": name, "params": tparams.as_dict(), "micro_f1": tf1, "subset_accuracy": tacc,
+                  "objective": obj, "kept": kept})
+    return (tparams, tf1, tacc) if kept else (params, f1, acc)
+
+
 def _rule_step(rule: str, retrieval: Retrieval, Yt: np.ndarray, labels: list[str], params: Params, f1: float,
-               acc: float, label_hits: LabelHits | None) -> tuple[dict[str, Any], Params, float, float]:
+               acc: float, label_hits: LabelHits | None, label_counts: dict[str, int] | None
+               ) -> tuple[dict[str, Any], Params, float, float]:
     """Try each option of decision rule ``rule`` on top of ``params``; returns (the ablation step, and the
     parameters, micro-F1 and subset accuracy after it: the best option's when kept, else the ones given)."""
     best = None
     for option in RULE_GRID[rule]:
         trial = Params(**{**params.as_dict(), **option})
-        _, P = newsmon_decide(retrieval, LabelVocab(labels), trial, label_hits=label_hits)
+        _, P = newsmon_decide(retrieval, LabelVocab(labels), trial, label_hits=label_hits, label_counts=label_counts)
         tf1, tacc = _micro_f1_acc(Yt, _pad(P, Yt.shape[1])[:, :Yt.shape[1]])
         if best is None or tf1 + tacc > best[0]:
             best = (tf1 + tacc, trial, tf1, tacc)
@@ -281,7 +329,7 @@ def _new_label_step(retrieval: Retrieval, gold: list[tuple[str, ...]], params: P
 def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[str, ...] = tuple(RULE_GRID),
               query_texts: list[str] | None = None, terms: TermVectors | None = None,
               memory_labels: Iterable[str] | None = None, new_labels: bool = True,
-              label_hits: LabelHits | None = None) -> CalibrationResult:
+              label_hits: LabelHits | None = None, label_counts: dict[str, int] | None = None) -> CalibrationResult:
     """Choose the ``newsmon`` predictor's parameters on ``n`` calibration articles.
 
     Args:
@@ -294,6 +342,8 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
         new_labels: choose the new-label rule (:func:`new_label_replay`) as the last step.
         label_hits: the articles' nearest label keys (leave-one-out for memory articles), aligned with
             ``retrieval``; given, the label keys are tried after hybrid retrieval and kept when they lift.
+        label_counts: memory articles per label; given, frequency-bucket thresholds are tried after the label keys
+            and kept when they lift.
 
     Returns:
         the chosen parameters, their figures and the ablation steps.
@@ -314,25 +364,22 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
               "subset_accuracy": acc, "objective": f1 + acc, "kept": True}]
     chosen = dense
     if query_texts is not None and retrieval.texts is not None:
-        (obj, tparams, tf1, tacc), fused = _lexical_step(retrieval, query_texts, terms or TermVectors(), Yt,
-                                                         vocab.labels)
-        kept = obj > f1 + acc + 1e-9
-        steps.append({"step": "+ lexical fusion", "params": tparams.as_dict(), "micro_f1": tf1,
-                      "subset_accuracy": tacc, "objective": obj, "kept": kept})
-        if kept:
-            params, f1, acc, chosen = tparams, tf1, tacc, fused
+        found, fused = _lexical_step(retrieval, query_texts, terms or TermVectors(), Yt, vocab.labels)
+        params, f1, acc = _take(steps, "+ lexical fusion", found, params, f1, acc)
+        chosen = fused if steps[-1]["kept"] else chosen
     if label_hits is not None:
-        obj, tparams, tf1, tacc = _label_keys_step(chosen, label_hits, Yt, vocab.labels, params)
-        steps.append({"step": "+ label keys", "params": tparams.as_dict(), "micro_f1": tf1, "subset_accuracy": tacc,
-                      "objective": obj, "kept": obj > f1 + acc + 1e-9})
-        params, f1, acc = (tparams, tf1, tacc) if steps[-1]["kept"] else (params, f1, acc)
+        found = _label_keys_step(chosen, label_hits, Yt, vocab.labels, params)
+        params, f1, acc = _take(steps, "+ label keys", found, params, f1, acc)
+    if label_counts is not None:
+        found = _bucket_step(chosen, label_hits, Yt, vocab.labels, params, label_counts)
+        params, f1, acc = _take(steps, "+ bucket thresholds", found, params, f1, acc)
     for rule in rules:
-        step, params, f1, acc = _rule_step(rule, chosen, Yt, vocab.labels, params, f1, acc, label_hits)
+        step, params, f1, acc = _rule_step(rule, chosen, Yt, vocab.labels, params, f1, acc, label_hits, label_counts)
         steps.append(step)
     if new_labels:
         step, params = _new_label_step(chosen, gold, params, f1, acc)
         steps.append(step)
-    _, P = newsmon_decide(chosen, LabelVocab(vocab.labels), params, label_hits=label_hits)
+    _, P = newsmon_decide(chosen, LabelVocab(vocab.labels), params, label_hits=label_hits, label_counts=label_counts)
     lo, hi = bootstrap_interval(Yt, _pad(P, Yt.shape[1])[:, :Yt.shape[1]])
     figures = {"micro_f1": f1, "subset_accuracy": acc, "objective": f1 + acc, "objective_lo": lo,
                "objective_hi": hi, "n": float(len(gold))}

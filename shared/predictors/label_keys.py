@@ -87,6 +87,10 @@ class LabelKeys:
     def __len__(self) -> int:
         return len(self.labels)
 
+    def label_counts(self) -> dict[str, int]:
+        """Memory articles per label (the frequency buckets of ``bucket_thresholds``)."""
+        return dict(zip(self.labels, self.counts))
+
     def top(self, queries: np.ndarray, n: int, own_vectors: np.ndarray | None = None,
             own_labels: Sequence[Sequence[str]] | None = None) -> LabelHits:
         """The ``n`` label keys nearest to each of ``(m, d)`` query embeddings (cosine to the normalised sum).

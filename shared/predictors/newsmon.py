@@ -47,6 +47,7 @@ class NewsmonPredictor(Predictor):
         self.terms = TermVectors()
         self.known_labels: frozenset[str] | None = None
         self.label_keys: LabelKeys | None = None
+        self.label_counts: dict[str, int] | None = None
 
     def fit(self, train: TrainingSet) -> "NewsmonPredictor":
         """Keep the vocabulary and the labels of the memory (the train split: every other label counts as new
@@ -56,6 +57,8 @@ class NewsmonPredictor(Predictor):
         self.vocab = train.vocab
         Y = sp.csr_matrix(train.labels)
         self.known_labels = frozenset(train.vocab.labels[j] for j in np.unique(Y.indices))
+        self.label_counts = {train.vocab.labels[j]: int(c) for j, c in enumerate(np.bincount(Y.indices,
+                                                                                           minlength=Y.shape[1])) if c}
         own = _label_sets(train.labels, train.vocab)
         if train.vectors is not None:
             self.label_keys = LabelKeys(train.vectors.shape[1]).add(train.vectors, own)
@@ -70,7 +73,8 @@ class NewsmonPredictor(Predictor):
                     hits.append(self.label_keys.top(train.validation_vectors, MAX_LABEL_KEYS))
             self.calibration = calibrate(Retrieval.concat(parts), gold, query_texts=texts, terms=self.terms,
                                          memory_labels=self.known_labels,
-                                         label_hits=LabelHits.concat(hits) if len(hits) == len(parts) else None)
+                                         label_hits=LabelHits.concat(hits) if len(hits) == len(parts) else None,
+                                         label_counts=self.label_counts)
             self.chosen = self.calibration.params
         return self
 
@@ -83,7 +87,7 @@ class NewsmonPredictor(Predictor):
         hits = None
         if getattr(p, "label_lambda", 0.0) and self.label_keys is not None and queries.vectors is not None:
             hits = self.label_keys.top(queries.vectors, p.label_keys)
-        scores, proposed = newsmon_decide(r, vocab, p, self.known_labels, hits)
+        scores, proposed = newsmon_decide(r, vocab, p, self.known_labels, hits, self.label_counts)
         L = len(self.vocab)
         return scores[:, :L], proposed[:, :L]
 

@@ -3,7 +3,9 @@ the research method lacks, each switchable and calibrated on the memory itself (
 
 - **threshold**: ``p > threshold`` on the RAE-XMC score ``p = softmax(s / tau) . Y`` (RAE-XMC eq. 8), with the
   label keys mixed in when ``label_lambda > 0`` (:mod:`newsmon.shared.predictors.label_keys`: lambda weighs the
-  label part of the memory, the role the paper gives it, instead of rescaling ``p`` against the threshold);
+  label part of the memory, the role the paper gives it, instead of rescaling ``p`` against the threshold); with
+  ``bucket_thresholds`` one threshold per label-frequency bucket instead (memory articles carrying the label
+  <= 10, 11-99, 100-499, >= 500: :func:`column_thresholds`);
 - **floor**: the best label is proposed when its score reaches ``floor`` even if no label passes the
   threshold (an article always close to its neighbours gets at least one label);
 - **label-set vote**: the neighbours vote, with their softmax weights, for their *exact* label sets; when the
@@ -24,7 +26,7 @@ the research method lacks, each switchable and calibrated on the memory itself (
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -38,7 +40,7 @@ from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
 RULE_DEFAULTS: dict[str, Any] = {"floor": None, "set_vote": None, "tail_support": 0, "tail_neighbours": 5,
                                  "tail_similarity": 0.9, "new_label_support": 0, "new_label_neighbours": 20,
                                  "new_label_similarity": 0.8, "label_lambda": 0.0, "label_keys": 10,
-                                 "label_tau": 0.01}
+                                 "label_tau": 0.01, "bucket_thresholds": None}
 
 
 def set_vote(retrieval: Retrieval, k: int, tau: float) -> tuple[list[tuple[str, ...]], np.ndarray]:
@@ -78,6 +80,22 @@ def tail_support(retrieval: Retrieval, vocab: LabelVocab, support: int, neighbou
     return np.asarray((W @ rows).todense()) >= support
 
 
+#: Label-frequency buckets of ``bucket_thresholds``: a label carried by <= 10 memory articles (rare, and every label
+#: new since the calibration), 11-99, 100-499, >= 500 (frequent); the edges are the field's rare / frequent cuts.
+BUCKET_EDGES = (10, 99, 499)
+
+
+def column_thresholds(vocab: LabelVocab, params: Any, label_counts: Mapping[str, int] | None) -> np.ndarray:
+    """``(L,)`` float64 threshold of each label of ``vocab``: ``params.bucket_thresholds[b]`` for the label's
+    frequency bucket b (:data:`BUCKET_EDGES`, from ``label_counts``: memory articles per label, 0 when missing)
+    when both are given, else ``params.threshold`` everywhere."""
+    buckets = getattr(params, "bucket_thresholds", None)
+    if not buckets or label_counts is None:
+        return np.full(len(vocab), params.threshold)
+    counts = np.array([label_counts.get(lb, 0) for lb in vocab.labels])
+    return np.asarray(buckets, dtype=np.float64)[np.searchsorted(BUCKET_EDGES, counts, side="left")]
+
+
 def neighbours_needed(params: Any) -> int:
     """Neighbours per query that :func:`newsmon_decide` reads with ``params``: k and each rule's window."""
     return max(params.top_k, params.tail_neighbours if params.tail_support else 1,
@@ -86,7 +104,8 @@ def neighbours_needed(params: Any) -> int:
 
 def newsmon_decide(retrieval: Retrieval, vocab: LabelVocab, params: Any,
                    known_labels: Collection[str] | None = None,
-                   label_hits: LabelHits | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   label_hits: LabelHits | None = None,
+                   label_counts: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Scores and decisions of the ``newsmon`` predictor for ``m`` queries.
 
     Args:
@@ -99,6 +118,8 @@ def newsmon_decide(retrieval: Retrieval, vocab: LabelVocab, params: Any,
             others. None: no label counts as new (no record tells), the rule is off.
         label_hits: the queries' nearest label keys (:mod:`newsmon.shared.predictors.label_keys`), mixed in with
             weight ``label_lambda`` (RAE-XMC's label part of the memory); None or ``label_lambda == 0``: off.
+        label_counts: memory articles per label, for ``bucket_thresholds`` (:func:`column_thresholds`); None: the
+            single ``threshold``.
 
     Returns:
         (``(m, L)`` float32 scores, ``(m, L)`` bool proposals) with ``L = len(vocab)`` after the call. A label
@@ -119,7 +140,7 @@ def newsmon_decide(retrieval: Retrieval, vocab: LabelVocab, params: Any,
     if keys is not None:
         lam = params.label_lambda
         scores = (scores + lam * key_scores(keys, params.label_keys, params.label_tau, vocab.index, L)) / (1 + lam)
-    proposed = scores > params.threshold
+    proposed = scores > column_thresholds(vocab, params, label_counts)[None, :]
     if params.set_vote is not None:
         sets, weights = set_vote(retrieval, params.top_k, params.tau)
         for i in np.flatnonzero(weights >= params.set_vote):
