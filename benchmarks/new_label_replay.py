@@ -82,7 +82,8 @@ def main() -> None:
                     query_texts=[texts[i] for i in tr] + [texts[i] for i in va], terms=terms,
                     memory_labels={lb for i in tr for lb in labels[i]},
                     label_hits=LabelHits.concat([keys.top(Q[tr], MAX_LABEL_KEYS, P[tr], own),
-                                                 keys.top(Q[va], MAX_LABEL_KEYS)]))
+                                                 keys.top(Q[va], MAX_LABEL_KEYS)]),
+                    label_counts=keys.label_counts())
     params = cal.params
     everyone = np.arange(len(arts))
     # the workers' label keys: the whole memory's, each article's own vector taken out (it is the query); the
