@@ -177,7 +177,8 @@ def test_newsmon_predictor_calibrates_on_memory_and_validation_only():
 def test_calibration_record_round_trip_and_explicit_settings_win(tmp_path, monkeypatch):
     s = Settings(home=tmp_path)
     rec = CalibrationRecord(collection="newsmon_sl_m1", language="sl", model_version="m1",
-                            params=Params(top_k=20, tau=0.02, threshold=0.35, floor=0.1).as_dict(),
+                            params=Params(top_k=20, tau=0.02, threshold=0.35, floor=0.1,
+                                          bucket_thresholds=(0.5, 0.4, 0.3, 0.3)).as_dict(),
                             objective="micro_f1 + subset_accuracy", figures={"micro_f1": 0.5})
     CalibrationStore(s).write(rec)
     again = CalibrationStore(Settings(home=tmp_path)).read("newsmon_sl_m1")  # a new process reads the file
@@ -189,6 +190,8 @@ def test_calibration_record_round_trip_and_explicit_settings_win(tmp_path, monke
     explicit = Settings(home=tmp_path)
     params, source = effective_scoring(explicit, again)
     assert (params.top_k, params.threshold, source) == (20, 0.6, "calibration+settings")
+    assert params.bucket_thresholds is None  # the explicit threshold is the one that decides
+    assert effective_scoring(s, again)[0].bucket_thresholds == (0.5, 0.4, 0.3, 0.3)
     assert effective_scoring(explicit, None) == (explicit.rae, "settings")
     assert RaeSettings().floor is None and RaeSettings().tail_support == 0 and RaeSettings().new_label_support == 0
     assert again.known_labels is None  # a record without a label list: the new-label rule stays off

@@ -84,8 +84,8 @@ class Params:
     bucket_thresholds: tuple[float, float, float, float] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The parameters as a plain dict (JSON-able)."""
-        return dict(self.__dict__)
+        """The parameters as a plain dict (JSON-able: tuples as lists, so a stored record reads back equal)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
 
 
 @dataclass
