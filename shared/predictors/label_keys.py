@@ -1,5 +1,5 @@
 """RAE-XMC's label keys: the knowledge memory holds, beside its articles (keys: their embeddings, values: their
-label rows ``Y``), one key per label with the value ``lambda * e_l`` (RAE-XMC, Sec. 3: ``K = [X; Z_L]``,
+label rows ``Y``), one key per label with the value ``lambda * e_l`` (RAE-XMC's knowledge memory: keys ``K = [X; Z_L]``, values
 ``V = [Y; lambda I]``). The paper embeds the label's text; client topics are codes and keyword expressions, so a
 label's key here is its *prototype*: the L2-normalised sum of the embeddings of the memory articles that carry
 it. lambda then has a role of its own (the weight of the label keys against the neighbours), unlike in the
@@ -13,7 +13,7 @@ are on different scales).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,8 +38,7 @@ class LabelHits:
         n = min(p.cosines.shape[1] for p in parts)
         return cls([row[:n] for p in parts for row in p.labels], np.vstack([p.cosines[:, :n] for p in parts]))
 
-
-    def relabel(self, fn) -> "LabelHits":
+    def relabel(self, fn: Callable[[tuple[str, ...]], tuple[str, ...]]) -> "LabelHits":
         """The hits with each label mapped through ``fn`` (a label tuple -> label tuple function: the label
         registry's renames; a label mapped to nothing, i.e. retired, is dropped with its cosine)."""
         labels, cos = [], np.full_like(self.cosines, -np.inf)
