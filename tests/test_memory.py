@@ -140,6 +140,26 @@ def test_round_trip(make_memory):
     assert mem.search(np.empty((0, DIM), np.float32), top_k=3) == []
 
 
+def test_ties_come_in_article_id_order_and_settle_the_top_k_cut(make_memory):
+    # identical articles have identical cosines: which of them make the top k, and in which order, must not depend
+    # on the engine's internal order (it differed between two identical searches on reuters21578_en)
+    mem = make_memory()
+    rng = np.random.default_rng(5)
+    v = _unit(rng, 1, DIM)
+    ids = [f"dup{i}" for i in (7, 3, 9, 1, 5, 0)]  # written in no particular order
+    others = _unit(rng, 10, DIM)
+    mem.upsert(ids + [f"o{i}" for i in range(10)], np.vstack([np.repeat(v, 6, axis=0), others]),
+               [["x"]] * 16, [{"text": "same words"}] * 16)
+    hits = mem.search(v, 3)[0]
+    assert [h.article_id for h in hits] == ["dup0", "dup1", "dup3"]
+    assert hits[0].similarity == hits[2].similarity
+    # hybrid: the engine unites its dense and lexical candidates in one query (which tied ones it takes is its
+    # own), but the answer comes in a deterministic order, ties by article id
+    hybrid = mem.search(v, 3, texts=["same words"], lexical_k=2)[0]
+    assert len(hybrid) >= 3 and [(-h.similarity, h.article_id) for h in hybrid] == sorted(
+        (-h.similarity, h.article_id) for h in hybrid)
+
+
 def test_filters_in_search(make_memory):
     mem = make_memory()
     rng = np.random.default_rng(2)

@@ -21,6 +21,11 @@ from newsmon.shared.memory.base import (FIELD_ARTICLE_ID, FIELD_DUPLICATE_OF, FI
                                         check_vectors, point_id)
 from newsmon.shared.terms import sparse_terms
 
+#: Extra hits a dense search asks the engine for, so that a tie at the top-k cut (identical articles have identical
+#: cosines) is settled by article id here, not by the engine's internal order, which differs between two identical
+#: searches (seen on reuters21578_en's 91 pairs of identical articles).
+TIE_MARGIN = 8
+
 #: A point as the adapters write it: (point id, dense vector, payload, lexical (indices, values) or None).
 PointRow = tuple[str, list[float], dict, "tuple[list[int], list[float]] | None"]
 
@@ -230,7 +235,9 @@ class QdrantAdapter:
     def search(self, vectors: np.ndarray, top_k: int, filter: SearchFilter | None = None,
                texts: Sequence[str] | None = None, lexical_k: int = 0) -> list[list[Neighbour]]:
         """See :meth:`KnowledgeMemory.search`. ``vectors``: ``(m, d)`` float; one batched query per 64 rows. A
-        collection without the lexical vector (made before it existed) answers the dense hits only."""
+        collection without the lexical vector (made before it existed) answers the dense hits only. Hits with equal
+        similarity come in article-id order (a dense search settles the top-k cut that way too, see
+        :data:`TIE_MARGIN`), so two identical searches answer the same."""
         k = check_top_k(top_k)
         qs = check_vectors(vectors, self.dim)
         if isinstance(lexical_k, bool) or not isinstance(lexical_k, int) or lexical_k < 0:
@@ -244,8 +251,11 @@ class QdrantAdapter:
             for start in range(0, len(qs), QUERY_BATCH):
                 chunk = qs[start:start + QUERY_BATCH]
                 sparse = terms[start:start + QUERY_BATCH] if terms is not None else None
-                for hits in self._query(chunk, k, flt, sparse, lexical_k):
-                    out.append([neighbour(h.payload, h.score) for h in hits])
+                dense_only = sparse is None or not lexical_k
+                for hits in self._query(chunk, k + (TIE_MARGIN if dense_only else 0), flt, sparse, lexical_k):
+                    row = sorted((neighbour(h.payload, h.score) for h in hits),
+                                 key=lambda n: (-n.similarity, n.article_id))  # ties: by article id
+                    out.append(row[:k] if dense_only else row)
         return out
 
     def count(self, filter: SearchFilter | None = None) -> int:
