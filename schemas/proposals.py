@@ -81,6 +81,8 @@ class ScoringInfo(Part):
     bucket_thresholds: list[FiniteFloat] | None = Field(None, description="One threshold per label-frequency bucket "
                                                                     "(<= 10, 11-99, 100-499, >= 500 memory articles) "
                                                                     "replacing threshold; null: one threshold.")
+    label_thresholds: int = Field(0, ge=0, description="How many labels had a threshold of their own (the "
+                                                      "calibration record's label_thresholds; 0: none).")
 
 
 class Timings(Part):

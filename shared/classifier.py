@@ -53,7 +53,8 @@ def scoring_info(rae: RaeSettings, calibration: str | None = None) -> ScoringInf
                        calibration=calibration, floor=rae.floor, set_vote=rae.set_vote,
                        tail_support=rae.tail_support, new_label_support=rae.new_label_support,
                        label_lambda=rae.label_lambda,
-                       bucket_thresholds=list(rae.bucket_thresholds) if rae.bucket_thresholds else None)
+                       bucket_thresholds=list(rae.bucket_thresholds) if rae.bucket_thresholds else None,
+                       label_thresholds=len(rae.label_thresholds or {}))
 
 
 @dataclass
@@ -233,11 +234,9 @@ class Classifier:
             r, searched = self.retrieve_routed(vectors[idx], [langs[i] for i in idx], n, exclude, hybrid,
                                                params.lexical_candidates if params.lexical_weight else 0)
             r = fuse(r, [texts[i] for i in idx], params.lexical_weight, k, self.terms)
+            decide = params
             if relabel is not None:
-                if known is not None:  # a known label keeps counting as known under its new name
-                    seen = {lb for row in r.labels for lbs in row for lb in lbs}
-                    known = frozenset(x for lb in seen if lb in known for x in relabel((lb,)))
-                r.labels = [[relabel(lbs) for lbs in row] for row in r.labels]
+                known, decide = _relabelled(r, known, params, relabel)
             hits = counts = None
             if (params.label_lambda or params.bucket_thresholds) and cal is not None:  # its language's keys
                 keys = self.label_keys(langs[idx[0]], cal)
@@ -247,7 +246,7 @@ class Classifier:
                     hits = hits.relabel(relabel) if hits is not None else None
                     counts = _relabel_counts(counts, relabel)
             vocab = LabelVocab()
-            scores, chosen = newsmon_decide(r, vocab, params, known, hits, counts)
+            scores, chosen = newsmon_decide(r, vocab, decide, known, hits, counts)
             for i, p, names in zip(idx, explain(r, scores, vocab, params.threshold, params.top_k,
                                                 candidates=candidates, proposed=chosen), searched):
                 p.searched, p.scoring, p.calibration = names, params, cal
@@ -259,6 +258,25 @@ class Classifier:
         self.router.close()
         self.calibrations.close()
         self.encoder.close()
+
+
+def _relabelled(r: Retrieval, known: frozenset[str] | None, params: RaeSettings,
+                relabel: Callable[[tuple[str, ...]], tuple[str, ...]]) -> tuple[frozenset[str] | None, RaeSettings]:
+    """Apply the label registry to the neighbours' labels of ``r`` (in place) and return (the known labels under
+    their new names, ``params`` with its ``label_thresholds`` under the new names). A renamed label keeps counting
+    as known and keeps its own threshold (two labels merged under one name: the lower of theirs); a retired
+    label's threshold goes."""
+    if known is not None:
+        seen = {lb for row in r.labels for lbs in row for lb in lbs}
+        known = frozenset(x for lb in seen if lb in known for x in relabel((lb,)))
+    r.labels = [[relabel(lbs) for lbs in row] for row in r.labels]
+    if not params.label_thresholds:
+        return known, params
+    own: dict[str, float] = {}
+    for lb, t in params.label_thresholds.items():
+        for x in relabel((lb,)):
+            own[x] = min(t, own.get(x, t))
+    return known, params.model_copy(update={"label_thresholds": own})
 
 
 def _relabel_counts(counts: dict[str, int], relabel: Callable[[tuple[str, ...]], tuple[str, ...]]) -> dict[str, int]:

@@ -49,9 +49,22 @@ class RaeSettings(BaseModel):
         "memory articles (and labels new since the calibration), 11-99, 100-499, >= 500; unset: one threshold. "
         "Environment: a JSON list, e.g. [0.6, 0.5, 0.3, 0.35].")
 
+    label_thresholds: dict[str, float] | None = Field(
+        None, description="A threshold of its own for each label named (the calibration fits one for labels on >= "
+        "100 memory articles, when it lifts on articles it was not fitted on), over threshold / bucket_thresholds; "
+        "unset: none. Environment: a JSON object, e.g. {\"earn\": 0.4}.")
+
     @field_validator("bucket_thresholds")
     @classmethod
     def _thresholds_in_range(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
         if v is not None and not all(0.0 <= x <= 1.0 for x in v):
             raise ValueError(f"bucket thresholds must lie in [0, 1], got {list(v)}")
+        return v
+
+    @field_validator("label_thresholds")
+    @classmethod
+    def _label_thresholds_in_range(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        bad = {lb: t for lb, t in (v or {}).items() if not 0.0 <= t <= 1.0}
+        if bad:
+            raise ValueError(f"label thresholds must lie in [0, 1], got {bad}")
         return v

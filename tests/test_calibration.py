@@ -178,7 +178,8 @@ def test_calibration_record_round_trip_and_explicit_settings_win(tmp_path, monke
     s = Settings(home=tmp_path)
     rec = CalibrationRecord(collection="newsmon_sl_m1", language="sl", model_version="m1",
                             params=Params(top_k=20, tau=0.02, threshold=0.35, floor=0.1,
-                                          bucket_thresholds=(0.5, 0.4, 0.3, 0.3)).as_dict(),
+                                          bucket_thresholds=(0.5, 0.4, 0.3, 0.3),
+                                          label_thresholds={"earn": 0.45}).as_dict(),
                             objective="micro_f1 + subset_accuracy", figures={"micro_f1": 0.5})
     CalibrationStore(s).write(rec)
     again = CalibrationStore(Settings(home=tmp_path)).read("newsmon_sl_m1")  # a new process reads the file
@@ -190,8 +191,18 @@ def test_calibration_record_round_trip_and_explicit_settings_win(tmp_path, monke
     explicit = Settings(home=tmp_path)
     params, source = effective_scoring(explicit, again)
     assert (params.top_k, params.threshold, source) == (20, 0.6, "calibration+settings")
-    assert params.bucket_thresholds is None  # the explicit threshold is the one that decides
+    assert params.bucket_thresholds is None and params.label_thresholds is None  # the explicit one decides
     assert effective_scoring(s, again)[0].bucket_thresholds == (0.5, 0.4, 0.3, 0.3)
+    assert effective_scoring(s, again)[0].label_thresholds == {"earn": 0.45}
+    monkeypatch.delenv("NEWSMON_RAE__THRESHOLD")
+    monkeypatch.setenv("NEWSMON_RAE__BUCKET_THRESHOLDS", "[0.4, 0.4, 0.4, 0.4]")
+    params, _ = effective_scoring(Settings(home=tmp_path), again)
+    assert params.bucket_thresholds == (0.4, 0.4, 0.4, 0.4) and params.label_thresholds is None
+    monkeypatch.setenv("NEWSMON_RAE__LABEL_THRESHOLDS", '{"earn": 0.3}')
+    params, _ = effective_scoring(Settings(home=tmp_path), again)
+    assert params.label_thresholds == {"earn": 0.3}
+    monkeypatch.delenv("NEWSMON_RAE__BUCKET_THRESHOLDS")
+    monkeypatch.delenv("NEWSMON_RAE__LABEL_THRESHOLDS")
     assert effective_scoring(explicit, None) == (explicit.rae, "settings")
     assert RaeSettings().floor is None and RaeSettings().tail_support == 0 and RaeSettings().new_label_support == 0
     assert again.known_labels is None  # a record without a label list: the new-label rule stays off

@@ -129,3 +129,34 @@ def test_bucket_thresholds_count_the_memory_and_follow_renames(memory_classifier
     assert p.label_set == {"k"} and p.scoring.bucket_thresholds == (0.1, 0.9, 0.9, 0.9)  # k: 2/14, rare: 0.1
     (p,), _ = clf.propose(["q"], ["sl"], vectors=q, relabel=lambda t: tuple("z" if x == "a" else x for x in t))
     assert p.label_set == {"k"}  # renamed a -> z keeps its 12 articles: z stays in the 11-99 bucket
+
+
+def test_label_thresholds_of_the_record_decide_and_follow_renames(memory_classifier):
+    from newsmon.shared.calibration import CalibrationRecord
+    from newsmon.shared.classifier import scoring_info
+
+    clf = memory_classifier
+    clf.settings.memory.min_language_articles = 1
+    d = clf.encoder.dim
+    rng = np.random.default_rng(5)
+    clf.memory("sl").upsert([f"a{i}" for i in range(10)] + ["k0", "k1", "k2"], _unit(rng, 13, d),
+                            [["a"]] * 10 + [["k"]] * 3, [{"lang": "sl"}] * 13)
+
+    def propose(own: dict, relabel=None) -> set[str]:
+        params = {"top_k": 13, "tau": 100.0, "threshold": 0.5, "label_thresholds": own}
+        clf.calibrations.write(CalibrationRecord(collection=clf.collection("sl"), language="sl",
+                                                 model_version=clf.model_version, params=params,
+                                                 objective="micro_f1 + subset_accuracy", labels=["a", "k", "j"]))
+        (p,), _ = clf.propose(["q"], ["sl"], vectors=q, relabel=relabel)
+        assert scoring_info(p.scoring).label_thresholds == len(own)  # the wire says how many
+        return p.label_set
+
+    q = _unit(rng, 1, d)
+    assert propose({}) == {"a"}  # a: 10/13 of the weight > 0.5; k: 3/13 = 0.23 < 0.5
+    assert propose({"k": 0.2}) == {"a", "k"}  # k over its own threshold
+    assert propose({"k": 0.2}, relabel=lambda t: tuple("z" if x == "k" else x for x in t)) == {"a", "z"}
+    # j merged into k: k keeps the lower of their thresholds
+    assert propose({"k": 0.25}) == {"a"}
+    assert propose({"k": 0.25, "j": 0.2}, relabel=lambda t: tuple("k" if x == "j" else x for x in t)) == {"a", "k"}
+    # k retired: its threshold goes with it
+    assert propose({"k": 0.2}, relabel=lambda t: tuple(x for x in t if x != "k")) == {"a"}

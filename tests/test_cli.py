@@ -63,13 +63,15 @@ def test_eval_newsmon_row_has_an_ablation_row_per_calibration_step(cli_env, sent
              if k.startswith("newsmon_step")]
     assert [x.removesuffix(" (kept)").removesuffix(" (not kept)") for x in steps] == [
         "newsmon: base (k, tau, threshold)", "newsmon: + lexical fusion", "newsmon: + label keys",
-        "newsmon: + bucket thresholds", "newsmon: + floor", "newsmon: + set_vote", "newsmon: + tail_support",
+        "newsmon: + bucket thresholds", "newsmon: + label thresholds", "newsmon: + floor", "newsmon: + set_vote", "newsmon: + tail_support",
         "newsmon: + new-label support"]
     assert all(x.endswith(("(kept)", "(not kept)")) for x in steps[1:])
     row = methods["newsmon"]["params"]
-    for key in ("top_k", "tau", "threshold", "label_lambda", "bucket_thresholds", "new_label_support"):  # the product row = the last step
+    for key in ("top_k", "tau", "threshold", "label_lambda", "bucket_thresholds", "label_thresholds",
+                "new_label_support"):  # the product row = the last step
         assert row[key] == methods[f"newsmon_step{len(steps) - 1}"]["params"][key], key
     assert "new_label_replay" in methods[f"newsmon_step{len(steps) - 1}"]["params"]
+    assert "cross_fitted_objective" in methods["newsmon_step4"]["params"]  # what the label thresholds are judged by
     assert report["ratio_to_svm"]["newsmon"]["uF1"] is not None
     md = (out / "results.md").read_text()
     assert all(f"| {x} |" in md for x in steps)

@@ -60,7 +60,7 @@ def print_calibration(done: dict) -> None:
         for col in ("step", "micro-F1", "subset acc.", "objective", "kept"):
             table.add_column(col)
         for st in cal.steps:
-            table.add_row(st["step"] + _replay_note(st.get("replay")), f"{100 * st['micro_f1']:.1f}",
+            table.add_row(st["step"] + _step_note(st), f"{100 * st['micro_f1']:.1f}",
                           f"{100 * st['subset_accuracy']:.1f}",
                           f"{st['objective']:.3f}", "yes" if st["kept"] else "no")
         console.print(table)
@@ -68,8 +68,12 @@ def print_calibration(done: dict) -> None:
                       f"{f['objective_lo']:.3f}-{f['objective_hi']:.3f})")
 
 
-def _replay_note(replay: dict | None) -> str:
-    """The new-label step's replay figures (it is chosen by them, not by the calibration articles' objective)."""
+def _step_note(step: dict) -> str:
+    """What a step is judged by besides the calibration articles' objective: the new-label step's replay, the
+    label thresholds' cross-fitted objective."""
+    if "cross_fitted_objective" in step:
+        return f" ({step['labels']} labels; cross-fitted objective {step['cross_fitted_objective']:.3f})"
+    replay = step.get("replay")
     if not replay:
         return ""
     return (f" (replay of {replay['labels']} new labels: P {replay['precision']:.2f} R {replay['recall']:.2f} "

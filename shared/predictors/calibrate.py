@@ -10,7 +10,9 @@ over the calibration articles.
 
 Order: k, tau and the threshold on a grid; then hybrid retrieval (the dense neighbours fused with a lexical
 similarity, when the neighbours' texts are at hand), kept only when it lifts the objective; then the label keys
-(RAE-XMC's label part of the memory, :mod:`newsmon.shared.predictors.label_keys`) likewise; then each decision
+(RAE-XMC's label part of the memory, :mod:`newsmon.shared.predictors.label_keys`) likewise; then one threshold
+per label-frequency bucket, likewise, and a threshold of its own for each frequent label, kept when it lifts the
+objective on articles it was not fitted on (:mod:`newsmon.shared.predictors.thresholds`); then each decision
 rule (floor, label-set vote, tail support) is tried on top and kept only when it lifts the objective, except tail
 support, kept unless it lowers it (it serves labels that appear after the calibration, which a leave-one-out over
 a static corpus cannot show); every step is recorded (the ablation). Last, the new-label rule (labels the
@@ -31,9 +33,11 @@ import scipy.sparse as sp
 
 from newsmon.shared.predictors.label_keys import LabelHits, key_scores
 from newsmon.shared.predictors.lexical import TermVectors, fuse
-from newsmon.shared.predictors.rules import BUCKET_EDGES, RULE_DEFAULTS, newsmon_decide
+from newsmon.shared.predictors.rules import BUCKET_EDGES, column_thresholds, newsmon_decide
 from newsmon.shared.predictors.rae_xmc import rae_xmc_scores
 from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
+from newsmon.shared.predictors.thresholds import bucket_ascent, choose_label_thresholds
+from newsmon.shared.predictors.thresholds import micro_f1_acc as _micro_f1_acc
 
 #: The grid of the base parameters (k is capped at the neighbours retrieved).
 GRID_K = (5, 10, 20, 30, 50, 75, 100, 150, 200)
@@ -82,6 +86,7 @@ class Params:
     label_keys: int = 10
     label_tau: float = 0.01
     bucket_thresholds: tuple[float, float, float, float] | None = None
+    label_thresholds: dict[str, float] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The parameters as a plain dict (JSON-able: tuples as lists, so a stored record reads back equal)."""
@@ -104,14 +109,6 @@ class CalibrationResult:
     figures: dict[str, float]
     steps: list[dict[str, Any]] = field(default_factory=list)
     known_labels: list[str] = field(default_factory=list)
-
-
-def _micro_f1_acc(Yt: np.ndarray, P: np.ndarray) -> tuple[float, float]:
-    """(micro-F1, subset accuracy) of ``(n, L)`` bool predictions against ``(n, L)`` bool gold."""
-    tp = np.logical_and(P, Yt).sum()
-    denom = P.sum() + Yt.sum()
-    f1 = 2.0 * tp / denom if denom else 0.0
-    return float(f1), float((P == Yt).all(axis=1).mean()) if len(Yt) else 0.0
 
 
 def _gold(label_sets: list[tuple[str, ...]], vocab: LabelVocab) -> np.ndarray:
@@ -204,21 +201,29 @@ def _bucket_step(retrieval: Retrieval, hits: LabelHits | None, Yt: np.ndarray, l
     L = Yt.shape[1]
     S = _scores(retrieval, hits, labels, L, params)
     bucket = np.searchsorted(BUCKET_EDGES, [label_counts.get(lb, 0) for lb in labels[:L]], side="left")
-    chosen = [params.threshold] * 4
+    chosen, _ = bucket_ascent(S, Yt, bucket, params.threshold, GRID_THRESHOLD)
+    f1, acc = _micro_f1_acc(Yt, S > np.asarray(chosen)[bucket][None, :])
+    return f1 + acc, Params(**{**params.as_dict(), "bucket_thresholds": tuple(chosen)}), f1, acc
 
-    def objective(thr: list[float]) -> tuple[float, float, float]:
-        f1, acc = _micro_f1_acc(Yt, S > np.asarray(thr)[bucket][None, :])
-        return f1 + acc, f1, acc
 
-    best = objective(chosen)
-    for _ in range(2):
-        for b in range(4):
-            for t in GRID_THRESHOLD:
-                trial = chosen[:b] + [float(t)] + chosen[b + 1:]
-                got = objective(trial)
-                if got[0] > best[0] + 1e-12:
-                    best, chosen = got, trial
-    return best[0], Params(**{**params.as_dict(), "bucket_thresholds": tuple(chosen)}), best[1], best[2]
+def _label_threshold_step(steps: list[dict[str, Any]], retrieval: Retrieval, hits: LabelHits | None, Yt: np.ndarray,
+                          labels: list[str], params: Params, label_counts: dict[str, int], f1: float, acc: float
+                          ) -> tuple[Params, float, float]:
+    """A threshold of its own for each label on at least ``LABEL_THRESHOLD_MIN`` memory articles
+    (:mod:`newsmon.shared.predictors.thresholds`), on top of ``params``' thresholds. Kept when its 2-fold
+    cross-fitted objective beats the current one (hundreds of parameters fit their own articles, so the in-sample
+    objective cannot judge them); the kept thresholds are then fitted on all the articles. Records the step in
+    ``steps``; returns the parameters, micro-F1 and subset accuracy after it."""
+    L = Yt.shape[1]
+    S = _scores(retrieval, hits, labels, L, params)
+    base = column_thresholds(LabelVocab(labels[:L]), params, label_counts)
+    own, crossed, (tf1, tacc), n_labels = choose_label_thresholds(S, Yt, base, labels[:L], label_counts,
+                                                                  GRID_THRESHOLD)
+    trial = Params(**{**params.as_dict(), "label_thresholds": own})
+    kept = bool(own) and sum(crossed) > f1 + acc + 1e-9
+    steps.append({"step": "+ label thresholds", "params": trial.as_dict(), "micro_f1": tf1, "subset_accuracy": tacc,
+                  "objective": tf1 + tacc, "kept": kept, "cross_fitted_objective": sum(crossed), "labels": n_labels})
+    return (trial, tf1, tacc) if kept else (params, f1, acc)
 
 
 def _take(steps: list[dict[str, Any]], name: str, found: tuple[float, Params, float, float], params: Params,
@@ -309,10 +314,11 @@ def _f1(tp: int, fp: int, fn: int) -> float:
     return 2.0 * tp / (2 * tp + fp + fn) if tp else 0.0
 
 
-def _new_label_step(retrieval: Retrieval, gold: list[tuple[str, ...]], params: Params, f1: float,
-                    acc: float) -> tuple[dict[str, Any], Params]:
+def _new_label_step(steps: list[dict[str, Any]], retrieval: Retrieval, gold: list[tuple[str, ...]], params: Params,
+                    f1: float, acc: float) -> Params:
     """Choose the new-label rule by :func:`new_label_replay` (best F1, then precision); kept when its F1 beats
-    the 1-NN rule's on the same replay. Returns (the ablation step, the parameters with it when kept)."""
+    the 1-NN rule's on the same replay. Records the ablation step in ``steps``; returns the parameters (with the
+    rule when kept)."""
     tallies, n_labels = new_label_replay(retrieval, gold)
     best = max(NEW_LABEL_GRID, key=lambda o: (_f1(*tallies[o]), tallies[o][0] / max(1, tallies[o][0] + tallies[o][1])))
     kept = n_labels > 0 and _f1(*tallies[best]) > _f1(*tallies[None])
@@ -321,9 +327,9 @@ def _new_label_step(retrieval: Retrieval, gold: list[tuple[str, ...]], params: P
     tp, fp, fn = tallies[best]
     replay = {"labels": n_labels, "precision": tp / max(1, tp + fp), "recall": tp / max(1, tp + fn),
               "f1": _f1(tp, fp, fn), "one_nn_f1": _f1(*tallies[None])}
-    step = {"step": "+ new-label support", "params": trial.as_dict(), "micro_f1": f1, "subset_accuracy": acc,
-            "objective": f1 + acc, "kept": kept, "replay": replay}
-    return step, trial if kept else params
+    steps.append({"step": "+ new-label support", "params": trial.as_dict(), "micro_f1": f1, "subset_accuracy": acc,
+                  "objective": f1 + acc, "kept": kept, "replay": replay})
+    return trial if kept else params
 
 
 def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[str, ...] = tuple(RULE_GRID),
@@ -343,7 +349,7 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
         label_hits: the articles' nearest label keys (leave-one-out for memory articles), aligned with
             ``retrieval``; given, the label keys are tried after hybrid retrieval and kept when they lift.
         label_counts: memory articles per label; given, frequency-bucket thresholds are tried after the label keys
-            and kept when they lift.
+            and kept when they lift, then per-label thresholds (kept when they lift cross-fitted).
 
     Returns:
         the chosen parameters, their figures and the ablation steps.
@@ -370,15 +376,16 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
     if label_hits is not None:
         found = _label_keys_step(chosen, label_hits, Yt, vocab.labels, params)
         params, f1, acc = _take(steps, "+ label keys", found, params, f1, acc)
-    if label_counts is not None:
-        found = _bucket_step(chosen, label_hits, Yt, vocab.labels, params, label_counts)
-        params, f1, acc = _take(steps, "+ bucket thresholds", found, params, f1, acc)
+    if label_counts is not None:  # the bucket thresholds, then the per-label ones
+        params, f1, acc = _take(steps, "+ bucket thresholds", _bucket_step(chosen, label_hits, Yt, vocab.labels,
+                                                                           params, label_counts), params, f1, acc)
+        params, f1, acc = _label_threshold_step(steps, chosen, label_hits, Yt, vocab.labels, params, label_counts,
+                                                f1, acc)
     for rule in rules:
         step, params, f1, acc = _rule_step(rule, chosen, Yt, vocab.labels, params, f1, acc, label_hits, label_counts)
         steps.append(step)
     if new_labels:
-        step, params = _new_label_step(chosen, gold, params, f1, acc)
-        steps.append(step)
+        params = _new_label_step(steps, chosen, gold, params, f1, acc)
     _, P = newsmon_decide(chosen, LabelVocab(vocab.labels), params, label_hits=label_hits, label_counts=label_counts)
     lo, hi = bootstrap_interval(Yt, _pad(P, Yt.shape[1])[:, :Yt.shape[1]])
     figures = {"micro_f1": f1, "subset_accuracy": acc, "objective": f1 + acc, "objective_lo": lo,
@@ -386,7 +393,3 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
     known = memory_labels if memory_labels is not None else {lb for row in retrieval.labels for x in row for lb in x}
     return CalibrationResult(params, figures, steps, sorted(set(known)))
 
-
-def rule_defaults() -> dict[str, Any]:
-    """The decision rules' parameters when nothing is calibrated (all off)."""
-    return dict(RULE_DEFAULTS)

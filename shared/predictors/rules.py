@@ -5,7 +5,8 @@ the research method lacks, each switchable and calibrated on the memory itself (
   label keys mixed in when ``label_lambda > 0`` (:mod:`newsmon.shared.predictors.label_keys`: lambda weighs the
   label part of the memory, the role the paper gives it, instead of rescaling ``p`` against the threshold); with
   ``bucket_thresholds`` one threshold per label-frequency bucket instead (memory articles carrying the label
-  <= 10, 11-99, 100-499, >= 500: :func:`column_thresholds`);
+  <= 10, 11-99, 100-499, >= 500: :func:`column_thresholds`), and with ``label_thresholds`` a threshold of its own
+  for each frequent label named there (SCut; :mod:`newsmon.shared.predictors.thresholds`);
 - **floor**: the best label is proposed when its score reaches ``floor`` even if no label passes the
   threshold (an article always close to its neighbours gets at least one label);
 - **label-set vote**: the neighbours vote, with their softmax weights, for their *exact* label sets; when the
@@ -40,7 +41,7 @@ from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
 RULE_DEFAULTS: dict[str, Any] = {"floor": None, "set_vote": None, "tail_support": 0, "tail_neighbours": 5,
                                  "tail_similarity": 0.9, "new_label_support": 0, "new_label_neighbours": 20,
                                  "new_label_similarity": 0.8, "label_lambda": 0.0, "label_keys": 10,
-                                 "label_tau": 0.01, "bucket_thresholds": None}
+                                 "label_tau": 0.01, "bucket_thresholds": None, "label_thresholds": None}
 
 
 def set_vote(retrieval: Retrieval, k: int, tau: float) -> tuple[list[tuple[str, ...]], np.ndarray]:
@@ -88,12 +89,18 @@ BUCKET_EDGES = (10, 99, 499)
 def column_thresholds(vocab: LabelVocab, params: Any, label_counts: Mapping[str, int] | None) -> np.ndarray:
     """``(L,)`` float64 threshold of each label of ``vocab``: ``params.bucket_thresholds[b]`` for the label's
     frequency bucket b (:data:`BUCKET_EDGES`, from ``label_counts``: memory articles per label, 0 when missing)
-    when both are given, else ``params.threshold`` everywhere."""
+    when both are given, else ``params.threshold``; then ``params.label_thresholds`` ({label: threshold}, when
+    given) for the labels it names."""
     buckets = getattr(params, "bucket_thresholds", None)
     if not buckets or label_counts is None:
-        return np.full(len(vocab), params.threshold)
-    counts = np.array([label_counts.get(lb, 0) for lb in vocab.labels])
-    return np.asarray(buckets, dtype=np.float64)[np.searchsorted(BUCKET_EDGES, counts, side="left")]
+        out = np.full(len(vocab), params.threshold, dtype=np.float64)
+    else:
+        counts = np.array([label_counts.get(lb, 0) for lb in vocab.labels])
+        out = np.asarray(buckets, dtype=np.float64)[np.searchsorted(BUCKET_EDGES, counts, side="left")]
+    for lb, t in (getattr(params, "label_thresholds", None) or {}).items():
+        if lb in vocab.index:
+            out[vocab.index[lb]] = t
+    return out
 
 
 def neighbours_needed(params: Any) -> int:
