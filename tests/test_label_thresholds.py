@@ -4,28 +4,16 @@ on articles they were not fitted on."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
 from newsmon.shared.config import RaeSettings
-from newsmon.shared.predictors import LabelVocab, Retrieval, newsmon_decide
+from newsmon.shared.predictors import LabelVocab, newsmon_decide
 from newsmon.shared.predictors.calibrate import Params, calibrate
 from newsmon.shared.predictors.rules import column_thresholds
 from newsmon.shared.predictors.thresholds import (cross_fitted_label_thresholds, eligible_columns,
                                                   label_threshold_ascent, micro_f1_acc)
-
-
-@dataclass
-class Hit:
-    article_id: str
-    similarity: float
-    labels: tuple
-
-
-def _r(rows) -> Retrieval:
-    return Retrieval.from_neighbours([[Hit(f"n{j}", s, lb) for j, (s, lb) in enumerate(row)] for row in rows])
+from test_calibration import _r  # retrievals written by hand: rows of (similarity, labels)
 
 
 S = np.array([[0.9, 0.8], [0.6, 0.7], [0.4, 0.2], [0.3, 0.1]])
