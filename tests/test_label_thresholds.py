@@ -12,7 +12,7 @@ from newsmon.shared.predictors import LabelVocab, newsmon_decide
 from newsmon.shared.predictors.calibrate import Params, calibrate
 from newsmon.shared.predictors.rules import column_thresholds
 from newsmon.shared.predictors.thresholds import (cross_fitted_label_thresholds, eligible_columns,
-                                                  label_threshold_ascent, micro_f1_acc)
+                                                  label_threshold_ascent, micro_f1_acc, paired_lift_interval)
 from test_calibration import _r  # retrievals written by hand: rows of (similarity, labels)
 
 
@@ -39,6 +39,20 @@ def test_cross_fitting_applies_each_halfs_thresholds_to_the_other_half():
         t = label_threshold_ascent(S[fit], Y[fit], base, [0], (0.5, 0.7)).get(0, 0.7)
         assert (P[apply, 0] == (S[apply, 0] > t)).all()
         assert (P[apply, 1] == (S[apply, 1] > 0.7)).all()  # column 1 was not given: its base threshold
+
+
+def test_a_lift_carried_by_one_article_does_not_hold():
+    gold = np.zeros((100, 3), dtype=bool)
+    gold[:, 0] = True
+    old = gold.copy()
+    old[:10, 1] = True  # ten articles with a false label
+    assert paired_lift_interval(gold, old, old) == (0.0, 0.0)
+    one = old.copy()
+    one[0, 1] = False  # one of them mended: in some resamples it is absent, so the interval reaches 0
+    lo, hi = paired_lift_interval(gold, one, old)
+    assert lo == 0.0 < hi
+    all_ten = gold.copy()  # all ten mended: every resample that holds any of them lifts
+    assert paired_lift_interval(gold, all_ten, old)[0] > 0.0
 
 
 def test_eligible_columns_are_the_frequent_labels_most_frequent_first():
@@ -81,6 +95,7 @@ def test_calibration_keeps_label_thresholds_that_hold_on_articles_they_were_not_
     step = next(s for s in res.steps if s["step"] == "+ label thresholds")
     assert step["kept"] and step["labels"] == 2
     assert step["cross_fitted_objective"] == pytest.approx(2.0)  # each half's cuts are right on the other half
+    assert step["cross_fitted_lift"][0] > 0  # and the lift holds in the paired bootstrap
     own = res.params.label_thresholds
     assert 0.1 <= own.get("f", res.params.threshold) < 0.3 and 0.4 <= own.get("g", res.params.threshold) < 0.6
     assert (res.figures["micro_f1"], res.figures["subset_accuracy"]) == (1.0, 1.0)

@@ -72,7 +72,9 @@ def _step_note(step: dict) -> str:
     """What a step is judged by besides the calibration articles' objective: the new-label step's replay, the
     label thresholds' cross-fitted objective."""
     if "cross_fitted_objective" in step:
-        return f" ({step['labels']} labels; cross-fitted objective {step['cross_fitted_objective']:.3f})"
+        lo, hi = step["cross_fitted_lift"]
+        return (f" ({step['labels']} labels; cross-fitted objective {step['cross_fitted_objective']:.3f}, lift "
+                f"{lo:+.4f} to {hi:+.4f})")
     replay = step.get("replay")
     if not replay:
         return ""

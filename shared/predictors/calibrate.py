@@ -210,19 +210,19 @@ def _label_threshold_step(steps: list[dict[str, Any]], retrieval: Retrieval, hit
                           labels: list[str], params: Params, label_counts: dict[str, int], f1: float, acc: float
                           ) -> tuple[Params, float, float]:
     """A threshold of its own for each label on at least ``LABEL_THRESHOLD_MIN`` memory articles
-    (:mod:`newsmon.shared.predictors.thresholds`), on top of ``params``' thresholds. Kept when its 2-fold
-    cross-fitted objective beats the current one (hundreds of parameters fit their own articles, so the in-sample
-    objective cannot judge them); the kept thresholds are then fitted on all the articles. Records the step in
+    (:mod:`newsmon.shared.predictors.thresholds`), on top of ``params``' thresholds. Kept when the paired bootstrap
+    90 % interval of its 2-fold cross-fitted lift lies above 0 (hundreds of parameters fit their own articles, so
+    the in-sample objective cannot judge them); the kept thresholds are fitted on all the articles. Records the step in
     ``steps``; returns the parameters, micro-F1 and subset accuracy after it."""
     L = Yt.shape[1]
     S = _scores(retrieval, hits, labels, L, params)
     base = column_thresholds(LabelVocab(labels[:L]), params, label_counts)
-    own, crossed, (tf1, tacc), n_labels = choose_label_thresholds(S, Yt, base, labels[:L], label_counts,
-                                                                  GRID_THRESHOLD)
-    trial = Params(**{**params.as_dict(), "label_thresholds": own})
-    kept = bool(own) and sum(crossed) > f1 + acc + 1e-9
+    got = choose_label_thresholds(S, Yt, base, labels[:L], label_counts, GRID_THRESHOLD)
+    trial = Params(**{**params.as_dict(), "label_thresholds": got.thresholds})
+    (tf1, tacc), kept = got.in_sample, got.holds
     steps.append({"step": "+ label thresholds", "params": trial.as_dict(), "micro_f1": tf1, "subset_accuracy": tacc,
-                  "objective": tf1 + tacc, "kept": kept, "cross_fitted_objective": sum(crossed), "labels": n_labels})
+                  "objective": tf1 + tacc, "kept": kept, "cross_fitted_objective": sum(got.crossed),
+                  "cross_fitted_lift": list(got.lift), "labels": got.labels})
     return (trial, tf1, tacc) if kept else (params, f1, acc)
 
 
