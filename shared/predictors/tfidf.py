@@ -41,8 +41,11 @@ class TfidfOneVsAll:
         from sklearn.multiclass import OneVsRestClassifier
         from sklearn.svm import LinearSVC
 
+        # float64, as liblinear computes: sklearn 1.9's LogisticRegression hands float32 input to liblinear as it
+        # is, and on reuters21578_en that path failed inside the full eval ("indices array has fewer than nnz
+        # elements", once a glibc "double free" abort); LinearSVC always converted to float64 and never failed
         self.vectorizer = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), min_df=2,
-                                          max_features=self.max_features, dtype=np.float32)
+                                          max_features=self.max_features, dtype=np.float64)
         X = self.vectorizer.fit_transform(texts)
         Yd = sp.csr_matrix(Y, dtype=np.int64)  # not int8: OneVsRestClassifier mis-fits int8 indicators
         self.n_labels = Yd.shape[1]
