@@ -47,6 +47,22 @@ def _label_line(x: ProposedLabel, gold: set[str] | None, width: int) -> Text:
                          (x.source, "dim"))
 
 
+def _thresholds(p: LabelProposal) -> str | None:
+    """The thresholds that decided ``p``, in words: "the threshold 0.25", or with frequency-bucket and per-label
+    thresholds "their thresholds (0.65 / 0.6 / 0.25 / 0.35 by label frequency, 13 labels their own)"; None
+    without scoring information."""
+    sc = p.scoring
+    if sc is None:
+        return None
+    if not sc.bucket_thresholds and not sc.label_thresholds:
+        return f"the threshold {sc.threshold}"
+    parts = [" / ".join(f"{t:g}" for t in sc.bucket_thresholds) + " by label frequency"] if sc.bucket_thresholds \
+        else [f"{sc.threshold:g}"]
+    if sc.label_thresholds:
+        parts.append(f"{sc.label_thresholds} labels their own")
+    return f"their thresholds ({', '.join(parts)})"
+
+
 def render_proposal(p: LabelProposal, gold: Sequence[str] | None = None, neighbours: int = 3,
                     candidates: int = 3, header: str | None = None) -> Text:
     """The proposal as lines of text.
@@ -60,7 +76,7 @@ def render_proposal(p: LabelProposal, gold: Sequence[str] | None = None, neighbo
     gold_set = set(gold) if gold is not None else None
     shown_candidates = p.candidates[:candidates]
     width = max((len(x.label) for x in [*p.labels, *shown_candidates]), default=0)
-    threshold = p.scoring.threshold if p.scoring is not None else None
+    threshold = _thresholds(p)
     if header is None:
         header = p.article_id
         if gold_set is not None:
@@ -70,12 +86,12 @@ def render_proposal(p: LabelProposal, gold: Sequence[str] | None = None, neighbo
             header += f" (near-copy of {p.duplicate_of})"
     lines = [Text(header, style="bold")]
     if not p.labels:
-        lines.append(Text(f"  no label above the threshold {threshold}" if threshold is not None else
+        lines.append(Text(f"  no label above {threshold}" if threshold is not None else
                           "  no label proposed", style="yellow"))
     for x in p.labels:
         lines += [_label_line(x, gold_set, width), *_evidence(x, neighbours)]
     if shown_candidates:
-        lines.append(Text(f"  below the threshold {threshold}:" if threshold is not None else "  candidates:",
+        lines.append(Text(f"  below {threshold}:" if threshold is not None else "  candidates:",
                           style="dim"))
         for x in shown_candidates:
             lines += [_label_line(x, gold_set, width), *_evidence(x, neighbours)]

@@ -49,3 +49,12 @@ def test_nothing_above_the_threshold_and_a_near_copy():
     assert out[0] == "delo-2024-05-06-8812 (near-copy of sta-2024-05-06-0412)"
     assert out[2] == ("      near-copy of sta-2024-05-06-0412 (estimated Jaccard 0.94): the labels its original "
                       "passes on")
+
+
+def test_bucket_and_label_thresholds_are_named_where_they_decided():
+    sl = _examples()[0]
+    scored = sl.model_copy(update={"scoring": sl.scoring.model_copy(update={
+        "bucket_thresholds": [0.65, 0.6, 0.25, 0.35], "label_thresholds": 13})})
+    out = _text(scored, candidates=1)
+    assert "  below their thresholds (0.65 / 0.6 / 0.25 / 0.35 by label frequency, 13 labels their own):" in out
+    assert "below the threshold 0.5" not in out  # not the single threshold: it did not decide here
