@@ -36,7 +36,7 @@ from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors.rules import BUCKET_EDGES, column_thresholds, newsmon_decide
 from newsmon.shared.predictors.rae_xmc import rae_xmc_scores
 from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
-from newsmon.shared.predictors.thresholds import bucket_ascent, choose_label_thresholds
+from newsmon.shared.predictors.thresholds import bootstrap_objective, bucket_ascent, choose_label_thresholds
 from newsmon.shared.predictors.thresholds import micro_f1_acc as _micro_f1_acc
 
 #: The grid of the base parameters (k is capped at the neighbours retrieved).
@@ -123,17 +123,7 @@ def _pad(a: np.ndarray, L: int) -> np.ndarray:
 
 def bootstrap_interval(Yt: np.ndarray, P: np.ndarray, n_boot: int = 200, seed: int = 13) -> tuple[float, float]:
     """Bootstrap 90 % interval of the objective (micro-F1 + subset accuracy) over the ``n`` articles."""
-    rng = np.random.default_rng(seed)
-    n = len(Yt)
-    tp = np.logical_and(P, Yt).sum(axis=1)
-    size = P.sum(axis=1) + Yt.sum(axis=1)
-    exact = (P == Yt).all(axis=1)
-    vals = []
-    for _ in range(n_boot):
-        ix = rng.integers(0, n, n)
-        d = size[ix].sum()
-        vals.append((2.0 * tp[ix].sum() / d if d else 0.0) + exact[ix].mean())
-    return float(np.percentile(vals, 5)), float(np.percentile(vals, 95))
+    return bootstrap_objective(Yt, P, n_boot=n_boot, seed=seed)
 
 
 def _base_grid(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], extra: dict[str, Any]
@@ -193,29 +183,28 @@ def _scores(retrieval: Retrieval, hits: LabelHits | None, labels: list[str], L: 
     return S
 
 
-def _bucket_step(retrieval: Retrieval, hits: LabelHits | None, Yt: np.ndarray, labels: list[str], params: Params,
+def _bucket_step(S: np.ndarray, Yt: np.ndarray, labels: list[str], params: Params,
                  label_counts: dict[str, int]) -> tuple[float, Params, float, float]:
     """One threshold per label-frequency bucket (:data:`newsmon.shared.predictors.rules.BUCKET_EDGES`), by
-    coordinate ascent from ``params.threshold`` over :data:`GRID_THRESHOLD` (two rounds, buckets in order). Returns
-    the best (objective, params, micro-F1, subset accuracy)."""
+    coordinate ascent from ``params.threshold`` over :data:`GRID_THRESHOLD` (two rounds, buckets in order), on the
+    ``(n, L)`` scores ``S`` (:func:`_scores`). Returns the best (objective, params, micro-F1, subset accuracy)."""
     L = Yt.shape[1]
-    S = _scores(retrieval, hits, labels, L, params)
     bucket = np.searchsorted(BUCKET_EDGES, [label_counts.get(lb, 0) for lb in labels[:L]], side="left")
     chosen, _ = bucket_ascent(S, Yt, bucket, params.threshold, GRID_THRESHOLD)
     f1, acc = _micro_f1_acc(Yt, S > np.asarray(chosen)[bucket][None, :])
     return f1 + acc, Params(**{**params.as_dict(), "bucket_thresholds": tuple(chosen)}), f1, acc
 
 
-def _label_threshold_step(steps: list[dict[str, Any]], retrieval: Retrieval, hits: LabelHits | None, Yt: np.ndarray,
-                          labels: list[str], params: Params, label_counts: dict[str, int], f1: float, acc: float
+def _label_threshold_step(steps: list[dict[str, Any]], S: np.ndarray, Yt: np.ndarray, labels: list[str],
+                          params: Params, label_counts: dict[str, int], f1: float, acc: float
                           ) -> tuple[Params, float, float]:
     """A threshold of its own for each label on at least ``LABEL_THRESHOLD_MIN`` memory articles
     (:mod:`newsmon.shared.predictors.thresholds`), on top of ``params``' thresholds. Kept when the paired bootstrap
     90 % interval of its 2-fold cross-fitted lift lies above 0 (hundreds of parameters fit their own articles, so
-    the in-sample objective cannot judge them); the kept thresholds are fitted on all the articles. Records the step in
-    ``steps``; returns the parameters, micro-F1 and subset accuracy after it."""
+    the in-sample objective cannot judge them); the kept thresholds are fitted on all the articles. Records the
+    step in ``steps``; returns the parameters, micro-F1 and subset accuracy after it. ``S``: the ``(n, L)`` scores,
+    as for :func:`_bucket_step` (the thresholds change nothing else)."""
     L = Yt.shape[1]
-    S = _scores(retrieval, hits, labels, L, params)
     base = column_thresholds(LabelVocab(labels[:L]), params, label_counts)
     got = choose_label_thresholds(S, Yt, base, labels[:L], label_counts, GRID_THRESHOLD)
     trial = Params(**{**params.as_dict(), "label_thresholds": got.thresholds})
@@ -376,11 +365,11 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
     if label_hits is not None:
         found = _label_keys_step(chosen, label_hits, Yt, vocab.labels, params)
         params, f1, acc = _take(steps, "+ label keys", found, params, f1, acc)
-    if label_counts is not None:  # the bucket thresholds, then the per-label ones
-        params, f1, acc = _take(steps, "+ bucket thresholds", _bucket_step(chosen, label_hits, Yt, vocab.labels,
-                                                                           params, label_counts), params, f1, acc)
-        params, f1, acc = _label_threshold_step(steps, chosen, label_hits, Yt, vocab.labels, params, label_counts,
-                                                f1, acc)
+    if label_counts is not None:  # the bucket thresholds, then the per-label ones, on the same scores
+        S = _scores(chosen, label_hits, vocab.labels, Yt.shape[1], params)
+        params, f1, acc = _take(steps, "+ bucket thresholds", _bucket_step(S, Yt, vocab.labels, params, label_counts),
+                                params, f1, acc)
+        params, f1, acc = _label_threshold_step(steps, S, Yt, vocab.labels, params, label_counts, f1, acc)
     for rule in rules:
         step, params, f1, acc = _rule_step(rule, chosen, Yt, vocab.labels, params, f1, acc, label_hits, label_counts)
         steps.append(step)

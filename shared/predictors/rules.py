@@ -37,12 +37,6 @@ from newsmon.shared.predictors.label_keys import LabelHits, key_scores
 from newsmon.shared.predictors.rae_xmc import neighbour_weights, rae_xmc_scores
 from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
 
-#: The decision rules' parameters when nothing is calibrated: the research defaults, rules off.
-RULE_DEFAULTS: dict[str, Any] = {"floor": None, "set_vote": None, "tail_support": 0, "tail_neighbours": 5,
-                                 "tail_similarity": 0.9, "new_label_support": 0, "new_label_neighbours": 20,
-                                 "new_label_similarity": 0.8, "label_lambda": 0.0, "label_keys": 10,
-                                 "label_tau": 0.01, "bucket_thresholds": None, "label_thresholds": None}
-
 
 def set_vote(retrieval: Retrieval, k: int, tau: float) -> tuple[list[tuple[str, ...]], np.ndarray]:
     """The label-set vote: per query, the exact label set with the largest summed softmax weight among its

@@ -113,21 +113,28 @@ def eligible_columns(labels: Sequence[str], label_counts: Mapping[str, int],
     return sorted(cols, key=lambda j: (-label_counts[labels[j]], j))
 
 
-def paired_lift_interval(Y: np.ndarray, new: np.ndarray, old: np.ndarray, n_boot: int = 200,
-                         seed: int = 13) -> tuple[float, float]:
-    """Paired bootstrap 90 % interval of the objective's lift (micro-F1 + subset accuracy of ``new`` minus that of
-    ``old``, both ``(n, L)`` bool proposals against gold ``Y``), the same ``n`` articles resampled for both
-    (Efron and Tibshirani, "An Introduction to the Bootstrap", 1993, section 16.4: comparing two methods on one
-    sample)."""
+def bootstrap_objective(Y: np.ndarray, P: np.ndarray, minus: np.ndarray | None = None, n_boot: int = 200,
+                        seed: int = 13) -> tuple[float, float]:
+    """Bootstrap 90 % interval of the objective (micro-F1 + subset accuracy) of ``(n, L)`` bool proposals ``P``
+    against gold ``Y`` over the ``n`` articles; with ``minus`` (other proposals for the same articles), of the
+    paired lift ``objective(P) - objective(minus)``, the same resample for both (Efron and Tibshirani, "An
+    Introduction to the Bootstrap", 1993, section 16.4: comparing two methods on one sample)."""
     rng = np.random.default_rng(seed)
-    per = [(np.logical_and(P, Y).sum(axis=1), P.sum(axis=1) + Y.sum(axis=1), (P == Y).all(axis=1))
-           for P in (new, old)]
-    lifts = []
+    per = [(np.logical_and(Q, Y).sum(axis=1), Q.sum(axis=1) + Y.sum(axis=1), (Q == Y).all(axis=1))
+           for Q in ([P] if minus is None else [P, minus])]
+    vals = []
     for _ in range(n_boot):
         ix = rng.integers(0, len(Y), len(Y))
-        obj = [(2.0 * tp[ix].sum() / max(1, size[ix].sum())) + exact[ix].mean() for tp, size, exact in per]
-        lifts.append(obj[0] - obj[1])
-    return float(np.percentile(lifts, 5)), float(np.percentile(lifts, 95))
+        obj = [(2.0 * tp[ix].sum() / d if (d := size[ix].sum()) else 0.0) + exact[ix].mean()
+               for tp, size, exact in per]
+        vals.append(obj[0] - (obj[1] if minus is not None else 0.0))
+    return float(np.percentile(vals, 5)), float(np.percentile(vals, 95))
+
+
+def paired_lift_interval(Y: np.ndarray, new: np.ndarray, old: np.ndarray, n_boot: int = 200,
+                         seed: int = 13) -> tuple[float, float]:
+    """Paired bootstrap 90 % interval of the objective's lift of ``new`` over ``old`` (:func:`bootstrap_objective`)."""
+    return bootstrap_objective(Y, new, old, n_boot, seed)
 
 
 @dataclass
