@@ -1,6 +1,7 @@
 """A :class:`~newsmon.schemas.LabelProposal` as a moderator reads it, for the demo and ``newsmon suggest``.
 
-Per label: its score and source, then the evidence: the rule that matched (the KwE and the words it found), the
+Per label: its score, source and the decision rule that proposed it (or, for a label not proposed, its own
+threshold), then the evidence: the rule that matched (the KwE and the words it found), the
 original of a near-copy, or the top neighbours with their similarity and title. The labels below the threshold
 (``candidates``) follow the same way. Built as rich :class:`~rich.text.Text` (titles are never read as markup)
 and printed through a rich console, so a live progress display on the same console is redrawn around it.
@@ -14,7 +15,7 @@ from rich.text import Text
 
 from newsmon.schemas import LabelProposal, ProposedLabel
 
-__all__ = ["render_proposal"]
+__all__ = ["render_proposal", "thresholds_in_words"]
 
 _MARK = {True: ("✓", "green"), False: ("✗", "red"), None: ("•", "cyan")}
 
@@ -40,14 +41,41 @@ def _evidence(x: ProposedLabel, neighbours: int) -> list[Text]:
     return lines
 
 
-def _label_line(x: ProposedLabel, gold: set[str] | None, width: int) -> Text:
-    """``  ✓ label  0.577  retrieval`` (✓ / ✗ against the gold labels when known, • otherwise)."""
+#: How a moderator reads the wire's ``decided_by``.
+_RULE_WORDS = {"threshold": "above its threshold", "set_vote": "label-set vote", "tail_support": "tail support",
+               "new_label_support": "new-label support", "floor": "floor (the article's best label)"}
+
+
+def _why(x: ProposedLabel, proposed: bool) -> str:
+    """Why a label was proposed or not, from its ``decided_by`` and ``threshold`` (version 3; "" before): "above
+    its threshold 0.65", "label-set vote (below its threshold 0.65)", "below its threshold 0.25", "above its
+    threshold 0.65, outside the label-set vote's set"."""
+    t = x.threshold
+    if not proposed:
+        if t is None:
+            return ""
+        if x.score > t:  # only the label-set vote takes a label above its threshold out
+            return f"above its threshold {t:g}, outside the label-set vote's set"
+        return f"below its threshold {t:g}"
+    if x.decided_by is None:
+        return ""
+    words = _RULE_WORDS[x.decided_by]
+    if x.decided_by == "threshold":
+        return f"{words} {t:g}" if t is not None else words
+    return f"{words} (below its threshold {t:g})" if t is not None and x.score <= t else words
+
+
+def _label_line(x: ProposedLabel, gold: set[str] | None, width: int, proposed: bool = True) -> Text:
+    """``  ✓ label  0.577  retrieval  above its threshold 0.5`` (✓ / ✗ against the gold labels when known, •
+    otherwise; then the rule that proposed it, or for a label not proposed its threshold, when the proposal
+    carries them)."""
     mark, style = _MARK[None if gold is None else x.label in gold]
+    why = _why(x, proposed)
     return Text.assemble(f"  {mark} ", (x.label.ljust(width), f"bold {style}"), f"  {x.score:.3f}  ",
-                         (x.source, "dim"))
+                         (x.source, "dim"), (f"  {why}" if why else "", "dim"))
 
 
-def _thresholds(p: LabelProposal) -> str | None:
+def thresholds_in_words(p: LabelProposal) -> str | None:
     """The thresholds that decided ``p``, in words: "the threshold 0.25", or with frequency-bucket and per-label
     thresholds "their thresholds (0.65 / 0.6 / 0.25 / 0.35 by label frequency, 13 labels their own)"; None
     without scoring information."""
@@ -76,7 +104,7 @@ def render_proposal(p: LabelProposal, gold: Sequence[str] | None = None, neighbo
     gold_set = set(gold) if gold is not None else None
     shown_candidates = p.candidates[:candidates]
     width = max((len(x.label) for x in [*p.labels, *shown_candidates]), default=0)
-    threshold = _thresholds(p)
+    threshold = thresholds_in_words(p)
     if header is None:
         header = p.article_id
         if gold_set is not None:
@@ -91,10 +119,11 @@ def render_proposal(p: LabelProposal, gold: Sequence[str] | None = None, neighbo
     for x in p.labels:
         lines += [_label_line(x, gold_set, width), *_evidence(x, neighbours)]
     if shown_candidates:
-        lines.append(Text(f"  below {threshold}:" if threshold is not None else "  candidates:",
-                          style="dim"))
+        own = any(x.threshold is not None for x in shown_candidates)  # each says its threshold (version 3)
+        lines.append(Text("  not proposed:" if own else f"  below {threshold}:" if threshold is not None
+                          else "  candidates:", style="dim"))
         for x in shown_candidates:
-            lines += [_label_line(x, gold_set, width), *_evidence(x, neighbours)]
+            lines += [_label_line(x, gold_set, width, proposed=False), *_evidence(x, neighbours)]
     if gold_set is not None:
         missed = [lb for lb in gold or () if lb not in {x.label for x in p.labels}]
         if missed:

@@ -57,40 +57,60 @@ ARTICLE_EXAMPLES: list[dict] = [
         "country": "SI",
         "published_at": "2024-05-03T06:00:00Z",
     },
+    {
+        "schema_version": 2,
+        "article_id": "dnevnik-2024-05-07-3301",
+        "title": "V črnomaljski tovarni bodo odpustili 120 delavcev",
+        "body": "Uprava tovarne v Črnomlju je sindikatu sporočila, da bo zaradi upada naročil do konca leta "
+                "odpustila 120 delavcev. Sindikat zahteva pogajanja o socialnem programu.",
+        "lang": "sl",
+        "outlet": "Dnevnik",
+        "country": "SI",
+        "published_at": "2024-05-07T11:10:00+02:00",
+        "section": "gospodarstvo",
+    },
 ]
 """``ArticleEvent``: a Slovene article (v2, with its section), a Serbian one in Cyrillic, a version-1 message
-without a headline."""
+without a headline, a Slovene article on lay-offs (the calibrated proposal's article)."""
 
 _SCORING = {"predictor": "newsmon", "top_k": 50, "tau": 0.04, "threshold": 0.5, "calibration": None}
+_CALIBRATED = {"predictor": "newsmon", "top_k": 30, "tau": 0.02, "threshold": 0.25,
+               "calibration": "newsmon_sl_multilingual-e5-small_3f9c1a0b7d2e4c51_onnx-int8-v1@20240506T030000Z",
+               "floor": None, "set_vote": None, "tail_support": 0, "new_label_support": 2, "label_lambda": 0.1,
+               "bucket_thresholds": [0.65, 0.6, 0.25, 0.35], "label_thresholds": 0}
 
 PROPOSAL_EXAMPLES: list[dict] = [
     {
-        "schema_version": 2,
+        "schema_version": 3,
         "article_id": "sta-2024-05-06-0412",
         "revision": 0,
         "labels": [
-            {"label": "bencin", "score": 0.83, "source": "retrieval", "rule": None, "neighbours": [
+            {"label": "bencin", "score": 0.83, "source": "retrieval", "rule": None, "decided_by": "threshold",
+             "threshold": 0.6, "neighbours": [
                 {"article_id": "sl-test-707", "similarity": 0.912, "title": "Bencin cenejši, dizel dražji"},
                 {"article_id": "sl-test-285", "similarity": 0.897, "title": "Bencin ne bo več rekordno drag"},
                 {"article_id": "sl-test-700", "similarity": 0.889,
                  "title": "Bencin spet dosegel rekordne vrednosti"}]},
-            {"label": "dizel", "score": 0.61, "source": "retrieval", "rule": None, "neighbours": [
+            {"label": "dizel", "score": 0.61, "source": "retrieval", "rule": None, "decided_by": "threshold",
+             "threshold": 0.6, "neighbours": [
                 {"article_id": "sl-test-707", "similarity": 0.912, "title": "Bencin cenejši, dizel dražji"},
                 {"article_id": "sl-test-502", "similarity": 0.884,
                  "title": "Višje trošarine, nespremenjena cena pogonskih goriv"}]},
         ],
         "candidates": [
-            {"label": "trošarine", "score": 0.34, "source": "retrieval", "rule": None, "neighbours": [
+            {"label": "trošarine", "score": 0.34, "source": "retrieval", "rule": None, "decided_by": None,
+             "threshold": 0.6, "neighbours": [
                 {"article_id": "sl-test-502", "similarity": 0.884,
                  "title": "Višje trošarine, nespremenjena cena pogonskih goriv"}]},
-            {"label": "nafta", "score": 0.29, "source": "retrieval", "rule": None, "neighbours": [
+            {"label": "nafta", "score": 0.29, "source": "retrieval", "rule": None, "decided_by": None,
+             "threshold": 0.35, "neighbours": [
                 {"article_id": "sl-test-700", "similarity": 0.889,
                  "title": "Bencin spet dosegel rekordne vrednosti"}]},
         ],
         "duplicate_of": None,
         "model_version": _MODEL,
         "memory_version": _collection("sl"),
-        "scoring": _SCORING,
+        "scoring": _CALIBRATED,
         "timings": {"batch_size": 16, "queue_ms": 212.0, "dedup_ms": 3.1, "embed_ms": 2890.4, "search_ms": 41.7,
                     "score_ms": 0.0, "total_ms": 3180.2},
         "produced_at": "2024-05-06T11:05:04.318Z",
@@ -159,11 +179,42 @@ PROPOSAL_EXAMPLES: list[dict] = [
                     "score_ms": 0.0, "total_ms": 0.0},
         "produced_at": "2024-05-06T11:20:40.551Z",
     },
+    {
+        "schema_version": 3,
+        "article_id": "dnevnik-2024-05-07-3301",
+        "revision": 0,
+        "labels": [
+            {"label": "odpuščanje", "score": 0.208, "source": "retrieval", "rule": None, "decided_by": "set_vote",
+             "threshold": 0.65, "neighbours": [
+                 {"article_id": "sl-train-1187", "similarity": 0.902, "title": "V Tamu ob delo 300 delavcev"}]},
+            {"label": "črnomelj", "score": 0.147, "source": "retrieval", "rule": None, "decided_by": "set_vote",
+             "threshold": 0.65, "neighbours": [
+                 {"article_id": "sl-train-1187", "similarity": 0.902, "title": "V Tamu ob delo 300 delavcev"}]},
+        ],
+        "candidates": [
+            {"label": "sindikat", "score": 0.181, "source": "retrieval", "rule": None, "decided_by": None,
+             "threshold": 0.25, "neighbours": [
+                 {"article_id": "sl-train-2210", "similarity": 0.881, "title": "Sindikat napoveduje stavko"}]},
+        ],
+        "duplicate_of": None,
+        "model_version": _MODEL,
+        "memory_version": _collection("sl"),
+        "scoring": {"predictor": "newsmon", "top_k": 30, "tau": 0.02, "threshold": 0.25,
+                    "calibration": "newsmon_sl_multilingual-e5-small_3f9c1a0b7d2e4c51_onnx-int8-v1@20240507T030000Z",
+                    "floor": None, "set_vote": 0.45, "tail_support": 0, "new_label_support": 2, "label_lambda": 0.0,
+                    "bucket_thresholds": [0.65, 0.65, 0.25, 0.4], "label_thresholds": 0},
+        "timings": {"batch_size": 16, "queue_ms": 150.0, "dedup_ms": 2.7, "embed_ms": 2710.3, "search_ms": 44.1,
+                    "score_ms": 0.0, "total_ms": 2941.0},
+        "produced_at": "2024-05-07T09:12:30.004Z",
+    },
 ]
-"""``LabelProposal``: a Slovene article with two labels and two candidates; a Serbian (Cyrillic) article whose
+"""``LabelProposal``: a Slovene article with two labels and two candidates, scored with a calibration record's
+parameters (version 3: the rule that proposed each label and each label's threshold); a Serbian (Cyrillic) article whose
 ``sr`` memory is still small (three collections searched) with a label from its rule; an article with nothing
 above the threshold (``labels`` empty, ``candidates`` kept); a near-copy's proposal revised (revision 1) after
-a moderator decided on its original (its score and similarity: the estimated Jaccard)."""
+a moderator decided on its original (its score and similarity: the estimated Jaccard); a proposal with calibrated
+decision rules (version 3): two labels below their thresholds that the neighbours' label-set vote proposed, and a
+candidate with its own threshold."""
 
 DECISION_EXAMPLES: list[dict] = [
     {

@@ -40,6 +40,10 @@ class RuleEvidence(Part):
         description="The article's words or phrases that matched its positive terms, as they appear in the text.")
 
 
+DecidingRule = Literal["threshold", "set_vote", "tail_support", "new_label_support", "floor"]
+"""The decision rules of the product's predictor that propose a label from retrieval (``ProposedLabel.decided_by``)."""
+
+
 class ProposedLabel(Part):
     """One label with its score and its evidence: the neighbours that voted for it and/or the rule that matched.
 
@@ -56,6 +60,16 @@ class ProposedLabel(Part):
     source: Literal["retrieval", "rule", "duplicate"] = Field(
         "retrieval", description="Where the label comes from (see the model's description); v2.")
     rule: RuleEvidence | None = Field(None, description="The label rule that matched the article, if any; v2.")
+    decided_by: DecidingRule | None = Field(
+        None, description="For a label from retrieval, the decision rule that proposed it: threshold (its score "
+                          "is above its threshold), set_vote (the neighbours' label-set vote proposed its whole "
+                          "set; it replaces the threshold's decision for that article), tail_support or "
+                          "new_label_support (enough close neighbours carry it, whatever its score), floor (the "
+                          "best label of an article no other rule proposed anything for); null for a candidate, "
+                          "a label from a rule or a near-copy, and in proposals before version 3; v3.")
+    threshold: FiniteFloat | None = Field(
+        None, description="The label's own threshold for this article (by label frequency or its own, when the "
+                          "calibration set those; else the scoring's threshold); null when not known; v3.")
 
 
 class ScoringInfo(Part):
@@ -68,21 +82,22 @@ class ScoringInfo(Part):
     calibration: Name | None = Field(None, description="Id of the calibration record the parameters come from; "
                                                        "null when they come from the settings.")
     floor: FiniteFloat | None = Field(None, description="Floor rule: the best label is proposed when no label passes "
-                                                        "the threshold and its score reaches this; null: off.")
+                                                        "the threshold and its score reaches this; null: off; v3.")
     set_vote: FiniteFloat | None = Field(None, description="Label-set vote: the neighbours' exact label set holding "
-                                                           "at least this share of the weight is proposed; null: off.")
+                                                           "at least this share of the weight is proposed; null: "
+                                                           "off; v3.")
     tail_support: int = Field(0, ge=0, description="Tail rule: a label carried by this many close neighbours is "
-                                                   "proposed (0: off).")
+                                                   "proposed (0: off); v3.")
     new_label_support: int = Field(0, ge=0, description="New-label rule: a label confirmed after the calibration "
                                                         "and carried by this many close neighbours is proposed "
-                                                        "(0: off).")
+                                                        "(0: off); v3.")
     label_lambda: FiniteFloat = Field(0.0, ge=0, description="Weight lambda of the label keys (label prototypes) "
-                                                             "mixed into the scores (0: off).")
+                                                             "mixed into the scores (0: off); v3.")
     bucket_thresholds: list[FiniteFloat] | None = Field(None, description="One threshold per label-frequency bucket "
                                                                     "(<= 10, 11-99, 100-499, >= 500 memory articles) "
-                                                                    "replacing threshold; null: one threshold.")
+                                                                    "replacing threshold; null: one threshold; v3.")
     label_thresholds: int = Field(0, ge=0, description="How many labels had a threshold of their own (the "
-                                                      "calibration record's label_thresholds; 0: none).")
+                                                      "calibration record's label_thresholds; 0: none); v3.")
 
 
 class Timings(Part):
@@ -112,15 +127,18 @@ class LabelProposal(Event):
     revision already seen (at-least-once delivery) carries the same content and can be ignored.
 
     Versions: 1; 2 adds ``revision``, ``candidates``, ``scoring``, and per label ``source``, ``rule`` and the
-    neighbours' ``title``. Version 1 proposals are still read (all new fields at their defaults).
+    neighbours' ``title``; 3 adds per label ``decided_by`` and ``threshold``, and the calibrated decision rules in
+    ``scoring`` (``floor``, ``set_vote``, ``tail_support``, ``new_label_support``, ``label_lambda``,
+    ``bucket_thresholds``, ``label_thresholds``). Version 1 and 2 proposals are still read (new fields at their
+    defaults).
     """
 
     default_topic: ClassVar[str] = LABEL_PROPOSALS_TOPIC
     kafka_key_field: ClassVar[str] = "article_id"
-    schema_versions: ClassVar[tuple[int, ...]] = (1, 2)
+    schema_versions: ClassVar[tuple[int, ...]] = (1, 2, 3)
     json_examples: ClassVar[tuple[dict, ...]] = tuple(PROPOSAL_EXAMPLES)
 
-    schema_version: int = Field(2, description="Version of this schema (1 or 2).")
+    schema_version: int = Field(3, description="Version of this schema (1, 2 or 3).")
     article_id: ArticleId
     revision: int = Field(0, ge=0, description="0 for the first proposal of the article; higher replaces lower.")
     labels: list[ProposedLabel] = Field(description="Proposed labels, best first, each label once.")
@@ -146,8 +164,14 @@ class LabelProposal(Event):
         return self
 
     def needs_version(self) -> int:
-        """2 when any version-2 field is set, else 1."""
-        v2 = (self.revision or self.candidates or self.scoring is not None
+        """3 when any version-3 field is set, else 2 when any version-2 field is, else 1."""
+        every = [*self.labels, *self.candidates]
+        sc = self.scoring
+        if any(p.decided_by is not None or p.threshold is not None for p in every) or (sc is not None and (
+                sc.floor is not None or sc.set_vote is not None or sc.tail_support or sc.new_label_support
+                or sc.label_lambda or sc.bucket_thresholds is not None or sc.label_thresholds)):
+            return 3
+        v2 = (self.revision or self.candidates or sc is not None
               or any(p.source != "retrieval" or p.rule is not None or any(n.title is not None for n in p.neighbours)
                      for p in self.labels))
         return 2 if v2 else 1

@@ -23,7 +23,7 @@ from newsmon.shared.encoder import Encoder, encoder_identity, resolve_model
 from newsmon.shared.memory import KnowledgeMemory, MemoryRouter, SearchFilter, shared_router
 from newsmon.shared.calibration import CalibrationStore, effective_scoring, record_id
 from newsmon.shared.predictors.lexical import TermVectors, fuse
-from newsmon.shared.predictors import LabelScore, LabelVocab, Proposal, Retrieval, explain, newsmon_decide
+from newsmon.shared.predictors import LabelScore, LabelVocab, Proposal, Retrieval, explain, newsmon_decision
 from newsmon.shared.predictors.label_keys import LabelKeys
 from newsmon.shared.predictors.rules import neighbours_needed
 from newsmon.shared.promotion import effective_encoder_settings
@@ -40,10 +40,13 @@ CANDIDATES = 20
 
 def proposed_labels(items: Sequence[LabelScore]) -> list[ProposedLabel]:
     """Scored labels as the wire's :class:`~newsmon.schemas.ProposedLabel` (``source = "retrieval"``): each
-    with its supporting neighbours, their similarity clipped to [-1, 1] and their titles."""
-    return [ProposedLabel(label=x.label, score=float(x.score), neighbours=[
-        NeighbourRef(article_id=a, similarity=float(np.clip(sim, -1, 1)), title=title)
-        for (a, sim), title in zip(x.neighbours, [*x.titles, *[None] * len(x.neighbours)])]) for x in items]
+    with its supporting neighbours, their similarity clipped to [-1, 1] and their titles, the decision rule that
+    proposed it and its own threshold."""
+    return [ProposedLabel(label=x.label, score=float(x.score), decided_by=x.decided_by, threshold=x.threshold,
+                          neighbours=[NeighbourRef(article_id=a, similarity=float(np.clip(sim, -1, 1)), title=title)
+                                      for (a, sim), title in zip(x.neighbours,
+                                                                 [*x.titles, *[None] * len(x.neighbours)])])
+            for x in items]
 
 
 def scoring_info(rae: RaeSettings, calibration: str | None = None) -> ScoringInfo:
@@ -203,7 +206,7 @@ class Classifier:
                 candidates: int = CANDIDATES) -> tuple[list[Proposal], np.ndarray]:
         """Label proposals for ``m`` articles: retrieve (hybrid: the dense candidates fused with a lexical
         similarity when ``lexical_weight > 0``, :func:`newsmon.shared.predictors.lexical.fuse`), score with RAE-XMC
-        (eq. 8) and decide with the product's rules (:func:`newsmon.shared.predictors.newsmon_decide`), with each
+        (eq. 8) and decide with the product's rules (:func:`newsmon.shared.predictors.newsmon_decision`), with each
         language's calibrated
         parameters (:meth:`scoring`).
 
@@ -246,9 +249,10 @@ class Classifier:
                     hits = hits.relabel(relabel) if hits is not None else None
                     counts = _relabel_counts(counts, relabel)
             vocab = LabelVocab()
-            scores, chosen = newsmon_decide(r, vocab, decide, known, hits, counts)
-            for i, p, names in zip(idx, explain(r, scores, vocab, params.threshold, params.top_k,
-                                                candidates=candidates, proposed=chosen), searched):
+            d = newsmon_decision(r, vocab, decide, known, hits, counts, reasons=True)
+            for i, p, names in zip(idx, explain(r, d.scores, vocab, params.threshold, params.top_k,
+                                                candidates=candidates, proposed=d.proposed, decided_by=d.decided_by,
+                                                thresholds=d.thresholds), searched):
                 p.searched, p.scoring, p.calibration = names, params, cal
                 out[i] = p
         return out, vectors

@@ -10,7 +10,8 @@ import pytest
 
 from newsmon.shared.calibration import CalibrationRecord, CalibrationStore, effective_scoring, record_id
 from newsmon.shared.config import RaeSettings, Settings
-from newsmon.shared.predictors import LabelVocab, Retrieval, get_predictor, newsmon_decide
+from newsmon.shared.predictors import (DECIDING_RULES, LabelVocab, Retrieval, explain, get_predictor, newsmon_decide,
+                                      newsmon_decision)
 from newsmon.shared.predictors.calibrate import Params, bootstrap_interval, calibrate, new_label_replay
 from newsmon.shared.predictors.rules import set_vote, tail_support
 
@@ -60,6 +61,39 @@ def test_set_vote_proposes_the_winning_exact_label_set():
     assert sorted(vocab.labels[j] for j in np.flatnonzero(voted[0])) == ["a", "b"]
     _, short = newsmon_decide(r, vocab, Params(top_k=4, tau=100.0, threshold=0.6, set_vote=0.51))
     assert [vocab.labels[j] for j in np.flatnonzero(short[0])] == ["a"]
+
+
+def test_each_proposed_label_says_which_rule_proposed_it():
+    # 8 neighbours, equal weights (1/8 each), every label set once unless said. row 0: a 6/8 passes 0.6
+    # (threshold). row 1: the set {a, b} holds 4/8: the vote proposes a (7/8) and b (4/8, under its threshold).
+    # row 2: x on the first 3 close neighbours (tail support), 3/8; h 7/8 passes. row 3: nothing passes, no close
+    # neighbour: the floor proposes the best label, e 4/8.
+    r = _r([[(0.9, ("a",)), (0.9, ("a", "c")), (0.9, ("a", "d")), (0.9, ("a", "e")), (0.9, ("a", "f")),
+             (0.9, ("a", "g")), (0.9, ("d",)), (0.9, ("h",))],
+            [(0.9, ("a", "b"))] * 4 + [(0.9, ("a",)), (0.9, ("a", "c")), (0.9, ("a", "c", "d")), (0.9, ("c",))],
+            [(0.95, ("x", "h")), (0.95, ("x", "h", "y")), (0.95, ("x",)), (0.95, ("h",)), (0.5, ("h", "i")),
+             (0.5, ("h", "j")), (0.5, ("h", "k")), (0.5, ("h", "l"))],
+            [(0.8, ("e",)), (0.8, ("e", "f")), (0.8, ("e", "g")), (0.8, ("e", "m")), (0.8, ("f",)), (0.8, ("g",)),
+             (0.8, ("m",)), (0.8, ("n",))]])
+    vocab = LabelVocab()
+    p = Params(top_k=8, tau=100.0, threshold=0.6, set_vote=0.5, tail_support=3, tail_neighbours=4,
+               tail_similarity=0.9, floor=0.3)
+    d = newsmon_decision(r, vocab, p, reasons=True)
+    got = [{vocab.labels[j]: DECIDING_RULES[d.decided_by[i, j]] for j in np.flatnonzero(d.proposed[i])}
+           for i in range(4)]
+    assert got == [{"a": "threshold"}, {"a": "set_vote", "b": "set_vote"},
+                   {"h": "threshold", "x": "tail_support"}, {"e": "floor"}]
+    assert (d.decided_by >= 0).tolist() == d.proposed.tolist()  # a code exactly where a label is proposed
+    assert d.thresholds.tolist() == [0.6] * len(vocab)
+    scores, proposed = newsmon_decide(r, LabelVocab(), p)  # the same decisions without the reasons
+    assert (proposed == d.proposed).all() and np.array_equal(scores, d.scores)
+    # explain carries them, with each label's threshold, to the proposals and their candidates
+    (first, second, *_rest) = explain(r, d.scores, vocab, 0.6, candidates=3, proposed=d.proposed,
+                                      decided_by=d.decided_by, thresholds=d.thresholds)
+    assert [(x.label, x.decided_by, x.threshold) for x in second.labels] == [("a", "set_vote", 0.6),
+                                                                              ("b", "set_vote", 0.6)]
+    assert [(x.label, x.decided_by, x.threshold) for x in first.candidates] == [("d", None, 0.6), ("c", None, 0.6),
+                                                                                 ("e", None, 0.6)]
 
 
 def test_tail_support_lets_three_close_confirmations_carry_a_new_label():

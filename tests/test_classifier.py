@@ -4,6 +4,7 @@ every other language while it is too small or missing (cross-lingual), on the re
 from __future__ import annotations
 
 import numpy as np
+from rich.console import Console
 
 
 def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
@@ -160,3 +161,45 @@ def test_label_thresholds_of_the_record_decide_and_follow_renames(memory_classif
     assert propose({"k": 0.25, "j": 0.2}, relabel=lambda t: tuple("k" if x == "j" else x for x in t)) == {"a", "k"}
     # k retired: its threshold goes with it
     assert propose({"k": 0.2}, relabel=lambda t: tuple(x for x in t if x != "k")) == {"a"}
+
+
+def test_the_wire_says_which_rule_proposed_each_label_and_its_threshold(memory_classifier):
+    """A label the label-set vote proposed below its threshold reads as such on the wire and for a moderator
+    (it was shown under 'below their thresholds' with source retrieval only: a newcomer saw a contradiction)."""
+    from newsmon.render import render_proposal
+    from newsmon.schemas import LabelProposal
+    from newsmon.shared.calibration import CalibrationRecord
+    from newsmon.shared.classifier import proposed_labels, scoring_info
+
+    clf = memory_classifier
+    clf.settings.memory.min_language_articles = 1
+    d = clf.encoder.dim
+    rng = np.random.default_rng(7)
+    clf.memory("sl").upsert([f"m{i}" for i in range(13)], _unit(rng, 13, d), [["a", "k"]] * 8 + [["a"]] * 5,
+                            [{"lang": "sl"}] * 13)
+    q = _unit(rng, 1, d)
+
+    def propose(**rules) -> LabelProposal:
+        params = {"top_k": 13, "tau": 100.0, "threshold": 0.7, **rules}  # equal weights: a 13/13, k 8/13 = 0.615
+        clf.calibrations.write(CalibrationRecord(collection=clf.collection("sl"), language="sl",
+                                                 model_version=clf.model_version, params=params,
+                                                 objective="micro_f1 + subset_accuracy", labels=["a", "k"]))
+        (p,), _ = clf.propose(["q"], ["sl"], vectors=q)
+        return LabelProposal(article_id="q", labels=proposed_labels(p.labels),
+                             candidates=proposed_labels(p.candidates), model_version="m", memory_version="v",
+                             scoring=scoring_info(p.scoring, p.calibration), produced_at="2024-05-01T08:00:00Z")
+
+    def why(p: LabelProposal) -> dict:
+        return {x.label: (x.decided_by, x.threshold) for x in [*p.labels, *p.candidates]}
+
+    plain = propose()
+    assert why(plain) == {"a": ("threshold", 0.7), "k": (None, 0.7)} and [x.label for x in plain.labels] == ["a"]
+    voted = propose(set_vote=0.6)  # the set {a, k} holds 8/13 of the weight
+    assert why(voted) == {"a": ("set_vote", 0.7), "k": ("set_vote", 0.7)}
+    assert voted.schema_version == 3 == LabelProposal.model_validate_json(voted.to_bytes()).schema_version
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(render_proposal(voted))
+    assert "k  0.615  retrieval  label-set vote (below its threshold 0.7)" in console.export_text()
+    # frequency-bucket thresholds: each label says its own (a on 13 memory articles, k on 8: rare)
+    buckets = propose(threshold=0.5, bucket_thresholds=[0.9, 0.3, 0.3, 0.3])
+    assert why(buckets) == {"a": ("threshold", 0.3), "k": (None, 0.9)}

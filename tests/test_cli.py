@@ -96,7 +96,8 @@ def test_memory_build_then_suggest_explains_with_neighbours(cli_env, sentinews_s
     assert got.labels[0].neighbours[0].similarity > 0.99 and got.labels[0].neighbours[0].title == art["title"]
     assert got.scoring.top_k == 1 and got.scoring.threshold == 0.5 and got.scoring.predictor == "newsmon"
     assert got.memory_version == collection_name("newsmon", "sl", got.model_version)  # an ONNX id has '+'
-    assert got.timings.total_ms > 0 and got.article_id.startswith("suggest-") and got.schema_version == 2
+    assert got.timings.total_ms > 0 and got.article_id.startswith("suggest-") and got.schema_version == 3
+    assert {(x.decided_by, x.threshold) for x in got.labels} == {("threshold", 0.5)}  # why each label is there
     # nothing above the threshold: still the whole proposal, the labels below it as candidates with their evidence
     test_art = next(r for r in rows if r["split"] == "test")
     res = runner.invoke(app, ["suggest", test_art["text"], "--threshold", "1.0", "--json", "--id", "t-1"])
@@ -112,12 +113,12 @@ def test_memory_build_then_suggest_explains_with_neighbours(cli_env, sentinews_s
     res = runner.invoke(app, ["suggest", test_art["text"], "--threshold", "1.0"], terminal_width=200)
     assert res.exit_code == 0, res.output
     out = res.stdout
-    assert "no label above the threshold 1.0" in out and "below the threshold 1.0" in out
-    assert best.label in out and f"{best.score:.3f}" in out and "retrieval" in out
+    assert "no label above the threshold 1.0" in out and "not proposed:" in out
+    assert best.label in out and f"{best.score:.3f}  retrieval  below its threshold 1" in out
     assert f"{best.neighbours[0].similarity:.3f}  {best.neighbours[0].article_id}" in out
     assert best.neighbours[0].title[:40] in out
     res = runner.invoke(app, ["suggest", test_art["text"]], terminal_width=200)
-    assert res.exit_code == 0 and "threshold=0.5" in res.stdout
+    assert res.exit_code == 0 and "labels above the threshold 0.5;" in res.stdout
 
 
 

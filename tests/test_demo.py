@@ -78,11 +78,13 @@ def test_demo_runs_end_to_end(sentinews_slice, newsmon_home, tmp_path):
     # the malformed line: reported with its number when the corpus is read, and counted in the summary
     assert "skipped line 6: invalid JSON" in text
     assert "; 1 bad corpus line skipped" in text
-    # five proposals in full: per label its mark against the gold labels, score and source, then the
+    # five proposals in full: per label its mark against the gold labels, score, source and the rule, then the
     # neighbours with similarity, id and title
     headers = [ln for ln in screen if re.match(r"^sl-test-\d+: \d+ of \d+ proposed labels right, gold ", ln)]
     assert len(headers) == 5, text[-4000:]
-    assert any(re.match(r"^  [✓✗] \S.*  [01]\.\d{3}  retrieval$", ln) for ln in screen), text[-4000:]
+    # and the decision rule that proposed it (the demo's thresholds are its own calibration's)
+    why = r"(above its threshold [\d.]+|(label-set vote|tail support|new-label support|floor \(.*\)).*)"
+    assert any(re.match(rf"^  [✓✗] \S.*  [01]\.\d{{3}}  retrieval  {why}$", ln) for ln in screen), text[-4000:]
     titled = [ln for ln in screen if re.match(r"^      0\.\d{3}  sl-test-\d+  \S", ln)]
     assert titled, text[-4000:]
     # the progress bars never share a line with a result or a log line

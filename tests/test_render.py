@@ -23,10 +23,10 @@ def test_retrieval_labels_show_score_source_and_titled_neighbours():
     sl = _examples()[0]
     out = _text(sl, neighbours=2, candidates=1).splitlines()
     assert out[0] == "sta-2024-05-06-0412"
-    assert out[1] == "  • bencin     0.830  retrieval"
+    assert out[1] == "  • bencin     0.830  retrieval  above its threshold 0.6"
     assert out[2] == "      0.912  sl-test-707  Bencin cenejši, dizel dražji"
     assert out[4] == "      … and 1 more in the proposal"
-    assert "  below the threshold 0.5:" in out and "  • trošarine  0.340  retrieval" in out
+    assert "  not proposed:" in out and "  • trošarine  0.340  retrieval  below its threshold 0.6" in out
     assert "nafta" not in "\n".join(out)  # one candidate asked for
 
 
@@ -52,9 +52,28 @@ def test_nothing_above_the_threshold_and_a_near_copy():
 
 
 def test_bucket_and_label_thresholds_are_named_where_they_decided():
-    sl = _examples()[0]
-    scored = sl.model_copy(update={"scoring": sl.scoring.model_copy(update={
+    sl = _examples()[0]  # as a proposal that does not say each label's threshold (before version 3) reads
+    bare = {f: [x.model_copy(update={"decided_by": None, "threshold": None}) for x in getattr(sl, f)]
+            for f in ("labels", "candidates")}
+    scored = sl.model_copy(update={**bare, "scoring": sl.scoring.model_copy(update={
         "bucket_thresholds": [0.65, 0.6, 0.25, 0.35], "label_thresholds": 13})})
     out = _text(scored, candidates=1)
     assert "  below their thresholds (0.65 / 0.6 / 0.25 / 0.35 by label frequency, 13 labels their own):" in out
     assert "below the threshold 0.5" not in out  # not the single threshold: it did not decide here
+
+
+def test_each_label_says_the_rule_that_proposed_it_and_its_threshold():
+    """A label the label-set vote proposed below its threshold, and a candidate, each with its own threshold (a
+    newcomer saw labels at 0.208 proposed above a line 'below their thresholds (0.65 / ...)')."""
+    voted = _examples()[-1]
+    assert voted.schema_version == 3
+    out = _text(voted, candidates=3).splitlines()
+    assert out[1] == "  • odpuščanje  0.208  retrieval  label-set vote (below its threshold 0.65)"
+    assert "  not proposed:" in out and "  • sindikat    0.181  retrieval  below its threshold 0.25" in out
+    assert not any("below their thresholds" in line for line in out)
+    above = voted.model_copy(update={"labels": [voted.labels[0].model_copy(update={
+        "decided_by": "threshold", "score": 0.71})], "candidates": [voted.candidates[0].model_copy(update={
+            "score": 0.3})]})
+    out = _text(above)
+    assert "odpuščanje  0.710  retrieval  above its threshold 0.65" in out
+    assert "sindikat    0.300  retrieval  above its threshold 0.25, outside the label-set vote's set" in out

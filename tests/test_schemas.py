@@ -370,3 +370,24 @@ def test_schema_examples_are_consistent_with_each_other():
     for e in LabelEvent.json_examples:
         for kwe in (e.get("definition") or {}).get("kwes", []):
             parse_kwe(kwe)
+
+
+def test_proposal_version_3_carries_the_deciding_rule_and_refuses_a_lower_declaration():
+    """Per label ``decided_by`` and ``threshold`` and the calibrated rules in ``scoring`` need version 3; a
+    version-2 proposal without them is still read, and a version-2 declaration carrying them is refused."""
+    v3 = next(e for e in LabelProposal.json_examples if e["article_id"] == "dnevnik-2024-05-07-3301")
+    p = parse_event(LabelProposal, raw(v3))
+    assert p.labels[0].decided_by == "set_vote" and p.candidates[0].threshold == 0.25
+    assert "needs schema_version 3" in reason(LabelProposal, {**v3, "schema_version": 2})
+    only_label = {**v3, "schema_version": 2, "scoring": {**v3["scoring"], "set_vote": None, "new_label_support": 0,
+                                                           "bucket_thresholds": None}}
+    assert "needs schema_version 3" in reason(LabelProposal, only_label)  # decided_by alone needs 3
+    bare = [{k: v for k, v in x.items() if k not in ("decided_by", "threshold")} for x in v3["labels"]]
+    only_scoring = {**v3, "schema_version": 2, "labels": bare, "candidates": []}
+    assert "needs schema_version 3" in reason(LabelProposal, only_scoring)  # the calibrated rules alone need 3
+    v2 = parse_event(LabelProposal, raw({**only_scoring, "scoring": {**v3["scoring"], "set_vote": None,
+                                                                    "new_label_support": 0,
+                                                                    "bucket_thresholds": None}}))
+    assert v2.schema_version == 2 and v2.labels[0].decided_by is None and v2.needs_version() == 2
+    with pytest.raises(ValueError, match="decided_by"):
+        ProposedLabel(label="x", score=0.5, decided_by="kwe")

@@ -10,13 +10,14 @@ from newsmon.shared.predictors.one_nn import OneNnPredictor, one_nn_scores
 from newsmon.shared.predictors.mlknn import MLKNN, MlKnnPredictor, neighbour_counts
 from newsmon.shared.predictors.tfidf import TfidfLogRegPredictor, TfidfOneVsAll, TfidfSvmPredictor
 from newsmon.shared.predictors.newsmon import NewsmonPredictor
-from newsmon.shared.predictors.rules import newsmon_decide
+from newsmon.shared.predictors.rules import Decision, newsmon_decide, newsmon_decision
 from newsmon.shared.predictors.base import (Predictor, QueryBatch, TrainingSet, available, get_predictor,
                                             predictor_class, register)
-from newsmon.shared.predictors.retrieval import LabelScore, LabelVocab, Proposal, Retrieval, explain
+from newsmon.shared.predictors.retrieval import DECIDING_RULES, LabelScore, LabelVocab, Proposal, Retrieval, explain
 
-__all__ = ["MLKNN", "LabelScore", "LabelVocab", "MlKnnPredictor", "NewsmonPredictor", "OneNnPredictor", "Predictor",
+__all__ = ["DECIDING_RULES", "Decision", "MLKNN", "LabelScore", "LabelVocab", "MlKnnPredictor", "NewsmonPredictor", "OneNnPredictor", "Predictor",
            "Proposal",
            "QueryBatch", "RaeXmcPredictor", "Retrieval", "TfidfLogRegPredictor", "TfidfOneVsAll",
            "TfidfSvmPredictor", "TrainingSet", "available", "explain", "get_predictor", "neighbour_counts", "newsmon_decide",
+           "newsmon_decision",
            "one_nn_scores", "predictor_class", "rae_xmc_scores", "register", "tune_rae"]

@@ -174,15 +174,24 @@ def aggregate(weights: np.ndarray, label_rows: sp.csr_matrix, K: int, n_labels: 
     return np.asarray((W @ Y).todense(), dtype=np.float32)
 
 
+#: The decision rules of the product's predictor (:func:`newsmon.shared.predictors.rules.newsmon_decision`), in
+#: the order its ``decided_by`` codes index them; the wire's names (:class:`newsmon.schemas.ProposedLabel`).
+DECIDING_RULES = ("threshold", "set_vote", "tail_support", "new_label_support", "floor")
+
+
 @dataclass
 class LabelScore:
     """One label with its score and the neighbours (article id, cosine similarity) behind it; ``titles``: the
-    same neighbours' titles for people (:func:`display_title`), in the same order (empty when unknown)."""
+    same neighbours' titles for people (:func:`display_title`), in the same order (empty when unknown);
+    ``decided_by``: the rule of :data:`DECIDING_RULES` that proposed it (None: not proposed, or not known);
+    ``threshold``: the label's own threshold (None: not known)."""
 
     label: str
     score: float
     neighbours: list[tuple[str, float]]
     titles: list[str | None] = field(default_factory=list)
+    decided_by: str | None = None
+    threshold: float | None = None
 
 
 @dataclass
@@ -214,22 +223,38 @@ def _label_score(retrieval: Retrieval, i: int, label: str, score: float, k: int,
 
 def explain(retrieval: Retrieval, scores: np.ndarray, vocab: LabelVocab, threshold: float,
             k: int | None = None, max_neighbours: int = 5, candidates: int = 0,
-            proposed: np.ndarray | None = None) -> list[Proposal]:
+            proposed: np.ndarray | None = None, decided_by: np.ndarray | None = None,
+            thresholds: np.ndarray | None = None) -> list[Proposal]:
     """Turn ``(m, L)`` scores into :class:`Proposal` objects: the labels of ``proposed`` (``(m, L)`` bool, the
     decision rules' choice; default ``score > threshold``), each with up to ``max_neighbours`` of the first ``k``
     neighbours that carry it (most similar first), and the best ``candidates`` labels with a score > 0 that were
     not proposed likewise (for the moderator; none by default). A neighbour's similarity is its dense cosine
-    (:attr:`Retrieval.cosine`), the neighbours are in the retrieval's (possibly fused) order."""
+    (:attr:`Retrieval.cosine`), the neighbours are in the retrieval's (possibly fused) order.
+
+    Args:
+        decided_by: ``(m, L)`` int8 codes into :data:`DECIDING_RULES` (-1: none), the rule that proposed each
+            label (:attr:`newsmon.shared.predictors.rules.Decision.decided_by`); None: "threshold" for every
+            label proposed when ``proposed`` is None, else not known.
+        thresholds: ``(L,)`` each label's own threshold (frequency-bucket and per-label ones); None: ``threshold``
+            for every label.
+    """
     k = k or retrieval.k
     if proposed is None:
         proposed = scores > threshold
+        decided_by = np.where(proposed, np.int8(0), np.int8(-1)) if decided_by is None else decided_by
+    own = np.full(scores.shape[1], threshold, dtype=np.float64) if thresholds is None else thresholds
     out = []
     for i in range(scores.shape[0]):
         order = np.argsort(-scores[i], kind="stable")
         above = [c for c in order if proposed[i, c]]
         below = [c for c in order if not proposed[i, c] and scores[i, c] > 0][:candidates]
-        out.append(Proposal(
-            [_label_score(retrieval, i, vocab.labels[c], float(scores[i, c]), k, max_neighbours) for c in above],
-            candidates=[_label_score(retrieval, i, vocab.labels[c], float(scores[i, c]), k, max_neighbours)
-                        for c in below]))
+        labels, rest = [], []
+        for cols, acc in ((above, labels), (below, rest)):
+            for c in cols:
+                x = _label_score(retrieval, i, vocab.labels[c], float(scores[i, c]), k, max_neighbours)
+                x.threshold = float(own[c])
+                if decided_by is not None and decided_by[i, c] >= 0:
+                    x.decided_by = DECIDING_RULES[decided_by[i, c]]
+                acc.append(x)
+        out.append(Proposal(labels, candidates=rest))
     return out

@@ -22,12 +22,14 @@ the research method lacks, each switchable and calibrated on the memory itself (
   among k = 100 neighbours never shows. Chosen by a replay inside the calibration
   (:func:`newsmon.shared.predictors.calibrate.new_label_replay`).
 
-:func:`newsmon_decide` is the one implementation: the live classifier, ``suggest`` and ``eval`` all call it.
+:func:`newsmon_decision` is the one implementation: the live classifier, ``suggest`` and ``eval`` all call it
+(``eval`` and the calibration through :func:`newsmon_decide`, which drops the reasons).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,7 +37,7 @@ import scipy.sparse as sp
 
 from newsmon.shared.predictors.label_keys import LabelHits, key_scores
 from newsmon.shared.predictors.rae_xmc import neighbour_weights, rae_xmc_scores
-from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
+from newsmon.shared.predictors.retrieval import DECIDING_RULES, LabelVocab, Retrieval
 
 
 def set_vote(retrieval: Retrieval, k: int, tau: float) -> tuple[list[tuple[str, ...]], np.ndarray]:
@@ -103,10 +105,41 @@ def neighbours_needed(params: Any) -> int:
                getattr(params, "new_label_neighbours", 1) if getattr(params, "new_label_support", 0) else 1)
 
 
+@dataclass
+class Decision:
+    """What :func:`newsmon_decision` decided for ``m`` queries over ``L`` labels.
+
+    Attributes:
+        scores: ``(m, L)`` float32 RAE-XMC scores (with the label keys mixed in when on).
+        proposed: ``(m, L)`` bool, the proposals.
+        thresholds: ``(L,)`` float64, each label's threshold (:func:`column_thresholds`).
+        decided_by: ``(m, L)`` int8 index into :data:`DECIDING_RULES` of the rule that proposed each label, -1
+            where none did; None unless asked for. A label the label-set vote proposed counts for the vote (it
+            replaced the threshold's decision in that row) even when its score passes its threshold; otherwise
+            the first rule of :data:`DECIDING_RULES` that proposes it.
+    """
+
+    scores: np.ndarray
+    proposed: np.ndarray
+    thresholds: np.ndarray
+    decided_by: np.ndarray | None = None
+
+
 def newsmon_decide(retrieval: Retrieval, vocab: LabelVocab, params: Any,
                    known_labels: Collection[str] | None = None,
                    label_hits: LabelHits | None = None,
                    label_counts: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores, proposed)`` of :func:`newsmon_decision` (same arguments, errors and shapes), for the callers
+    that need no reasons (calibration, ``eval``)."""
+    d = newsmon_decision(retrieval, vocab, params, known_labels, label_hits, label_counts)
+    return d.scores, d.proposed
+
+
+def newsmon_decision(retrieval: Retrieval, vocab: LabelVocab, params: Any,
+                     known_labels: Collection[str] | None = None,
+                     label_hits: LabelHits | None = None,
+                     label_counts: Mapping[str, int] | None = None,
+                     reasons: bool = False) -> Decision:
     """Scores and decisions of the ``newsmon`` predictor for ``m`` queries.
 
     Args:
@@ -122,9 +155,11 @@ def newsmon_decide(retrieval: Retrieval, vocab: LabelVocab, params: Any,
         label_counts: memory articles per label, for ``bucket_thresholds`` (:func:`column_thresholds`); None: the
             single ``threshold``.
 
+        reasons: also say which rule proposed each label (:attr:`Decision.decided_by`; one ``(m, L)`` int8 more).
+
     Returns:
-        (``(m, L)`` float32 scores, ``(m, L)`` bool proposals) with ``L = len(vocab)`` after the call. A label
-        proposed by a rule but under the threshold keeps its RAE-XMC score (the moderator sees the real share).
+        A :class:`Decision` with ``L = len(vocab)`` after the call. A label proposed by a rule but under its
+        threshold keeps its RAE-XMC score (the moderator sees the real share, and ``decided_by`` the rule).
 
     Raises:
         ValueError: ``top_k < 1`` or ``tau <= 0``.
@@ -136,29 +171,60 @@ def newsmon_decide(retrieval: Retrieval, vocab: LabelVocab, params: Any,
     L = len(vocab)
     m = retrieval.sims.shape[0]
     if L == 0:
-        return np.zeros((m, 0), dtype=np.float32), np.zeros((m, 0), dtype=bool)
+        return Decision(np.zeros((m, 0), dtype=np.float32), np.zeros((m, 0), dtype=bool), np.zeros(0),
+                        np.zeros((m, 0), dtype=np.int8) if reasons else None)
     scores = rae_xmc_scores(retrieval.sims, rows, params.top_k, params.tau, 1.0, L)
     if keys is not None:
         lam = params.label_lambda
         scores = (scores + lam * key_scores(keys, params.label_keys, params.label_tau, vocab.index, L)) / (1 + lam)
-    proposed = scores > column_thresholds(vocab, params, label_counts)[None, :]
+    thresholds = column_thresholds(vocab, params, label_counts)
+    proposed = scores > thresholds[None, :]
+    why = np.where(proposed, np.int8(0), np.int8(-1)) if reasons else None
     if params.set_vote is not None:
-        sets, weights = set_vote(retrieval, params.top_k, params.tau)
-        for i in np.flatnonzero(weights >= params.set_vote):
-            proposed[i] = False
-            proposed[i, [vocab.index[lb] for lb in sets[i]]] = True
-    if params.tail_support:
-        proposed |= tail_support(retrieval, vocab, params.tail_support, params.tail_neighbours,
-                                 params.tail_similarity)
-    if getattr(params, "new_label_support", 0) and known_labels is not None:
-        new = np.array([lb not in known_labels for lb in vocab.labels], dtype=bool)
-        if new.any():
-            proposed |= tail_support(retrieval, vocab, params.new_label_support, params.new_label_neighbours,
-                                     params.new_label_similarity) & new[None, :]
+        _apply_set_vote(retrieval, vocab, params, proposed, why)
+    for code, extra in ((2, _tail(retrieval, vocab, params)), (3, _new_labels(retrieval, vocab, params, known_labels))):
+        if extra is not None:
+            if why is not None:
+                why[extra & ~proposed] = code
+            proposed |= extra
     if params.floor is not None:
         empty = ~proposed.any(axis=1)
         best = scores.argmax(axis=1)
-        hit = empty & (scores[np.arange(m), best] >= params.floor)
-        proposed[np.flatnonzero(hit), best[hit]] = True
-    return scores, proposed
+        hit = np.flatnonzero(empty & (scores[np.arange(m), best] >= params.floor))
+        proposed[hit, best[hit]] = True
+        if why is not None:
+            why[hit, best[hit]] = 4
+    return Decision(scores, proposed, thresholds, why)
 
+
+def _apply_set_vote(retrieval: Retrieval, vocab: LabelVocab, params: Any, proposed: np.ndarray,
+                    why: np.ndarray | None) -> None:
+    """The label-set vote, in place: in each row whose winning set holds >= ``params.set_vote`` of the weight,
+    that set replaces the row's proposals (``why``: code 1 for its labels, -1 for the rest)."""
+    sets, weights = set_vote(retrieval, params.top_k, params.tau)
+    for i in np.flatnonzero(weights >= params.set_vote):
+        cols = [vocab.index[lb] for lb in sets[i]]
+        proposed[i] = False
+        proposed[i, cols] = True
+        if why is not None:
+            why[i] = -1
+            why[i, cols] = 1
+
+
+def _tail(retrieval: Retrieval, vocab: LabelVocab, params: Any) -> np.ndarray | None:
+    """``(m, L)`` bool of the tail-support rule, None when it is off."""
+    if not params.tail_support:
+        return None
+    return tail_support(retrieval, vocab, params.tail_support, params.tail_neighbours, params.tail_similarity)
+
+
+def _new_labels(retrieval: Retrieval, vocab: LabelVocab, params: Any,
+                known_labels: Collection[str] | None) -> np.ndarray | None:
+    """``(m, L)`` bool of the new-label rule (labels outside ``known_labels`` only), None when it is off."""
+    if not getattr(params, "new_label_support", 0) or known_labels is None:
+        return None
+    new = np.array([lb not in known_labels for lb in vocab.labels], dtype=bool)
+    if not new.any():
+        return None
+    return tail_support(retrieval, vocab, params.new_label_support, params.new_label_neighbours,
+                        params.new_label_similarity) & new[None, :]
