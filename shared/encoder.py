@@ -274,7 +274,8 @@ class Encoder:
             artefact = ensure_artefact(self.name_or_path, self.runtime, home)
             self.backend: TorchBackend | OnnxBackend = shared_backend(
                 ("onnx", str(artefact), self.settings.threads, self.settings.pooling),
-                lambda: OnnxBackend(artefact, self.settings.threads, self.settings.pooling))
+                lambda: OnnxBackend(artefact, self.settings.threads, self.settings.pooling,
+                                    per_text=self.runtime == "onnx-int8"))
         else:
             import torch  # deferred: seconds to import
 

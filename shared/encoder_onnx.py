@@ -230,10 +230,15 @@ class OnnxBackend:
 
     Args:
         path: the ``.onnx`` file; threads: intra-op threads (None: ONNX Runtime's default, one per core);
-        pooling: ``mean`` (over the attention mask) or ``cls``.
+        pooling: ``mean`` (over the attention mask) or ``cls``; per_text: run each text alone, on its own
+            tokens (no padding). The int8 artefact needs it: dynamic quantisation sets the activations' int8 range
+            per input tensor, so in a batch a text's vector depends on the other texts and the padding (cosine
+            0.997 to the same text alone), and the same article would get other neighbours in the stream, in
+            ``eval`` and from the embedding cache. On 2 CPU cores a batch is not faster than its texts one by one
+            (README "The encoder on CPU").
     """
 
-    def __init__(self, path: Path, threads: int | None, pooling: str):
+    def __init__(self, path: Path, threads: int | None, pooling: str, per_text: bool = False):
         import onnxruntime as ort  # deferred: only an ONNX encoder needs it
 
         so = ort.SessionOptions()
@@ -244,9 +249,21 @@ class OnnxBackend:
         self.inputs = {i.name for i in self.session.get_inputs()}
         self.pooling = pooling
         self.path = path
+        self.per_text = per_text
 
     def embed(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        """One forward pass over a padded batch ``(b, L)`` int64; returns ``(b, d)`` float32 normalised."""
+        """A padded batch ``(b, L)`` int64 (right padding) -> ``(b, d)`` float32 normalised: one forward pass, or
+        with ``per_text`` one per text over its unpadded tokens."""
+        if self.per_text and len(input_ids) > 1:
+            n = attention_mask.sum(axis=1)
+            return np.concatenate([self._forward(input_ids[i:i + 1, :n[i]], attention_mask[i:i + 1, :n[i]])
+                                   for i in range(len(input_ids))])
+        if self.per_text:
+            n = int(attention_mask.sum())
+            return self._forward(input_ids[:, :n], attention_mask[:, :n])
+        return self._forward(input_ids, attention_mask)
+
+    def _forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         feed = {"input_ids": input_ids.astype(np.int64), "attention_mask": attention_mask.astype(np.int64)}
         if "token_type_ids" in self.inputs:  # a fused EmbedLayerNormalization may ask for it
             feed["token_type_ids"] = np.zeros_like(feed["input_ids"])

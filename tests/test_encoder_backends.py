@@ -50,6 +50,19 @@ def test_runtimes_agree_on_real_articles(torch_encoder, int8_encoder, shared_dat
     assert np.abs(sims_ref - sims_got).max() < 0.02
 
 
+def test_an_int8_vector_depends_on_its_text_alone(int8_encoder, shared_data):
+    """Dynamic int8 quantisation sets the activations' range per input tensor: run as one batch, a text's vector
+    moved with its batch mates and their padding (cosine 0.997), so the same article got other neighbours in the
+    stream's micro-batches, in eval and from the cache. Each text now runs alone."""
+    texts = _articles(shared_data, 16)
+    short = [t[:200] for t in texts[:4]]  # padded to a long text's length in a batch
+    together = int8_encoder.encode([*texts, *short], role="query")
+    alone = np.stack([int8_encoder.encode([t], role="query")[0] for t in [*texts[:3], *short[:2]]])
+    assert np.array_equal(together[[0, 1, 2, 16, 17]], alone)
+    reordered = int8_encoder.encode([short[1], texts[2], *texts[5:9]], role="query")
+    assert np.array_equal(reordered[:2], alone[[4, 2]])
+
+
 def test_the_runtime_setting_is_honoured(torch_encoder, int8_encoder, monkeypatch, newsmon_home):
     assert isinstance(torch_encoder.backend, TorchBackend) and torch_encoder.runtime == "torch"
     assert isinstance(int8_encoder.backend, OnnxBackend) and int8_encoder.runtime == "onnx-int8"
