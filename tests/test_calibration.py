@@ -96,6 +96,21 @@ def test_each_proposed_label_says_which_rule_proposed_it():
                                                                                  ("e", None, 0.6)]
 
 
+@pytest.mark.parametrize("fixed, kept", [(1, False), (30, True)])
+def test_a_lever_is_kept_only_when_its_lift_is_beyond_the_noise(fixed, kept):
+    # gold {a, b} everywhere. Most articles: a, b 3/4, c 1/4 (a threshold in [0.25, 0.75) gets them right). The
+    # `fixed` others: a, b and c at 2/4 each, which no threshold separates; the label-set vote ({a, b} holds 2/4)
+    # gets them right. One article of 100 is a lift inside the noise (a resample without it shows none).
+    easy = [(0.9, ("a", "b"))] * 3 + [(0.9, ("c",))]
+    hard = [(0.9, ("a", "b")), (0.9, ("a", "b")), (0.9, ("c", "d")), (0.9, ("c", "e"))]
+    r = _r([hard] * fixed + [easy] * (100 - fixed))
+    result = calibrate(r, [("a", "b")] * 100, rules=("set_vote",), new_labels=False)
+    step = result.steps[-1]
+    assert step["step"] == "+ set_vote" and step["objective"] > result.steps[0]["objective"]  # it does lift
+    assert step["kept"] is kept and (step["lift_interval"][0] > 0) is kept
+    assert (result.params.set_vote is not None) is kept
+
+
 def test_tail_support_lets_three_close_confirmations_carry_a_new_label():
     # a new label 'x' on 3 close neighbours among 50 that carry the head label 'h': its softmax share is small
     row = [(0.95, ("x", "h")), (0.94, ("x",)), (0.93, ("x",))] + [(0.92, ("h",))] * 47

@@ -72,6 +72,11 @@ def test_eval_newsmon_row_has_an_ablation_row_per_calibration_step(cli_env, sent
         assert row[key] == methods[f"newsmon_step{len(steps) - 1}"]["params"][key], key
     assert "new_label_replay" in methods[f"newsmon_step{len(steps) - 1}"]["params"]
     assert {"cross_fitted_objective", "cross_fitted_lift"} <= set(methods["newsmon_step4"]["params"])  # their judge
+    for i in (1, 2, 3, 5, 6, 7):  # every other lever: the paired lift interval that decided it
+        lo, hi = methods[f"newsmon_step{i}"]["params"]["lift_interval"]
+        assert lo <= hi
+        if steps[i].endswith("(kept)") and "tail_support" not in steps[i]:  # tail support: kept unless it lowers
+            assert lo > 0, steps[i]
     assert report["ratio_to_svm"]["newsmon"]["uF1"] is not None
     md = (out / "results.md").read_text()
     assert all(f"| {x} |" in md for x in steps)

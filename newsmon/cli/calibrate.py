@@ -69,8 +69,11 @@ def print_calibration(done: dict) -> None:
 
 
 def _step_note(step: dict) -> str:
-    """What a step is judged by besides the calibration articles' objective: the new-label step's replay, the
-    label thresholds' cross-fitted objective."""
+    """What a step is judged by besides the calibration articles' objective: a lever's paired lift interval, the
+    new-label step's replay, the label thresholds' cross-fitted objective."""
+    if "lift_interval" in step:
+        lo, hi = step["lift_interval"]
+        return f" (lift {lo:+.4f} to {hi:+.4f})"
     if "cross_fitted_objective" in step:
         lo, hi = step["cross_fitted_lift"]
         return (f" ({step['labels']} labels; cross-fitted objective {step['cross_fitted_objective']:.3f}, lift "

@@ -167,7 +167,8 @@ def ablation_rows(p: Predictor, test_q: QueryBatch, labels: Labels) -> dict[str,
         tag = "kept" if step["kept"] else "not kept"
         name = f"{p.display_name}: {step['step']}" + ("" if i == 0 else f" ({tag})")
         extra = {"new_label_replay": step["replay"]} if "replay" in step else {}
-        extra.update({k: step[k] for k in ("cross_fitted_objective", "cross_fitted_lift") if k in step})
+        extra.update({k: step[k] for k in ("cross_fitted_objective", "cross_fitted_lift", "lift_interval")
+                      if k in step})
         out[f"{p.name}_step{i}"] = _method_entry(name, labels, scores, proposed, time.perf_counter() - t0,
                                                  {**step["params"], "calibration_objective": step["objective"],
                                                   **extra})

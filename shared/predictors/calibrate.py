@@ -8,6 +8,11 @@ are right; their sum chooses well in both cases and both figures are reported. T
 on the same data choose the same parameters; the objective's noise is reported as a bootstrap 90 % interval
 over the calibration articles.
 
+Every lever is kept only when it lifts the objective beyond the noise of the calibration articles: the paired
+bootstrap 90 % interval of its lift over the proposals before it lies above 0 (:func:`_lifts`). A lever kept on
+any lift at all was chosen by noise: the same articles embedded again (vectors at cosine 0.997) turned the label
+keys and the label-set vote on and off and moved the test figures by several points.
+
 Order: k, tau and the threshold on a grid; then hybrid retrieval (the dense neighbours fused with a lexical
 similarity, when the neighbours' texts are at hand), kept only when it lifts the objective; then the label keys
 (RAE-XMC's label part of the memory, :mod:`newsmon.shared.predictors.label_keys`) likewise; then one threshold
@@ -33,10 +38,12 @@ import scipy.sparse as sp
 
 from newsmon.shared.predictors.label_keys import LabelHits, key_scores
 from newsmon.shared.predictors.lexical import TermVectors, fuse
+from newsmon.shared.predictors.new_labels import NEW_LABEL_GRID, new_label_replay
 from newsmon.shared.predictors.rules import BUCKET_EDGES, column_thresholds, newsmon_decide
 from newsmon.shared.predictors.rae_xmc import rae_xmc_scores
 from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
-from newsmon.shared.predictors.thresholds import bootstrap_objective, bucket_ascent, choose_label_thresholds
+from newsmon.shared.predictors.thresholds import (bootstrap_objective, bucket_ascent, choose_label_thresholds,
+                                                  paired_lift_interval)
 from newsmon.shared.predictors.thresholds import micro_f1_acc as _micro_f1_acc
 
 #: The grid of the base parameters (k is capped at the neighbours retrieved).
@@ -58,11 +65,6 @@ RULE_GRID: dict[str, list[dict[str, Any]]] = {
 OBJECTIVE = "micro_f1 + subset_accuracy"
 #: The label keys' options (lambda, nearest keys, temperature), tried on the chosen k / tau with every threshold.
 LABEL_KEY_GRID = tuple(itertools.product((0.1, 0.25, 0.5, 1.0), (3, 10), (0.01, 0.02, 0.05)))
-#: The new-label rule's options (support, neighbours, minimum cosine), and the replay that chooses among them:
-#: labels with NEW_LABEL_ARTICLES memory articles, each hidden but for NEW_LABEL_CONFIRMATIONS of them.
-NEW_LABEL_GRID = tuple(itertools.product((2, 3), (10, 20, 30, 50), (0.8, 0.85, 0.9)))
-NEW_LABEL_ARTICLES = (6, 60)
-NEW_LABEL_CONFIRMATIONS = 3
 
 
 @dataclass
@@ -216,87 +218,57 @@ def _label_threshold_step(steps: list[dict[str, Any]], S: np.ndarray, Yt: np.nda
 
 
 def _take(steps: list[dict[str, Any]], name: str, found: tuple[float, Params, float, float], params: Params,
-          f1: float, acc: float) -> tuple[Params, float, float]:
-    """Record step ``name`` (its best (objective, params, micro-F1, subset accuracy)) in ``steps``, kept when it
-    lifts the objective; returns the parameters, micro-F1 and subset accuracy after it."""
+          f1: float, acc: float, lift: tuple[float, float]) -> tuple[Params, float, float, bool]:
+    """Record step ``name`` (its best (objective, params, micro-F1, subset accuracy), and ``lift``: the paired
+    bootstrap 90 % interval of its lift over the current proposals) in ``steps``. Kept when it lifts the objective
+    and the interval lies above 0 (:func:`_lifts`); returns the parameters, micro-F1 and subset accuracy after it,
+    and whether it was kept."""
     obj, tparams, tf1, tacc = found
-    kept = obj > f1 + acc + 1e-9
+    kept = _lifts(obj, f1 + acc, lift)
     steps.append({"step": name, "params": tparams.as_dict(), "micro_f1": tf1, "subset_accuracy": tacc,
-                  "objective": obj, "kept": kept})
-    return (tparams, tf1, tacc) if kept else (params, f1, acc)
+                  "objective": obj, "kept": kept, "lift_interval": list(lift)})
+    return (tparams, tf1, tacc, kept) if kept else (params, f1, acc, kept)
+
+
+def _lifts(trial: float, current: float, lift: tuple[float, float]) -> bool:
+    """Whether a lever is kept: it lifts the objective and the paired bootstrap 90 % interval of the lift lies
+    above 0. A lift inside the noise of the calibration articles is not kept: re-embedding the same articles
+    (cosine 0.997) turned such levers on and off and moved the test figures by several points."""
+    return trial > current + 1e-9 and lift[0] > 0
 
 
 def _rule_step(rule: str, retrieval: Retrieval, Yt: np.ndarray, labels: list[str], params: Params, f1: float,
-               acc: float, label_hits: LabelHits | None, label_counts: dict[str, int] | None
-               ) -> tuple[dict[str, Any], Params, float, float]:
-    """Try each option of decision rule ``rule`` on top of ``params``; returns (the ablation step, and the
-    parameters, micro-F1 and subset accuracy after it: the best option's when kept, else the ones given)."""
+               acc: float, label_hits: LabelHits | None, label_counts: dict[str, int] | None, current: np.ndarray
+               ) -> tuple[dict[str, Any], Params, float, float, np.ndarray]:
+    """Try each option of decision rule ``rule`` on top of ``params`` (``current``: their ``(n, L)`` proposals);
+    returns (the ablation step, and the parameters, micro-F1, subset accuracy and proposals after it: the best
+    option's when kept, else the ones given)."""
     best = None
     for option in RULE_GRID[rule]:
         trial = Params(**{**params.as_dict(), **option})
-        _, P = newsmon_decide(retrieval, LabelVocab(labels), trial, label_hits=label_hits, label_counts=label_counts)
-        tf1, tacc = _micro_f1_acc(Yt, _pad(P, Yt.shape[1])[:, :Yt.shape[1]])
+        P = _decide(retrieval, Yt, labels, trial, label_hits, label_counts)
+        tf1, tacc = _micro_f1_acc(Yt, P)
         if best is None or tf1 + tacc > best[0]:
-            best = (tf1 + tacc, trial, tf1, tacc)
-    kept = _keeps(rule, best[0], f1 + acc)
+            best = (tf1 + tacc, trial, tf1, tacc, P)
+    lift = paired_lift_interval(Yt, best[4], current)
+    kept = _keeps(rule, best[0], f1 + acc, lift)
     step = {"step": f"+ {rule}", "params": best[1].as_dict(), "micro_f1": best[2], "subset_accuracy": best[3],
-            "objective": best[0], "kept": kept}
-    return (step, best[1], best[2], best[3]) if kept else (step, params, f1, acc)
+            "objective": best[0], "kept": kept, "lift_interval": list(lift)}
+    return (step, *best[1:]) if kept else (step, params, f1, acc, current)
 
 
-def _keeps(rule: str, trial: float, current: float) -> bool:
-    """Whether a rule step is kept: it must lift the objective, except tail support, the new-label lever, kept
-    unless it lowers it (a static corpus cannot show its benefit: no label appears over time in a leave-one-out)."""
-    return trial > current + 1e-9 or (rule == "tail_support" and trial >= current - 1e-9)
+def _keeps(rule: str, trial: float, current: float, lift: tuple[float, float]) -> bool:
+    """Whether a rule step is kept: as every lever (:func:`_lifts`), except tail support, the new-label lever,
+    kept unless it lowers the objective (a static corpus cannot show its benefit: no label appears over time in a
+    leave-one-out)."""
+    return _lifts(trial, current, lift) or (rule == "tail_support" and trial >= current - 1e-9)
 
 
-def new_label_replay(retrieval: Retrieval, gold: list[tuple[str, ...]], options=NEW_LABEL_GRID,
-                     articles: tuple[int, int] = NEW_LABEL_ARTICLES, confirmations: int = NEW_LABEL_CONFIRMATIONS,
-                     seed: int = 13) -> tuple[dict[Any, tuple[int, int, int]], int]:
-    """Replay of new labels on calibration articles: every label carried by ``articles`` (min, max) of the memory
-    articles seen among the neighbours is kept on ``confirmations`` of them (seeded choice: the moderators'
-    confirmations) and hidden on the others; each option ``(support, neighbours, cosine)`` of the new-label rule
-    then proposes the label for a query when at least ``support`` of its first ``neighbours`` neighbours are
-    confirmations at cosine >= ``cosine`` (:attr:`Retrieval.cosine`). Option ``None`` is the reference rule
-    "a confirmation is the nearest neighbour" (1-NN). A query that is itself a confirmation is not left out (the
-    retrieval carries no query ids), a small optimism shared by every option.
-
-    Returns:
-        ({option: (true positives, false positives, false negatives)} over all replayed labels and queries,
-        the number of labels replayed).
-    """
-    m, K = retrieval.ids.shape
-    n_max = min(K, max((o[1] for o in options), default=1))
-    uniq, first, codes = np.unique(retrieval.ids.astype(str), return_index=True, return_inverse=True)
-    codes = codes.reshape(m, K)
-    flat = [lbs for row in retrieval.labels for lbs in row]
-    carriers: dict[str, list[int]] = {}
-    for code, (uid, at) in enumerate(zip(uniq, first)):
-        for lb in flat[at] if uid else ():
-            carriers.setdefault(lb, []).append(code)
-    queries_with: dict[str, list[int]] = {}
-    for i, labels in enumerate(gold):
-        for lb in labels:
-            queries_with.setdefault(lb, []).append(i)
-    cos = np.nan_to_num(retrieval.cosine[:, :n_max], neginf=-1.0)
-    tallies = {o: [0, 0, 0] for o in [None, *options]}
-    rng = np.random.default_rng(seed)
-    replayed = 0
-    for lb in sorted(carriers):
-        if not articles[0] <= len(carriers[lb]) <= articles[1]:
-            continue
-        replayed += 1
-        confirmed = rng.choice(carriers[lb], confirmations, replace=False)
-        hit = np.isin(codes[:, :n_max], confirmed)
-        g = np.zeros(m, dtype=bool)
-        g[queries_with.get(lb, [])] = True
-        for o in tallies:
-            pred = hit[:, 0] if o is None else (hit[:, :o[1]] & (cos[:, :o[1]] >= o[2])).sum(axis=1) >= o[0]
-            t = tallies[o]
-            t[0] += int((pred & g).sum())
-            t[1] += int((pred & ~g).sum())
-            t[2] += int((~pred & g).sum())
-    return {o: tuple(t) for o, t in tallies.items()}, replayed
+def _decide(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], params: Params, label_hits: LabelHits | None,
+            label_counts: dict[str, int] | None) -> np.ndarray:
+    """``(n, L)`` bool proposals of ``params`` over the columns of ``Yt``."""
+    _, P = newsmon_decide(retrieval, LabelVocab(labels), params, label_hits=label_hits, label_counts=label_counts)
+    return _pad(P, Yt.shape[1])[:, :Yt.shape[1]]
 
 
 def _f1(tp: int, fp: int, fn: int) -> float:
@@ -319,6 +291,38 @@ def _new_label_step(steps: list[dict[str, Any]], retrieval: Retrieval, gold: lis
     steps.append({"step": "+ new-label support", "params": trial.as_dict(), "micro_f1": f1, "subset_accuracy": acc,
                   "objective": f1 + acc, "kept": kept, "replay": replay})
     return trial if kept else params
+
+
+def _lever_steps(steps: list[dict[str, Any]], retrieval: Retrieval, dense: Retrieval, query_texts: list[str] | None,
+                 terms: TermVectors | None, Yt: np.ndarray, labels: list[str],
+                 state: tuple[Params, float, float, np.ndarray], hits: LabelHits | None,
+                 counts: dict[str, int] | None) -> tuple[Retrieval, Params, float, float, np.ndarray]:
+    """Hybrid retrieval, the label keys, the bucket and the per-label thresholds, each tried on top of ``state``
+    (parameters, micro-F1, subset accuracy, ``(n, L)`` proposals) and recorded in ``steps``; returns the retrieval
+    chosen and the state after them."""
+    params, f1, acc, current = state
+    chosen = dense
+    if query_texts is not None and retrieval.texts is not None:
+        found, fused = _lexical_step(retrieval, query_texts, terms or TermVectors(), Yt, labels)
+        trial = _decide(fused, Yt, labels, found[1], hits, counts)
+        params, f1, acc, kept = _take(steps, "+ lexical fusion", found, params, f1, acc,
+                                      paired_lift_interval(Yt, trial, current))
+        chosen, current = (fused, trial) if kept else (chosen, current)
+    if hits is not None:
+        found = _label_keys_step(chosen, hits, Yt, labels, params)
+        trial = _decide(chosen, Yt, labels, found[1], hits, counts)
+        params, f1, acc, kept = _take(steps, "+ label keys", found, params, f1, acc,
+                                      paired_lift_interval(Yt, trial, current))
+        current = trial if kept else current
+    if counts is not None:  # the bucket thresholds, then the per-label ones, on the same scores
+        S = _scores(chosen, hits, labels, Yt.shape[1], params)
+        found = _bucket_step(S, Yt, labels, params, counts)
+        trial = _decide(chosen, Yt, labels, found[1], hits, counts)
+        params, f1, acc, kept = _take(steps, "+ bucket thresholds", found, params, f1, acc,
+                                      paired_lift_interval(Yt, trial, current))
+        params, f1, acc = _label_threshold_step(steps, S, Yt, labels, params, counts, f1, acc)
+        current = _decide(chosen, Yt, labels, params, hits, counts)
+    return chosen, params, f1, acc, current
 
 
 def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[str, ...] = tuple(RULE_GRID),
@@ -357,26 +361,18 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
     _, params, f1, acc = _base_grid(dense, Yt, vocab.labels, {})
     steps = [{"step": "base (k, tau, threshold)", "params": params.as_dict(), "micro_f1": f1,
               "subset_accuracy": acc, "objective": f1 + acc, "kept": True}]
-    chosen = dense
-    if query_texts is not None and retrieval.texts is not None:
-        found, fused = _lexical_step(retrieval, query_texts, terms or TermVectors(), Yt, vocab.labels)
-        params, f1, acc = _take(steps, "+ lexical fusion", found, params, f1, acc)
-        chosen = fused if steps[-1]["kept"] else chosen
-    if label_hits is not None:
-        found = _label_keys_step(chosen, label_hits, Yt, vocab.labels, params)
-        params, f1, acc = _take(steps, "+ label keys", found, params, f1, acc)
-    if label_counts is not None:  # the bucket thresholds, then the per-label ones, on the same scores
-        S = _scores(chosen, label_hits, vocab.labels, Yt.shape[1], params)
-        params, f1, acc = _take(steps, "+ bucket thresholds", _bucket_step(S, Yt, vocab.labels, params, label_counts),
-                                params, f1, acc)
-        params, f1, acc = _label_threshold_step(steps, S, Yt, vocab.labels, params, label_counts, f1, acc)
+    hits, counts = label_hits, label_counts
+    current = _decide(dense, Yt, vocab.labels, params, hits, counts)
+    chosen, params, f1, acc, current = _lever_steps(steps, retrieval, dense, query_texts, terms, Yt, vocab.labels,
+                                                    (params, f1, acc, current), hits, counts)
     for rule in rules:
-        step, params, f1, acc = _rule_step(rule, chosen, Yt, vocab.labels, params, f1, acc, label_hits, label_counts)
+        step, params, f1, acc, current = _rule_step(rule, chosen, Yt, vocab.labels, params, f1, acc, hits, counts,
+                                                    current)
         steps.append(step)
     if new_labels:
         params = _new_label_step(steps, chosen, gold, params, f1, acc)
-    _, P = newsmon_decide(chosen, LabelVocab(vocab.labels), params, label_hits=label_hits, label_counts=label_counts)
-    lo, hi = bootstrap_interval(Yt, _pad(P, Yt.shape[1])[:, :Yt.shape[1]])
+    P = current
+    lo, hi = bootstrap_interval(Yt, P)
     figures = {"micro_f1": f1, "subset_accuracy": acc, "objective": f1 + acc, "objective_lo": lo,
                "objective_hi": hi, "n": float(len(gold))}
     known = memory_labels if memory_labels is not None else {lb for row in retrieval.labels for x in row for lb in x}

@@ -1,0 +1,67 @@
+"""The new-label replay of the calibration (:func:`newsmon.shared.predictors.calibrate.calibrate`): how the
+new-label rule (:mod:`newsmon.shared.predictors.rules`) would have served labels that appear after a calibration,
+replayed on calibration articles whose label is hidden but for a few confirmations."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from newsmon.shared.predictors.retrieval import Retrieval
+
+#: The new-label rule's options (support, neighbours, minimum cosine), and the replay that chooses among them:
+#: labels with NEW_LABEL_ARTICLES memory articles, each hidden but for NEW_LABEL_CONFIRMATIONS of them.
+NEW_LABEL_GRID = tuple(itertools.product((2, 3), (10, 20, 30, 50), (0.8, 0.85, 0.9)))
+NEW_LABEL_ARTICLES = (6, 60)
+NEW_LABEL_CONFIRMATIONS = 3
+
+
+def new_label_replay(retrieval: Retrieval, gold: list[tuple[str, ...]], options=NEW_LABEL_GRID,
+                     articles: tuple[int, int] = NEW_LABEL_ARTICLES, confirmations: int = NEW_LABEL_CONFIRMATIONS,
+                     seed: int = 13) -> tuple[dict[Any, tuple[int, int, int]], int]:
+    """Replay of new labels on calibration articles: every label carried by ``articles`` (min, max) of the memory
+    articles seen among the neighbours is kept on ``confirmations`` of them (seeded choice: the moderators'
+    confirmations) and hidden on the others; each option ``(support, neighbours, cosine)`` of the new-label rule
+    then proposes the label for a query when at least ``support`` of its first ``neighbours`` neighbours are
+    confirmations at cosine >= ``cosine`` (:attr:`Retrieval.cosine`). Option ``None`` is the reference rule
+    "a confirmation is the nearest neighbour" (1-NN). A query that is itself a confirmation is not left out (the
+    retrieval carries no query ids), a small optimism shared by every option.
+
+    Returns:
+        ({option: (true positives, false positives, false negatives)} over all replayed labels and queries,
+        the number of labels replayed).
+    """
+    m, K = retrieval.ids.shape
+    n_max = min(K, max((o[1] for o in options), default=1))
+    uniq, first, codes = np.unique(retrieval.ids.astype(str), return_index=True, return_inverse=True)
+    codes = codes.reshape(m, K)
+    flat = [lbs for row in retrieval.labels for lbs in row]
+    carriers: dict[str, list[int]] = {}
+    for code, (uid, at) in enumerate(zip(uniq, first)):
+        for lb in flat[at] if uid else ():
+            carriers.setdefault(lb, []).append(code)
+    queries_with: dict[str, list[int]] = {}
+    for i, labels in enumerate(gold):
+        for lb in labels:
+            queries_with.setdefault(lb, []).append(i)
+    cos = np.nan_to_num(retrieval.cosine[:, :n_max], neginf=-1.0)
+    tallies = {o: [0, 0, 0] for o in [None, *options]}
+    rng = np.random.default_rng(seed)
+    replayed = 0
+    for lb in sorted(carriers):
+        if not articles[0] <= len(carriers[lb]) <= articles[1]:
+            continue
+        replayed += 1
+        confirmed = rng.choice(carriers[lb], confirmations, replace=False)
+        hit = np.isin(codes[:, :n_max], confirmed)
+        g = np.zeros(m, dtype=bool)
+        g[queries_with.get(lb, [])] = True
+        for o in tallies:
+            pred = hit[:, 0] if o is None else (hit[:, :o[1]] & (cos[:, :o[1]] >= o[2])).sum(axis=1) >= o[0]
+            t = tallies[o]
+            t[0] += int((pred & g).sum())
+            t[1] += int((pred & ~g).sum())
+            t[2] += int((~pred & g).sum())
+    return {o: tuple(t) for o, t in tallies.items()}, replayed
