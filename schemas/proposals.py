@@ -78,7 +78,10 @@ class ScoringInfo(Part):
     predictor: Name = Field(description="The scoring method: newsmon (RAE-XMC with the calibrated decision rules).")
     top_k: int = Field(ge=1, description="Neighbours retrieved from the knowledge memory (k).")
     tau: FiniteFloat = Field(gt=0, description="Softmax temperature over the similarities.")
-    threshold: FiniteFloat = Field(description="A label is proposed when its score is above this.")
+    threshold: FiniteFloat = Field(description="A label is proposed when its score is above this, unless "
+                                               "bucket_thresholds or per-label thresholds replace it (each label's "
+                                               "own is its threshold field, v3) or another rule proposes it "
+                                               "(decided_by).")
     calibration: Name | None = Field(None, description="Id of the calibration record the parameters come from; "
                                                        "null when they come from the settings.")
     floor: FiniteFloat | None = Field(None, description="Floor rule: the best label is proposed when no label passes "
