@@ -114,7 +114,7 @@ class DemoModerator:
             ok = len(set(proposed) & set(gold))
             dup = f", near-copy of {p.duplicate_of}" if p.duplicate_of else ""
             header = (f"{p.article_id}: {ok} of {len(proposed)} proposed labels right, gold {', '.join(gold)}{dup} "
-                      f"({p.timings.total_ms:.0f} ms, batch of {p.timings.batch_size})")
+                      f"(proposed {p.timings.total_ms:.0f} ms after arrival, in a batch of {p.timings.batch_size})")
             self.progress.console.print(render_proposal(p, gold, neighbours=2, candidates=2, header=header))
             self.shown += 1
         self.progress.advance(self.task)

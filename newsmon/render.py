@@ -46,10 +46,11 @@ _RULE_WORDS = {"threshold": "above its threshold", "set_vote": "label-set vote",
                "new_label_support": "new-label support", "floor": "floor (the article's best label)"}
 
 
-def _why(x: ProposedLabel, proposed: bool) -> str:
+def _why(x: ProposedLabel, proposed: bool, support: dict[str, int]) -> str:
     """Why a label was proposed or not, from its ``decided_by`` and ``threshold`` (version 3; "" before): "above
-    its threshold 0.65", "label-set vote (below its threshold 0.65)", "below its threshold 0.25", "above its
-    threshold 0.65, outside the label-set vote's set"."""
+    its threshold 0.65", "label-set vote (below its threshold 0.65)", "tail support: 3 close neighbours carry it
+    (below its threshold 0.2)", "below its threshold 0.25", "above its threshold 0.65, outside the label-set
+    vote's set". ``support``: the scoring's ``tail_support`` and ``new_label_support``."""
     t = x.threshold
     if not proposed:
         if t is None:
@@ -60,17 +61,20 @@ def _why(x: ProposedLabel, proposed: bool) -> str:
     if x.decided_by is None:
         return ""
     words = _RULE_WORDS[x.decided_by]
+    if support.get(x.decided_by):
+        words += f": {support[x.decided_by]} close neighbours carry it"
     if x.decided_by == "threshold":
         return f"{words} {t:g}" if t is not None else words
     return f"{words} (below its threshold {t:g})" if t is not None and x.score <= t else words
 
 
-def _label_line(x: ProposedLabel, gold: set[str] | None, width: int, proposed: bool = True) -> Text:
+def _label_line(x: ProposedLabel, gold: set[str] | None, width: int, proposed: bool = True,
+                support: dict[str, int] | None = None) -> Text:
     """``  ✓ label  0.577  retrieval  above its threshold 0.5`` (✓ / ✗ against the gold labels when known, •
     otherwise; then the rule that proposed it, or for a label not proposed its threshold, when the proposal
     carries them)."""
     mark, style = _MARK[None if gold is None else x.label in gold]
-    why = _why(x, proposed)
+    why = _why(x, proposed, support or {})
     return Text.assemble(f"  {mark} ", (x.label.ljust(width), f"bold {style}"), f"  {x.score:.3f}  ",
                          (x.source, "dim"), (f"  {why}" if why else "", "dim"))
 
@@ -116,12 +120,15 @@ def render_proposal(p: LabelProposal, gold: Sequence[str] | None = None, neighbo
     if not p.labels:
         lines.append(Text(f"  no label above {threshold}" if threshold is not None else
                           "  no label proposed", style="yellow"))
+    sc = p.scoring
+    support = {"tail_support": sc.tail_support, "new_label_support": sc.new_label_support} if sc else {}
     for x in p.labels:
-        lines += [_label_line(x, gold_set, width), *_evidence(x, neighbours)]
+        lines += [_label_line(x, gold_set, width, support=support), *_evidence(x, neighbours)]
     if shown_candidates:
         own = any(x.threshold is not None for x in shown_candidates)  # each says its threshold (version 3)
-        lines.append(Text("  not proposed:" if own else f"  below {threshold}:" if threshold is not None
-                          else "  candidates:", style="dim"))
+        by_frequency = " (thresholds by the label's frequency in the memory)" if sc and sc.bucket_thresholds else ""
+        lines.append(Text(f"  not proposed{by_frequency}:" if own else f"  below {threshold}:"
+                          if threshold is not None else "  candidates:", style="dim"))
         for x in shown_candidates:
             lines += [_label_line(x, gold_set, width, proposed=False), *_evidence(x, neighbours)]
     if gold_set is not None:

@@ -26,7 +26,8 @@ def test_retrieval_labels_show_score_source_and_titled_neighbours():
     assert out[1] == "  • bencin     0.830  retrieval  above its threshold 0.6"
     assert out[2] == "      0.912  sl-test-707  Bencin cenejši, dizel dražji"
     assert out[4] == "      … and 1 more in the proposal"
-    assert "  not proposed:" in out and "  • trošarine  0.340  retrieval  below its threshold 0.6" in out
+    assert "  not proposed (thresholds by the label's frequency in the memory):" in out
+    assert "  • trošarine  0.340  retrieval  below its threshold 0.6" in out
     assert "nafta" not in "\n".join(out)  # one candidate asked for
 
 
@@ -69,7 +70,8 @@ def test_each_label_says_the_rule_that_proposed_it_and_its_threshold():
     assert voted.schema_version == 3
     out = _text(voted, candidates=3).splitlines()
     assert out[1] == "  • odpuščanje  0.208  retrieval  label-set vote (below its threshold 0.65)"
-    assert "  not proposed:" in out and "  • sindikat    0.181  retrieval  below its threshold 0.25" in out
+    assert "  not proposed (thresholds by the label's frequency in the memory):" in out
+    assert "  • sindikat    0.181  retrieval  below its threshold 0.25" in out
     assert not any("below their thresholds" in line for line in out)
     above = voted.model_copy(update={"labels": [voted.labels[0].model_copy(update={
         "decided_by": "threshold", "score": 0.71})], "candidates": [voted.candidates[0].model_copy(update={
@@ -77,3 +79,7 @@ def test_each_label_says_the_rule_that_proposed_it_and_its_threshold():
     out = _text(above)
     assert "odpuščanje  0.710  retrieval  above its threshold 0.65" in out
     assert "sindikat    0.300  retrieval  above its threshold 0.25, outside the label-set vote's set" in out
+    tail = voted.model_copy(update={"labels": [voted.labels[0].model_copy(update={"decided_by": "tail_support"})],
+                                    "scoring": voted.scoring.model_copy(update={"tail_support": 3})})
+    assert "odpuščanje  0.208  retrieval  tail support: 3 close neighbours carry it (below its threshold 0.65)" \
+        in _text(tail)
