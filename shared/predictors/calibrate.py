@@ -28,8 +28,9 @@ and kept when it beats the rules without it there; it changes nothing for the ca
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,17 +218,25 @@ def _label_threshold_step(steps: list[dict[str, Any]], S: np.ndarray, Yt: np.nda
     return (trial, tf1, tacc) if kept else (params, f1, acc)
 
 
-def _take(steps: list[dict[str, Any]], name: str, found: tuple[float, Params, float, float], params: Params,
-          f1: float, acc: float, lift: tuple[float, float]) -> tuple[Params, float, float, bool]:
-    """Record step ``name`` (its best (objective, params, micro-F1, subset accuracy), and ``lift``: the paired
-    bootstrap 90 % interval of its lift over the current proposals) in ``steps``. Kept when it lifts the objective
-    and the interval lies above 0 (:func:`_lifts`); returns the parameters, micro-F1 and subset accuracy after it,
-    and whether it was kept."""
+#: What a calibration step carries forward: the parameters, their micro-F1 and subset accuracy, and their
+#: ``(n, L)`` bool proposals on the calibration articles.
+State = tuple[Params, float, float, np.ndarray]
+
+
+def _take(steps: list[dict[str, Any]], name: str, found: tuple[float, Params, float, float], state: State,
+          trial: np.ndarray, Yt: np.ndarray, keeps: Callable[[float, float, tuple[float, float]], bool] | None = None
+          ) -> tuple[State, bool]:
+    """Record step ``name`` in ``steps``: its best (objective, params, micro-F1, subset accuracy) ``found``, whose
+    ``(n, L)`` proposals are ``trial``, and the paired bootstrap 90 % interval of their lift over ``state``'s.
+    Kept by ``keeps`` (default :func:`_lifts`: it lifts the objective and the interval lies above 0); returns the
+    state after it (``found``'s when kept, else ``state``) and whether it was kept."""
     obj, tparams, tf1, tacc = found
-    kept = _lifts(obj, f1 + acc, lift)
+    params, f1, acc, current = state
+    lift = paired_lift_interval(Yt, trial, current)
+    kept = (keeps or _lifts)(obj, f1 + acc, lift)
     steps.append({"step": name, "params": tparams.as_dict(), "micro_f1": tf1, "subset_accuracy": tacc,
                   "objective": obj, "kept": kept, "lift_interval": list(lift)})
-    return (tparams, tf1, tacc, kept) if kept else (params, f1, acc, kept)
+    return ((tparams, tf1, tacc, trial) if kept else state), kept
 
 
 def _lifts(trial: float, current: float, lift: tuple[float, float]) -> bool:
@@ -237,24 +246,19 @@ def _lifts(trial: float, current: float, lift: tuple[float, float]) -> bool:
     return trial > current + 1e-9 and lift[0] > 0
 
 
-def _rule_step(rule: str, retrieval: Retrieval, Yt: np.ndarray, labels: list[str], params: Params, f1: float,
-               acc: float, label_hits: LabelHits | None, label_counts: dict[str, int] | None, current: np.ndarray
-               ) -> tuple[dict[str, Any], Params, float, float, np.ndarray]:
-    """Try each option of decision rule ``rule`` on top of ``params`` (``current``: their ``(n, L)`` proposals);
-    returns (the ablation step, and the parameters, micro-F1, subset accuracy and proposals after it: the best
-    option's when kept, else the ones given)."""
+def _rule_step(steps: list[dict[str, Any]], rule: str, retrieval: Retrieval, Yt: np.ndarray, labels: list[str],
+               state: State, label_hits: LabelHits | None, label_counts: dict[str, int] | None) -> State:
+    """Try each option of decision rule ``rule`` on top of ``state``'s parameters, record the best as a step in
+    ``steps`` (:func:`_take`, kept by :func:`_keeps`) and return the state after it."""
     best = None
     for option in RULE_GRID[rule]:
-        trial = Params(**{**params.as_dict(), **option})
+        trial = Params(**{**state[0].as_dict(), **option})
         P = _decide(retrieval, Yt, labels, trial, label_hits, label_counts)
         tf1, tacc = _micro_f1_acc(Yt, P)
-        if best is None or tf1 + tacc > best[0]:
-            best = (tf1 + tacc, trial, tf1, tacc, P)
-    lift = paired_lift_interval(Yt, best[4], current)
-    kept = _keeps(rule, best[0], f1 + acc, lift)
-    step = {"step": f"+ {rule}", "params": best[1].as_dict(), "micro_f1": best[2], "subset_accuracy": best[3],
-            "objective": best[0], "kept": kept, "lift_interval": list(lift)}
-    return (step, *best[1:]) if kept else (step, params, f1, acc, current)
+        if best is None or tf1 + tacc > best[0][0]:
+            best = ((tf1 + tacc, trial, tf1, tacc), P)
+    return _take(steps, f"+ {rule}", best[0], state, best[1], Yt,
+                 keeps=functools.partial(_keeps, rule))[0]
 
 
 def _keeps(rule: str, trial: float, current: float, lift: tuple[float, float]) -> bool:
@@ -294,35 +298,28 @@ def _new_label_step(steps: list[dict[str, Any]], retrieval: Retrieval, gold: lis
 
 
 def _lever_steps(steps: list[dict[str, Any]], retrieval: Retrieval, dense: Retrieval, query_texts: list[str] | None,
-                 terms: TermVectors | None, Yt: np.ndarray, labels: list[str],
-                 state: tuple[Params, float, float, np.ndarray], hits: LabelHits | None,
-                 counts: dict[str, int] | None) -> tuple[Retrieval, Params, float, float, np.ndarray]:
+                 terms: TermVectors | None, Yt: np.ndarray, labels: list[str], state: State,
+                 hits: LabelHits | None, counts: dict[str, int] | None) -> tuple[Retrieval, State]:
     """Hybrid retrieval, the label keys, the bucket and the per-label thresholds, each tried on top of ``state``
-    (parameters, micro-F1, subset accuracy, ``(n, L)`` proposals) and recorded in ``steps``; returns the retrieval
-    chosen and the state after them."""
-    params, f1, acc, current = state
+    and recorded in ``steps``; returns the retrieval chosen and the state after them."""
     chosen = dense
     if query_texts is not None and retrieval.texts is not None:
         found, fused = _lexical_step(retrieval, query_texts, terms or TermVectors(), Yt, labels)
-        trial = _decide(fused, Yt, labels, found[1], hits, counts)
-        params, f1, acc, kept = _take(steps, "+ lexical fusion", found, params, f1, acc,
-                                      paired_lift_interval(Yt, trial, current))
-        chosen, current = (fused, trial) if kept else (chosen, current)
+        state, kept = _take(steps, "+ lexical fusion", found, state, _decide(fused, Yt, labels, found[1], hits,
+                                                                            counts), Yt)
+        chosen = fused if kept else chosen
     if hits is not None:
-        found = _label_keys_step(chosen, hits, Yt, labels, params)
-        trial = _decide(chosen, Yt, labels, found[1], hits, counts)
-        params, f1, acc, kept = _take(steps, "+ label keys", found, params, f1, acc,
-                                      paired_lift_interval(Yt, trial, current))
-        current = trial if kept else current
+        found = _label_keys_step(chosen, hits, Yt, labels, state[0])
+        state = _take(steps, "+ label keys", found, state, _decide(chosen, Yt, labels, found[1], hits, counts), Yt)[0]
     if counts is not None:  # the bucket thresholds, then the per-label ones, on the same scores
-        S = _scores(chosen, hits, labels, Yt.shape[1], params)
-        found = _bucket_step(S, Yt, labels, params, counts)
-        trial = _decide(chosen, Yt, labels, found[1], hits, counts)
-        params, f1, acc, kept = _take(steps, "+ bucket thresholds", found, params, f1, acc,
-                                      paired_lift_interval(Yt, trial, current))
-        params, f1, acc = _label_threshold_step(steps, S, Yt, labels, params, counts, f1, acc)
-        current = _decide(chosen, Yt, labels, params, hits, counts)
-    return chosen, params, f1, acc, current
+        S = _scores(chosen, hits, labels, Yt.shape[1], state[0])
+        found = _bucket_step(S, Yt, labels, state[0], counts)
+        state = _take(steps, "+ bucket thresholds", found, state, _decide(chosen, Yt, labels, found[1], hits, counts),
+                      Yt)[0]
+        params, f1, acc = _label_threshold_step(steps, S, Yt, labels, state[0], counts, state[1], state[2])
+        if steps[-1]["kept"]:  # their proposals
+            state = (params, f1, acc, _decide(chosen, Yt, labels, params, hits, counts))
+    return chosen, state
 
 
 def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[str, ...] = tuple(RULE_GRID),
@@ -361,17 +358,14 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
     _, params, f1, acc = _base_grid(dense, Yt, vocab.labels, {})
     steps = [{"step": "base (k, tau, threshold)", "params": params.as_dict(), "micro_f1": f1,
               "subset_accuracy": acc, "objective": f1 + acc, "kept": True}]
-    hits, counts = label_hits, label_counts
-    current = _decide(dense, Yt, vocab.labels, params, hits, counts)
-    chosen, params, f1, acc, current = _lever_steps(steps, retrieval, dense, query_texts, terms, Yt, vocab.labels,
-                                                    (params, f1, acc, current), hits, counts)
+    state = (params, f1, acc, _decide(dense, Yt, vocab.labels, params, label_hits, label_counts))
+    chosen, state = _lever_steps(steps, retrieval, dense, query_texts, terms, Yt, vocab.labels, state, label_hits,
+                                 label_counts)
     for rule in rules:
-        step, params, f1, acc, current = _rule_step(rule, chosen, Yt, vocab.labels, params, f1, acc, hits, counts,
-                                                    current)
-        steps.append(step)
+        state = _rule_step(steps, rule, chosen, Yt, vocab.labels, state, label_hits, label_counts)
+    params, f1, acc, P = state
     if new_labels:
         params = _new_label_step(steps, chosen, gold, params, f1, acc)
-    P = current
     lo, hi = bootstrap_interval(Yt, P)
     figures = {"micro_f1": f1, "subset_accuracy": acc, "objective": f1 + acc, "objective_lo": lo,
                "objective_hi": hi, "n": float(len(gold))}
