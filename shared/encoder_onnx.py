@@ -254,14 +254,11 @@ class OnnxBackend:
     def embed(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """A padded batch ``(b, L)`` int64 (right padding) -> ``(b, d)`` float32 normalised: one forward pass, or
         with ``per_text`` one per text over its unpadded tokens."""
-        if self.per_text and len(input_ids) > 1:
-            n = attention_mask.sum(axis=1)
-            return np.concatenate([self._forward(input_ids[i:i + 1, :n[i]], attention_mask[i:i + 1, :n[i]])
-                                   for i in range(len(input_ids))])
-        if self.per_text:
-            n = int(attention_mask.sum())
-            return self._forward(input_ids[:, :n], attention_mask[:, :n])
-        return self._forward(input_ids, attention_mask)
+        if not self.per_text:
+            return self._forward(input_ids, attention_mask)
+        n = attention_mask.sum(axis=1)
+        return np.concatenate([self._forward(input_ids[i:i + 1, :n[i]], attention_mask[i:i + 1, :n[i]])
+                               for i in range(len(input_ids))])
 
     def _forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         feed = {"input_ids": input_ids.astype(np.int64), "attention_mask": attention_mask.astype(np.int64)}
