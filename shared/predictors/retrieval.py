@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import scipy.sparse as sp
+
+from newsmon.schemas.proposals import DecidingRule
 
 
 class LabelVocab:
@@ -175,8 +177,9 @@ def aggregate(weights: np.ndarray, label_rows: sp.csr_matrix, K: int, n_labels: 
 
 
 #: The decision rules of the product's predictor (:func:`newsmon.shared.predictors.rules.newsmon_decision`), in
-#: the order its ``decided_by`` codes index them; the wire's names (:class:`newsmon.schemas.ProposedLabel`).
-DECIDING_RULES = ("threshold", "set_vote", "tail_support", "new_label_support", "floor")
+#: the order its ``decided_by`` codes index them: the wire's names (:class:`newsmon.schemas.ProposedLabel`), read
+#: from the schema so that the two cannot drift.
+DECIDING_RULES: tuple[str, ...] = get_args(DecidingRule)
 
 
 @dataclass
