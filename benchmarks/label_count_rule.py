@@ -1,0 +1,137 @@
+"""The label-count rule (not in CI): propose each article's n best labels, n predicted from its neighbours' label
+counts, the decision rule issue 10 lists for subset accuracy ("proposing the top-n labels with n predicted from
+the neighbours' label counts"). Measured here on the calibration articles, by the calibration's own keep rule,
+before it is added to the product: it is added only if it would be kept there.
+
+The calibration is eval's: the train split scored leave-one-out plus the validation split, hybrid retrieval as
+the workers search (:func:`new_label_replay.neighbours`), label keys and label counts of the train memory, then
+:func:`newsmon.shared.predictors.calibrate.calibrate`. On top of the calibrated proposals, for each article:
+
+- ``n = Σ_j w_j |Y_j|`` over its first k neighbours, ``w = softmax(s / tau)`` (the calibrated k and tau; RAE-XMC
+  eq. 8's weights), rounded (``round``) or up (``ceil``); the RCut strategy (Yang, "A study of thresholding
+  strategies for text categorization", SIGIR 2001, section 2.1) with a rank predicted per article;
+- ``cap``: the calibrated proposals, at most the n best of them;
+- ``rank cut >= c``: the n best labels whose score reaches c, replacing the threshold's decision (the other rules'
+  proposals stay).
+
+Each variant: micro-F1, subset accuracy and the objective on the calibration articles, the paired bootstrap 90 %
+interval of its lift over the calibrated proposals, whether the calibration's keep rule
+(:func:`newsmon.shared.predictors.calibrate._lifts`) would keep it, and, for the record only, the test split's
+figures (the rule is judged on the calibration articles alone).
+
+Usage: ``.venv/bin/python benchmarks/label_count_rule.py --data ../shared/data/sentinews_sl`` (embeddings come
+from the encoder's cache under NEWSMON_HOME when it has them; about 4 minutes warm on sentinews_sl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from new_label_replay import neighbours
+from newsmon.shared.config import Settings
+from newsmon.shared.data import load_corpus
+from newsmon.shared.encoder import Encoder
+from newsmon.shared.predictors import LabelVocab, Retrieval
+from newsmon.shared.predictors.calibrate import GRID_K, LEXICAL_CANDIDATES, Params, _lifts, calibrate
+from newsmon.shared.predictors.label_keys import LabelHits, LabelKeys
+from newsmon.shared.predictors.lexical import TermVectors, fuse
+from newsmon.shared.predictors.newsmon import MAX_LABEL_KEYS
+from newsmon.shared.predictors.rae_xmc import neighbour_weights
+from newsmon.shared.predictors.rules import neighbours_needed, newsmon_decision
+from newsmon.shared.predictors.thresholds import micro_f1_acc, paired_lift_interval
+
+MIN_SCORES = (0.10, 0.15, 0.20, 0.25, 0.30)
+
+
+def predicted_counts(r: Retrieval, k: int, tau: float) -> np.ndarray:
+    """``(m,)`` float64: the softmax-weighted mean label count of each query's first ``k`` neighbours."""
+    w = neighbour_weights(r.sims, min(k, r.k), tau)
+    n = np.zeros_like(w, dtype=np.float64)
+    for i, row in enumerate(r.labels):
+        for j, lbs in enumerate(row[:w.shape[1]]):
+            n[i, j] = len(lbs)
+    return (w * n).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-12)
+
+
+def best_n(S: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """``(m, L)`` bool: each row's ``n[i]`` highest scores of ``S`` ``(m, L)``."""
+    rank = np.argsort(np.argsort(-S, axis=1, kind="stable"), axis=1)
+    return rank < n[:, None]
+
+
+def variants(r: Retrieval, labels: list[str], L: int, p: Params, hits: LabelHits | None, counts: dict[str, int],
+             known: set[str] | None) -> dict[str, np.ndarray]:
+    """``(m, L)`` bool proposals: the calibrated ones (``calibrated``) and each label-count variant."""
+    d = newsmon_decision(r, LabelVocab(labels), p, known, hits, counts, reasons=True)
+    S, P = _cols(d.scores, L), _cols(d.proposed, L)
+    others = _cols(d.decided_by >= 2, L)  # tail support, new-label support, floor: they stay
+    out = {"calibrated": P}
+    n_hat = predicted_counts(r, p.top_k, p.tau)
+    for how, n in (("round", np.floor(n_hat + 0.5)), ("ceil", np.ceil(n_hat))):
+        top = best_n(S, n.astype(int))
+        out[f"cap ({how})"] = (P & top) | others
+        for c in MIN_SCORES:
+            out[f"rank cut ({how}) >= {c:.2f}"] = (top & (S >= c)) | others
+    return out
+
+
+def _cols(a: np.ndarray, L: int) -> np.ndarray:
+    return a[:, :L] if a.shape[1] >= L else np.pad(a, ((0, 0), (0, L - a.shape[1])))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default="../shared/data/sentinews_sl")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    s = Settings()
+    arts = [a for a in load_corpus(args.data).articles if a.labels]
+    ids, texts, labels = [a.id for a in arts], [a.text for a in arts], [tuple(a.labels) for a in arts]
+    enc = Encoder(s.encoder, s.home)
+    P, Q = enc.encode(texts, role="passage"), enc.encode(texts, role="query")
+    enc.close()
+    split = np.array([a.split for a in arts])
+    tr, va, te = (np.flatnonzero(split == x) for x in ("train", "validation", "test"))
+    n = max(max(GRID_K), LEXICAL_CANDIDATES)
+    terms = TermVectors()
+    own = [labels[i] for i in tr]
+    keys = LabelKeys(P.shape[1]).add(P[tr], own)
+    cal_r = Retrieval.concat([neighbours(Q, P, ids, texts, labels, tr, tr, n, True),
+                              neighbours(Q, P, ids, texts, labels, va, tr, n, False)])
+    cal_hits = LabelHits.concat([keys.top(Q[tr], MAX_LABEL_KEYS, P[tr], own), keys.top(Q[va], MAX_LABEL_KEYS)])
+    cal_texts = [texts[i] for i in tr] + [texts[i] for i in va]
+    cal_gold = own + [labels[i] for i in va]
+    known = {lb for i in tr for lb in labels[i]}
+    counts = keys.label_counts()
+    cal = calibrate(cal_r, cal_gold, query_texts=cal_texts, terms=terms, memory_labels=known, label_hits=cal_hits,
+                    label_counts=counts)
+    p = cal.params
+    vocab = LabelVocab(sorted(known))
+    Y_cal, Y_te = (vocab.encode(gold) for gold in (cal_gold, [labels[i] for i in te]))
+    L = len(vocab)
+    Y_cal, Y_te = (_cols(np.asarray(Y.todense()).astype(bool), L) for Y in (Y_cal, Y_te))
+    r_cal = fuse(cal_r, cal_texts, p.lexical_weight, max(GRID_K), terms)
+    r_te = fuse(neighbours(Q, P, ids, texts, labels, te, tr, n, False), [texts[i] for i in te], p.lexical_weight,
+                neighbours_needed(p), terms)
+    te_hits = keys.top(Q[te], p.label_keys) if p.label_lambda else None
+    on_cal = variants(r_cal, vocab.labels, L, p, cal_hits if p.label_lambda else None, counts, None)
+    on_te = variants(r_te, vocab.labels, L, p, te_hits, counts, known)
+    print(f"{args.data}: calibration {len(cal_gold)} articles (train leave-one-out + validation), test {len(te)}; "
+          f"calibrated {p.as_dict()}; {time.perf_counter() - t0:.0f} s")
+    print("| variant | calibration micro-F1 | subset accuracy | objective | lift 90 % interval | kept | "
+          "test micro-F1 | test subset accuracy |\n|---|---|---|---|---|---|---|---|")
+    f1_0, acc_0 = micro_f1_acc(Y_cal, on_cal["calibrated"])
+    for name, prop in on_cal.items():
+        f1, acc = micro_f1_acc(Y_cal, prop)
+        lo, hi = paired_lift_interval(Y_cal, prop, on_cal["calibrated"])
+        kept = "-" if name == "calibrated" else ("yes" if _lifts(f1 + acc, f1_0 + acc_0, (lo, hi)) else "no")
+        tf1, tacc = micro_f1_acc(Y_te, on_te[name])
+        print(f"| {name} | {100 * f1:.1f} | {100 * acc:.1f} | {f1 + acc:.4f} | {lo:+.4f} .. {hi:+.4f} | {kept} | "
+              f"{100 * tf1:.1f} | {100 * tacc:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
