@@ -27,6 +27,7 @@ eval: install
 # Each test module runs in its own pytest process: a few modules load several model runtimes (torch, ONNX export
 # and int8) and one process for all of them grew past 11 GB; per module the peak stays that of the largest one.
 test: install
+	@$(BIN)/python scripts/check_services.py
 	@failed=""; for f in $$(ls tests/test_*.py | grep -v '^tests/test_image.py$$'); do \
 	  $(BIN)/python -m pytest -q -p no:cacheprovider $$f || failed="$$failed $$f"; done; \
 	if [ -n "$$failed" ]; then echo "FAILED modules:$$failed"; exit 1; fi; echo "all test modules passed"
