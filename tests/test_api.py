@@ -20,6 +20,7 @@ import pytest
 from newsmon.broker import free_port
 from newsmon.demo import article_event
 from newsmon.schemas import LabelEvent, LabelProposal, parse_event
+from newsmon.shared.predictors.retrieval import DECIDING_RULES
 from test_stream import REPO, Collector, corpus, publish, stream_settings  # noqa: F401 (fixtures)
 
 LABEL = "client:mercator"
@@ -125,6 +126,16 @@ def test_define_a_label_over_http_then_propose_rename_and_retire(api, corpus):
         (proposal,) = [LabelProposal.model_validate(p) for p in r.json()]
         assert proposal.article_id == hits[1].id
         assert {x.label: x.source for x in proposal.labels}[LABEL] == "rule"
+        # each label says what proposed it, over HTTP as on the topic (LabelProposal v3): the retrieval's by a
+        # deciding rule and the threshold it was held to, the KwE's by its rule alone
+        assert proposal.schema_version == 3
+        by_source = {x.source: x for x in proposal.labels}
+        assert {"retrieval", "rule"} <= set(by_source), proposal.labels
+        assert by_source["rule"].decided_by is None and by_source["rule"].rule.kwe == KWE
+        for x in proposal.labels:
+            if x.source == "retrieval":
+                assert x.decided_by in DECIDING_RULES and x.threshold == proposal.scoring.threshold, x
+                assert x.decided_by != "threshold" or x.score > x.threshold, x
 
         # the rule tested on a posted text and on the latest articles of the topic
         r = client.post(f"/v1/labels/{LABEL}/test", json={"text": "Trgovec Mercatorja je objavil rezultate."})
