@@ -3,8 +3,8 @@ counts, the decision rule issue 10 lists for subset accuracy ("proposing the top
 the neighbours' label counts"). Measured here on the calibration articles, by the calibration's own keep rule,
 before it is added to the product: it is added only if it would be kept there.
 
-The calibration is eval's: the train split scored leave-one-out plus the validation split, hybrid retrieval as
-the workers search (:func:`new_label_replay.neighbours`), label keys and label counts of the train memory, then
+The calibration is eval's (:mod:`eval_inputs`: the train split scored leave-one-out plus the validation split,
+hybrid search as the workers search, label keys and label counts of the train memory), then
 :func:`newsmon.shared.predictors.calibrate.calibrate`. On top of the calibrated proposals, for each article:
 
 - ``n = Σ_j w_j |Y_j|`` over its first k neighbours, ``w = softmax(s / tau)`` (the calibrated k and tau; RAE-XMC
@@ -30,15 +30,11 @@ import time
 
 import numpy as np
 
-from new_label_replay import neighbours
-from newsmon.shared.config import Settings
-from newsmon.shared.data import load_corpus
-from newsmon.shared.encoder import Encoder
+from eval_inputs import build, pad
 from newsmon.shared.predictors import LabelVocab, Retrieval
-from newsmon.shared.predictors.calibrate import GRID_K, LEXICAL_CANDIDATES, Params, _lifts, calibrate
-from newsmon.shared.predictors.label_keys import LabelHits, LabelKeys
-from newsmon.shared.predictors.lexical import TermVectors, fuse
-from newsmon.shared.predictors.newsmon import MAX_LABEL_KEYS
+from newsmon.shared.predictors.calibrate import GRID_K, Params, _lifts, calibrate
+from newsmon.shared.predictors.label_keys import LabelHits
+from newsmon.shared.predictors.lexical import fuse
 from newsmon.shared.predictors.rae_xmc import neighbour_weights
 from newsmon.shared.predictors.rules import neighbours_needed, newsmon_decision
 from newsmon.shared.predictors.thresholds import micro_f1_acc, paired_lift_interval
@@ -66,8 +62,8 @@ def variants(r: Retrieval, labels: list[str], L: int, p: Params, hits: LabelHits
              known: set[str] | None) -> dict[str, np.ndarray]:
     """``(m, L)`` bool proposals: the calibrated ones (``calibrated``) and each label-count variant."""
     d = newsmon_decision(r, LabelVocab(labels), p, known, hits, counts, reasons=True)
-    S, P = _cols(d.scores, L), _cols(d.proposed, L)
-    others = _cols(d.decided_by >= 2, L)  # tail support, new-label support, floor: they stay
+    S, P = pad(d.scores, L), pad(d.proposed, L)
+    others = pad(d.decided_by >= 2, L)  # tail support, new-label support, floor: they stay
     out = {"calibrated": P}
     n_hat = predicted_counts(r, p.top_k, p.tau)
     for how, n in (("round", np.floor(n_hat + 0.5)), ("ceil", np.ceil(n_hat))):
@@ -78,48 +74,24 @@ def variants(r: Retrieval, labels: list[str], L: int, p: Params, hits: LabelHits
     return out
 
 
-def _cols(a: np.ndarray, L: int) -> np.ndarray:
-    return a[:, :L] if a.shape[1] >= L else np.pad(a, ((0, 0), (0, L - a.shape[1])))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="../shared/data/sentinews_sl")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    s = Settings()
-    arts = [a for a in load_corpus(args.data).articles if a.labels]
-    ids, texts, labels = [a.id for a in arts], [a.text for a in arts], [tuple(a.labels) for a in arts]
-    enc = Encoder(s.encoder, s.home)
-    P, Q = enc.encode(texts, role="passage"), enc.encode(texts, role="query")
-    enc.close()
-    split = np.array([a.split for a in arts])
-    tr, va, te = (np.flatnonzero(split == x) for x in ("train", "validation", "test"))
-    n = max(max(GRID_K), LEXICAL_CANDIDATES)
-    terms = TermVectors()
-    own = [labels[i] for i in tr]
-    keys = LabelKeys(P.shape[1]).add(P[tr], own)
-    cal_r = Retrieval.concat([neighbours(Q, P, ids, texts, labels, tr, tr, n, True),
-                              neighbours(Q, P, ids, texts, labels, va, tr, n, False)])
-    cal_hits = LabelHits.concat([keys.top(Q[tr], MAX_LABEL_KEYS, P[tr], own), keys.top(Q[va], MAX_LABEL_KEYS)])
-    cal_texts = [texts[i] for i in tr] + [texts[i] for i in va]
-    cal_gold = own + [labels[i] for i in va]
-    known = {lb for i in tr for lb in labels[i]}
-    counts = keys.label_counts()
-    cal = calibrate(cal_r, cal_gold, query_texts=cal_texts, terms=terms, memory_labels=known, label_hits=cal_hits,
-                    label_counts=counts)
+    x = build(args.data)
+    cal = calibrate(x.cal_retrieval, x.cal_gold, query_texts=x.cal_texts, terms=x.terms, memory_labels=x.known,
+                    label_hits=x.cal_hits, label_counts=x.counts)
     p = cal.params
-    vocab = LabelVocab(sorted(known))
-    Y_cal, Y_te = (vocab.encode(gold) for gold in (cal_gold, [labels[i] for i in te]))
+    vocab, Y_cal, Y_te = x.gold_matrices()
     L = len(vocab)
-    Y_cal, Y_te = (_cols(np.asarray(Y.todense()).astype(bool), L) for Y in (Y_cal, Y_te))
-    r_cal = fuse(cal_r, cal_texts, p.lexical_weight, max(GRID_K), terms)
-    r_te = fuse(neighbours(Q, P, ids, texts, labels, te, tr, n, False), [texts[i] for i in te], p.lexical_weight,
-                neighbours_needed(p), terms)
-    te_hits = keys.top(Q[te], p.label_keys) if p.label_lambda else None
-    on_cal = variants(r_cal, vocab.labels, L, p, cal_hits if p.label_lambda else None, counts, None)
-    on_te = variants(r_te, vocab.labels, L, p, te_hits, counts, known)
-    print(f"{args.data}: calibration {len(cal_gold)} articles (train leave-one-out + validation), test {len(te)}; "
+    r_cal = fuse(x.cal_retrieval, x.cal_texts, p.lexical_weight, max(GRID_K), x.terms)
+    r_te = fuse(x.test_retrieval, x.test_texts, p.lexical_weight, neighbours_needed(p), x.terms)
+    te_hits = x.keys.top(x.test_vectors, p.label_keys) if p.label_lambda else None
+    on_cal = variants(r_cal, vocab.labels, L, p, x.cal_hits if p.label_lambda else None, x.counts, None)
+    on_te = variants(r_te, vocab.labels, L, p, te_hits, x.counts, x.known)
+    print(f"{args.data}: calibration {len(x.cal_gold)} articles (train leave-one-out + validation), "
+          f"test {len(x.test_gold)}; "
           f"calibrated {p.as_dict()}; {time.perf_counter() - t0:.0f} s")
     print("| variant | calibration micro-F1 | subset accuracy | objective | lift 90 % interval | kept | "
           "test micro-F1 | test subset accuracy |\n|---|---|---|---|---|---|---|---|")

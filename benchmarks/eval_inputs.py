@@ -1,0 +1,86 @@
+"""What ``eval``'s ``newsmon`` row is calibrated and scored on, rebuilt for the benchmarks that study the
+calibration (``label_count_rule.py``, ``calibration_surface.py``): the train split as the knowledge memory, its
+articles scored leave-one-out plus the validation split as the calibration articles, the test split as queries,
+all with hybrid search as the workers search (:func:`new_label_replay.neighbours`), and the label keys and label
+counts of the train memory. Embeddings come from the encoder's cache under NEWSMON_HOME when it has them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from new_label_replay import neighbours
+from newsmon.shared.config import Settings
+from newsmon.shared.data import load_corpus
+from newsmon.shared.encoder import Encoder
+from newsmon.shared.predictors import LabelVocab, Retrieval
+from newsmon.shared.predictors.calibrate import GRID_K, LEXICAL_CANDIDATES
+from newsmon.shared.predictors.label_keys import LabelHits, LabelKeys
+from newsmon.shared.predictors.lexical import TermVectors
+from newsmon.shared.predictors.newsmon import MAX_LABEL_KEYS
+
+
+@dataclass
+class EvalInputs:
+    """The calibration articles (``cal_*``: train leave-one-out, then validation) and the test articles
+    (``test_*``) with their dense top-N neighbours in the train memory (N = the calibration's widest need).
+
+    Attributes:
+        cal_retrieval / test_retrieval: neighbours; cal_texts / test_texts: the articles' texts;
+        cal_gold / test_gold: their label sets; cal_hits: the calibration articles' nearest label keys
+        (leave-one-out for train); n_validation: how many of the calibration articles (the last ones) are the
+        validation split's; keys: the train memory's label keys (``keys.top`` for the test queries);
+        test_vectors: ``(m, d)`` float32 query embeddings of the test articles; known: the train memory's labels;
+        counts: memory articles per label; terms: the term-vector cache the lexical fusion shares.
+    """
+
+    cal_retrieval: Retrieval
+    cal_texts: list[str]
+    cal_gold: list[tuple[str, ...]]
+    cal_hits: LabelHits
+    n_validation: int
+    test_retrieval: Retrieval
+    test_texts: list[str]
+    test_gold: list[tuple[str, ...]]
+    test_vectors: np.ndarray
+    keys: LabelKeys
+    known: set[str]
+    counts: dict[str, int]
+    terms: TermVectors
+
+    def gold_matrices(self) -> tuple[LabelVocab, np.ndarray, np.ndarray]:
+        """The vocabulary (the memory's labels first, then the others) and the ``(n, L)`` / ``(m, L)`` bool gold
+        of the calibration and test articles over it."""
+        vocab = LabelVocab(sorted(self.known))
+        Y = [vocab.encode(g) for g in (self.cal_gold, self.test_gold)]
+        L = len(vocab)
+        return vocab, *(pad(np.asarray(y.todense()).astype(bool), L) for y in Y)
+
+
+def pad(a: np.ndarray, L: int) -> np.ndarray:
+    """``a`` ``(m, *)`` cut or padded with False / 0 to ``L`` columns."""
+    return a[:, :L] if a.shape[1] >= L else np.pad(a, ((0, 0), (0, L - a.shape[1])))
+
+
+def build(data: str) -> EvalInputs:
+    """Embed the corpus at ``data`` (both roles) and build :class:`EvalInputs`."""
+    s = Settings()
+    arts = [a for a in load_corpus(data).articles if a.labels]
+    ids, texts, labels = [a.id for a in arts], [a.text for a in arts], [tuple(a.labels) for a in arts]
+    enc = Encoder(s.encoder, s.home)
+    P, Q = enc.encode(texts, role="passage"), enc.encode(texts, role="query")
+    enc.close()
+    split = np.array([a.split for a in arts])
+    tr, va, te = (np.flatnonzero(split == x) for x in ("train", "validation", "test"))
+    n = max(max(GRID_K), LEXICAL_CANDIDATES)
+    own = [labels[i] for i in tr]
+    keys = LabelKeys(P.shape[1]).add(P[tr], own)
+    return EvalInputs(
+        cal_retrieval=Retrieval.concat([neighbours(Q, P, ids, texts, labels, tr, tr, n, True),
+                                        neighbours(Q, P, ids, texts, labels, va, tr, n, False)]),
+        cal_texts=[texts[i] for i in tr] + [texts[i] for i in va], cal_gold=own + [labels[i] for i in va],
+        cal_hits=LabelHits.concat([keys.top(Q[tr], MAX_LABEL_KEYS, P[tr], own), keys.top(Q[va], MAX_LABEL_KEYS)]),
+        n_validation=len(va), test_retrieval=neighbours(Q, P, ids, texts, labels, te, tr, n, False),
+        test_texts=[texts[i] for i in te], test_gold=[labels[i] for i in te], test_vectors=Q[te], keys=keys,
+        known={lb for i in tr for lb in labels[i]}, counts=keys.label_counts(), terms=TermVectors())
