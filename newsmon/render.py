@@ -43,19 +43,24 @@ def _evidence(x: ProposedLabel, neighbours: int) -> list[Text]:
 
 #: How a moderator reads the wire's ``decided_by``.
 _RULE_WORDS = {"threshold": "above its threshold", "set_vote": "label-set vote", "tail_support": "tail support",
-               "new_label_support": "new-label support", "floor": "floor (the article's best label)"}
+               "new_label_support": "new-label support", "floor": "floor (the article's best label)",
+               "label_count": "label count: among the article's best labels, as many as its neighbours carry"}
 
 
-def _why(x: ProposedLabel, proposed: bool, support: dict[str, int]) -> str:
+def _why(x: ProposedLabel, proposed: bool, support: dict[str, int], count_rule: bool = False) -> str:
     """Why a label was proposed or not, from its ``decided_by`` and ``threshold`` (version 3; "" before): "above
     its threshold 0.65", "label-set vote (below its threshold 0.65)", "tail support: 3 close neighbours carry it
     (below its threshold 0.2)", "below its threshold 0.25", "above its threshold 0.65, outside the label-set
-    vote's set". ``support``: the scoring's ``tail_support`` and ``new_label_support``."""
+    vote's set"; with the label-count rule (``count_rule``) "label count: among the article's best labels, as many as
+    its neighbours carry (at or above 0.3)" and "at or above its minimum 0.3, beyond the article's label count".
+    ``support``: the scoring's ``tail_support`` and ``new_label_support``."""
     t = x.threshold
     if not proposed:
         if t is None:
             return ""
-        if x.score > t:  # only the label-set vote takes a label above its threshold out
+        if count_rule and x.score >= t:  # the label-count rule stops at the article's label count
+            return f"at or above its minimum {t:g}, beyond the article's label count"
+        if x.score > t:  # otherwise only the label-set vote takes a label above its threshold out
             return f"above its threshold {t:g}, outside the label-set vote's set"
         return f"below its threshold {t:g}"
     if x.decided_by is None:
@@ -65,16 +70,18 @@ def _why(x: ProposedLabel, proposed: bool, support: dict[str, int]) -> str:
         words += f": {support[x.decided_by]} close neighbours carry it"
     if x.decided_by == "threshold":
         return f"{words} {t:g}" if t is not None else words
+    if x.decided_by == "label_count":
+        return f"{words} (at or above {t:g})" if t is not None else words
     return f"{words} (below its threshold {t:g})" if t is not None and x.score <= t else words
 
 
 def _label_line(x: ProposedLabel, gold: set[str] | None, width: int, proposed: bool = True,
-                support: dict[str, int] | None = None) -> Text:
+                support: dict[str, int] | None = None, count_rule: bool = False) -> Text:
     """``  ✓ label  0.577  retrieval  above its threshold 0.5`` (✓ / ✗ against the gold labels when known, •
     otherwise; then the rule that proposed it, or for a label not proposed its threshold, when the proposal
     carries them)."""
     mark, style = _MARK[None if gold is None else x.label in gold]
-    why = _why(x, proposed, support or {})
+    why = _why(x, proposed, support or {}, count_rule)
     return Text.assemble(f"  {mark} ", (x.label.ljust(width), f"bold {style}"), f"  {x.score:.3f}  ",
                          (x.source, "dim"), (f"  {why}" if why else "", "dim"))
 
@@ -86,6 +93,8 @@ def thresholds_in_words(p: LabelProposal) -> str | None:
     sc = p.scoring
     if sc is None:
         return None
+    if sc.label_count is not None:
+        return f"the label-count rule's minimum {sc.label_count:g}"
     if not sc.bucket_thresholds and not sc.label_thresholds:
         return f"the threshold {sc.threshold}"
     parts = [" / ".join(f"{t:g}" for t in sc.bucket_thresholds) + " by label frequency"] if sc.bucket_thresholds \
@@ -130,7 +139,8 @@ def render_proposal(p: LabelProposal, gold: Sequence[str] | None = None, neighbo
         lines.append(Text(f"  not proposed{by_frequency}:" if own else f"  below {threshold}:"
                           if threshold is not None else "  candidates:", style="dim"))
         for x in shown_candidates:
-            lines += [_label_line(x, gold_set, width, proposed=False), *_evidence(x, neighbours)]
+            count_rule = bool(sc and sc.label_count is not None)
+            lines += [_label_line(x, gold_set, width, proposed=False, count_rule=count_rule), *_evidence(x, neighbours)]
     if gold_set is not None:
         missed = [lb for lb in gold or () if lb not in {x.label for x in p.labels}]
         if missed:

@@ -40,7 +40,7 @@ class RuleEvidence(Part):
         description="The article's words or phrases that matched its positive terms, as they appear in the text.")
 
 
-DecidingRule = Literal["threshold", "set_vote", "tail_support", "new_label_support", "floor"]
+DecidingRule = Literal["threshold", "set_vote", "tail_support", "new_label_support", "floor", "label_count"]
 """The decision rules of the product's predictor that propose a label from retrieval (``ProposedLabel.decided_by``)."""
 
 
@@ -65,11 +65,14 @@ class ProposedLabel(Part):
                           "is above its threshold), set_vote (the neighbours' label-set vote proposed its whole "
                           "set; it replaces the threshold's decision for that article), tail_support or "
                           "new_label_support (enough close neighbours carry it, whatever its score), floor (the "
-                          "best label of an article no other rule proposed anything for); null for a candidate, "
-                          "a label from a rule or a near-copy, and in proposals before version 3; v3.")
+                          "best label of an article no other rule proposed anything for), label_count (one of the "
+                          "article's n best labels at or above the label-count rule's minimum score, n predicted from "
+                          "its neighbours' label counts; it replaces the threshold's decision; v4); null for a "
+                          "candidate, a label from a rule or a near-copy, and in proposals before version 3; v3.")
     threshold: FiniteFloat | None = Field(
         None, description="The label's own threshold for this article (by label frequency or its own, when the "
-                          "calibration set those; else the scoring's threshold); null when not known; v3.")
+                          "calibration set those; else the scoring's threshold; with the label-count rule its "
+                          "minimum score); null when not known; v3.")
 
 
 class ScoringInfo(Part):
@@ -101,6 +104,10 @@ class ScoringInfo(Part):
                                                                     "replacing threshold; null: one threshold; v3.")
     label_thresholds: int = Field(0, ge=0, description="How many labels had a threshold of their own (the "
                                                       "calibration record's label_thresholds; 0: none); v3.")
+    label_count: FiniteFloat | None = Field(None, description="Label-count rule: each article gets its n best labels "
+                                                              "whose score reaches this, n the softmax-weighted mean "
+                                                              "label count of its k neighbours, rounded; it replaces "
+                                                              "the thresholds; null: off; v4.")
 
 
 class Timings(Part):
@@ -132,16 +139,16 @@ class LabelProposal(Event):
     Versions: 1; 2 adds ``revision``, ``candidates``, ``scoring``, and per label ``source``, ``rule`` and the
     neighbours' ``title``; 3 adds per label ``decided_by`` and ``threshold``, and the calibrated decision rules in
     ``scoring`` (``floor``, ``set_vote``, ``tail_support``, ``new_label_support``, ``label_lambda``,
-    ``bucket_thresholds``, ``label_thresholds``). Version 1 and 2 proposals are still read (new fields at their
-    defaults).
+    ``bucket_thresholds``, ``label_thresholds``); 4 adds the label-count rule (``decided_by`` ``label_count``,
+    ``scoring.label_count``). Versions 1 to 3 are still read (new fields at their defaults).
     """
 
     default_topic: ClassVar[str] = LABEL_PROPOSALS_TOPIC
     kafka_key_field: ClassVar[str] = "article_id"
-    schema_versions: ClassVar[tuple[int, ...]] = (1, 2, 3)
+    schema_versions: ClassVar[tuple[int, ...]] = (1, 2, 3, 4)
     json_examples: ClassVar[tuple[dict, ...]] = tuple(PROPOSAL_EXAMPLES)
 
-    schema_version: int = Field(3, description="Version of this schema (1, 2 or 3).")
+    schema_version: int = Field(4, description="Version of this schema (1 to 4).")
     article_id: ArticleId
     revision: int = Field(0, ge=0, description="0 for the first proposal of the article; higher replaces lower.")
     labels: list[ProposedLabel] = Field(description="Proposed labels, best first, each label once.")
@@ -167,9 +174,12 @@ class LabelProposal(Event):
         return self
 
     def needs_version(self) -> int:
-        """3 when any version-3 field is set, else 2 when any version-2 field is, else 1."""
+        """4 when any version-4 field is set, else 3 when any version-3 field is, else 2 when any version-2 field
+        is, else 1."""
         every = [*self.labels, *self.candidates]
         sc = self.scoring
+        if any(p.decided_by == "label_count" for p in every) or (sc is not None and sc.label_count is not None):
+            return 4
         if any(p.decided_by is not None or p.threshold is not None for p in every) or (sc is not None and (
                 sc.floor is not None or sc.set_vote is not None or sc.tail_support or sc.new_label_support
                 or sc.label_lambda or sc.bucket_thresholds is not None or sc.label_thresholds)):

@@ -81,7 +81,8 @@ class CalibrationRecord(BaseModel):
 def effective_scoring(settings: Settings, record: CalibrationRecord | None) -> tuple[RaeSettings, str]:
     """The parameters that run: the record's, with every field set explicitly in ``settings.rae`` (environment,
     ``.env`` or a CLI override) taking precedence (an explicit ``threshold`` also replaces the record's
-    ``bucket_thresholds``, and an explicit ``threshold`` or ``bucket_thresholds`` its ``label_thresholds``).
+    ``bucket_thresholds``, and an explicit ``threshold`` or ``bucket_thresholds`` its ``label_thresholds`` and its
+    ``label_count``).
     Returns (parameters, where they came from: ``"settings"``, ``"calibration"`` or ``"calibration+settings"``)."""
     if record is None:
         return settings.rae, "settings"
@@ -90,6 +91,8 @@ def effective_scoring(settings: Settings, record: CalibrationRecord | None) -> t
         explicit["bucket_thresholds"] = None  # an explicit threshold replaces the record's per-bucket ones too
     if {"threshold", "bucket_thresholds"} & set(explicit) and "label_thresholds" not in explicit:
         explicit["label_thresholds"] = None  # ... and its per-label ones
+    if {"threshold", "bucket_thresholds"} & set(explicit) and "label_count" not in explicit:
+        explicit["label_count"] = None  # ... and its label-count rule, which replaces the thresholds
     merged = RaeSettings(**{**record.scoring().model_dump(), **explicit})
     return merged, "calibration+settings" if explicit else "calibration"
 

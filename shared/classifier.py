@@ -57,7 +57,7 @@ def scoring_info(rae: RaeSettings, calibration: str | None = None) -> ScoringInf
                        tail_support=rae.tail_support, new_label_support=rae.new_label_support,
                        label_lambda=rae.label_lambda,
                        bucket_thresholds=list(rae.bucket_thresholds) if rae.bucket_thresholds else None,
-                       label_thresholds=len(rae.label_thresholds or {}))
+                       label_thresholds=len(rae.label_thresholds or {}), label_count=rae.label_count)
 
 
 @dataclass

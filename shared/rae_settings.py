@@ -8,9 +8,9 @@ from pydantic import BaseModel, Field, field_validator
 
 class RaeSettings(BaseModel):
     """Scoring of the proposals: simplified RAE-XMC (RAE-XMC eq. 8; k, tau, lambda, threshold: research defaults),
-    the label keys and the product's decision rules (floor, label-set vote, tail and new-label support), all off by
-    default. A calibration record (``newsmon tune``) replaces the defaults; a field set explicitly here replaces the
-    record's."""
+    the label keys and the product's decision rules (floor, label-set vote, label count, tail and new-label
+    support), all off by default. A calibration record (``newsmon tune``) replaces the defaults; a field set
+    explicitly here replaces the record's."""
 
     top_k: int = Field(50, ge=1, le=1000, description="Neighbours retrieved from the memory.")
     tau: float = Field(0.04, gt=0, allow_inf_nan=False, description="Softmax temperature over cosine similarities.")
@@ -21,6 +21,10 @@ class RaeSettings(BaseModel):
     set_vote: float | None = Field(None, gt=0, le=1, allow_inf_nan=False, description="Label-set vote: propose the "
                                    "neighbours' exact label set that holds at least this share of the softmax weight "
                                    "(unset: off).")
+    label_count: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, description="Label-count rule: each "
+                                      "article gets its n best labels whose score reaches this, n the softmax-weighted "
+                                      "mean label count of its top_k neighbours, rounded; replaces threshold, "
+                                      "bucket_thresholds and label_thresholds (unset: off).")
     tail_support: int = Field(0, ge=0, le=100, description="Propose a label carried by at least this many of the "
                               "first tail_neighbours neighbours at cosine >= tail_similarity (0: off); lets a few "
                               "confirmed close articles carry a new or rare label.")

@@ -13,7 +13,7 @@ from newsmon.shared.config import RaeSettings, Settings
 from newsmon.shared.predictors import (DECIDING_RULES, LabelVocab, Retrieval, explain, get_predictor, newsmon_decide,
                                       newsmon_decision)
 from newsmon.shared.predictors.calibrate import Params, bootstrap_interval, calibrate, new_label_replay
-from newsmon.shared.predictors.rules import set_vote, tail_support
+from newsmon.shared.predictors.rules import predicted_label_count, set_vote, tail_support
 
 
 @dataclass
@@ -94,6 +94,44 @@ def test_each_proposed_label_says_which_rule_proposed_it():
                                                                               ("b", "set_vote", 0.6)]
     assert [(x.label, x.decided_by, x.threshold) for x in first.candidates] == [("d", None, 0.6), ("c", None, 0.6),
                                                                                  ("e", None, 0.6)]
+
+
+def test_label_count_proposes_each_articles_n_best_labels():
+    # 4 neighbours, equal weights. row 0: label counts 2, 3, 3, 1 -> n = round(2.25) = 2; a 1.0, b 0.75, c 0.5:
+    # c reaches the minimum 0.3 but is third. row 1: counts 1, 1, 1, 2 -> n = 1; d 0.75, e 0.5. row 2: counts
+    # 3, 3, 2, 2 -> 2.5, halves up: n = 3; f 1.0, g 0.5, the rest 0.25 under the minimum: f and g only.
+    r = _r([[(0.9, ("a", "b")), (0.9, ("a", "b", "c")), (0.9, ("a", "b", "c")), (0.9, ("a",))],
+            [(0.9, ("d",)), (0.9, ("d",)), (0.9, ("e",)), (0.9, ("d", "e"))],
+            [(0.9, ("f", "g", "h")), (0.9, ("f", "g", "i")), (0.9, ("f", "j")), (0.9, ("f", "k"))]])
+    assert predicted_label_count(r, 4, 100.0).tolist() == [2, 1, 3]
+    p = Params(top_k=4, tau=100.0, threshold=0.1, label_count=0.3)
+    vocab = LabelVocab()
+    d = newsmon_decision(r, vocab, p, reasons=True)
+    got = [{vocab.labels[j]: DECIDING_RULES[d.decided_by[i, j]] for j in np.flatnonzero(d.proposed[i])}
+           for i in range(3)]
+    assert got == [{"a": "label_count", "b": "label_count"}, {"d": "label_count"},
+                   {"f": "label_count", "g": "label_count"}]
+    assert d.thresholds.tolist() == [0.3] * len(vocab)  # its minimum is every label's bar
+    _, by_threshold = newsmon_decide(r, LabelVocab(), Params(top_k=4, tau=100.0, threshold=0.1))
+    assert by_threshold.sum() == 11  # the threshold 0.1 alone proposes every label (3 + 2 + 6): the rule replaced it
+    (first, *_rest) = explain(r, d.scores, vocab, 0.3, candidates=3, proposed=d.proposed, decided_by=d.decided_by,
+                              thresholds=d.thresholds)
+    assert [(x.label, x.decided_by, x.threshold) for x in first.labels] == [("a", "label_count", 0.3),
+                                                                             ("b", "label_count", 0.3)]
+    assert [x.label for x in first.candidates] == ["c"]
+
+
+def test_calibration_keeps_the_label_count_rule_where_no_threshold_separates():
+    # b scores 0.5 in both kinds of article: gold {a} where the neighbours carry 1.25 labels, gold {a, b} where
+    # they carry 2.5; no threshold gets both kinds right, the label count does (any minimum in (0.25, 0.5])
+    one = [(0.9, ("a",)), (0.9, ("a",)), (0.9, ("b",)), (0.9, ("a", "b"))]
+    two = [(0.9, ("a", "b", "c")), (0.9, ("a", "b", "d")), (0.9, ("a", "e")), (0.9, ("a", "f"))]
+    result = calibrate(_r([one] * 50 + [two] * 50), [("a",)] * 50 + [("a", "b")] * 50, rules=("label_count",),
+                       new_labels=False)
+    step = result.steps[-1]
+    assert step["step"] == "+ label_count" and step["kept"] and step["lift_interval"][0] > 0
+    assert step["subset_accuracy"] == 1.0 and result.steps[0]["subset_accuracy"] <= 0.5
+    assert 0.25 < result.params.label_count <= 0.5
 
 
 @pytest.mark.parametrize("fixed, kept", [(1, False), (30, True)])
@@ -195,7 +233,8 @@ def test_calibration_is_deterministic_and_keeps_only_rules_that_lift():
     assert one.params == two.params and one.figures == two.figures
     assert one.figures["subset_accuracy"] > 0.9 and one.figures["objective_lo"] <= one.figures["objective"]
     assert one.steps[0]["kept"] and [s["step"] for s in one.steps][1:] == ["+ floor", "+ set_vote",
-                                                                         "+ tail_support", "+ new-label support"]
+                                                                         "+ label_count", "+ tail_support",
+                                                                         "+ new-label support"]
     for s in one.steps[1:-1]:
         best = max(t["objective"] for t in one.steps[:one.steps.index(s)] if t["kept"])
         if s["step"] == "+ tail_support":  # the new-label lever: kept unless it lowers the objective
@@ -228,7 +267,7 @@ def test_calibration_record_round_trip_and_explicit_settings_win(tmp_path, monke
     rec = CalibrationRecord(collection="newsmon_sl_m1", language="sl", model_version="m1",
                             params=Params(top_k=20, tau=0.02, threshold=0.35, floor=0.1,
                                           bucket_thresholds=(0.5, 0.4, 0.3, 0.3),
-                                          label_thresholds={"earn": 0.45}).as_dict(),
+                                          label_thresholds={"earn": 0.45}, label_count=0.3).as_dict(),
                             objective="micro_f1 + subset_accuracy", figures={"micro_f1": 0.5})
     CalibrationStore(s).write(rec)
     again = CalibrationStore(Settings(home=tmp_path)).read("newsmon_sl_m1")  # a new process reads the file
@@ -241,7 +280,9 @@ def test_calibration_record_round_trip_and_explicit_settings_win(tmp_path, monke
     params, source = effective_scoring(explicit, again)
     assert (params.top_k, params.threshold, source) == (20, 0.6, "calibration+settings")
     assert params.bucket_thresholds is None and params.label_thresholds is None  # the explicit one decides
+    assert params.label_count is None  # and the label-count rule, which would replace it, is off
     assert effective_scoring(s, again)[0].bucket_thresholds == (0.5, 0.4, 0.3, 0.3)
+    assert effective_scoring(s, again)[0].label_count == 0.3
     assert effective_scoring(s, again)[0].label_thresholds == {"earn": 0.45}
     monkeypatch.delenv("NEWSMON_RAE__THRESHOLD")
     monkeypatch.setenv("NEWSMON_RAE__BUCKET_THRESHOLDS", "[0.4, 0.4, 0.4, 0.4]")
@@ -249,7 +290,10 @@ def test_calibration_record_round_trip_and_explicit_settings_win(tmp_path, monke
     assert params.bucket_thresholds == (0.4, 0.4, 0.4, 0.4) and params.label_thresholds is None
     monkeypatch.setenv("NEWSMON_RAE__LABEL_THRESHOLDS", '{"earn": 0.3}')
     params, _ = effective_scoring(Settings(home=tmp_path), again)
-    assert params.label_thresholds == {"earn": 0.3}
+    assert params.label_thresholds == {"earn": 0.3} and params.label_count is None
+    monkeypatch.setenv("NEWSMON_RAE__LABEL_COUNT", "0.2")  # explicit too: it stays
+    assert effective_scoring(Settings(home=tmp_path), again)[0].label_count == 0.2
+    monkeypatch.delenv("NEWSMON_RAE__LABEL_COUNT")
     monkeypatch.delenv("NEWSMON_RAE__BUCKET_THRESHOLDS")
     monkeypatch.delenv("NEWSMON_RAE__LABEL_THRESHOLDS")
     assert effective_scoring(explicit, None) == (explicit.rae, "settings")

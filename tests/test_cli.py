@@ -63,16 +63,16 @@ def test_eval_newsmon_row_has_an_ablation_row_per_calibration_step(cli_env, sent
              if k.startswith("newsmon_step")]
     assert [x.removesuffix(" (kept)").removesuffix(" (not kept)") for x in steps] == [
         "newsmon: base (k, tau, threshold)", "newsmon: + lexical fusion", "newsmon: + label keys",
-        "newsmon: + bucket thresholds", "newsmon: + label thresholds", "newsmon: + floor", "newsmon: + set_vote", "newsmon: + tail_support",
-        "newsmon: + new-label support"]
+        "newsmon: + bucket thresholds", "newsmon: + label thresholds", "newsmon: + floor", "newsmon: + set_vote",
+        "newsmon: + label_count", "newsmon: + tail_support", "newsmon: + new-label support"]
     assert all(x.endswith(("(kept)", "(not kept)")) for x in steps[1:])
     row = methods["newsmon"]["params"]
     for key in ("top_k", "tau", "threshold", "label_lambda", "bucket_thresholds", "label_thresholds",
-                "new_label_support"):  # the product row = the last step
+                "label_count", "new_label_support"):  # the product row = the last step
         assert row[key] == methods[f"newsmon_step{len(steps) - 1}"]["params"][key], key
     assert "new_label_replay" in methods[f"newsmon_step{len(steps) - 1}"]["params"]
     assert {"cross_fitted_objective", "cross_fitted_lift"} <= set(methods["newsmon_step4"]["params"])  # their judge
-    for i in (1, 2, 3, 5, 6, 7):  # every other lever: the paired lift interval that decided it
+    for i in (1, 2, 3, 5, 6, 7, 8):  # every other lever: the paired lift interval that decided it
         lo, hi = methods[f"newsmon_step{i}"]["params"]["lift_interval"]
         assert lo <= hi
         if steps[i].endswith("(kept)") and "tail_support" not in steps[i]:  # tail support: kept unless it lowers
@@ -101,7 +101,7 @@ def test_memory_build_then_suggest_explains_with_neighbours(cli_env, sentinews_s
     assert got.labels[0].neighbours[0].similarity > 0.99 and got.labels[0].neighbours[0].title == art["title"]
     assert got.scoring.top_k == 1 and got.scoring.threshold == 0.5 and got.scoring.predictor == "newsmon"
     assert got.memory_version == collection_name("newsmon", "sl", got.model_version)  # an ONNX id has '+'
-    assert got.timings.total_ms > 0 and got.article_id.startswith("suggest-") and got.schema_version == 3
+    assert got.timings.total_ms > 0 and got.article_id.startswith("suggest-") and got.schema_version == 4
     assert {(x.decided_by, x.threshold) for x in got.labels} == {("threshold", 0.5)}  # why each label is there
     # nothing above the threshold: still the whole proposal, the labels below it as candidates with their evidence
     test_art = next(r for r in rows if r["split"] == "test")

@@ -83,3 +83,19 @@ def test_each_label_says_the_rule_that_proposed_it_and_its_threshold():
                                     "scoring": voted.scoring.model_copy(update={"tail_support": 3})})
     assert "odpuščanje  0.208  retrieval  tail support: 3 close neighbours carry it (below its threshold 0.65)" \
         in _text(tail)
+
+
+def test_the_label_count_rule_is_named_with_its_minimum():
+    """With the label-count rule a label is proposed as one of the article's best labels, and a label at or above
+    the rule's minimum that was not proposed is beyond the article's label count (not 'outside the label-set
+    vote's set')."""
+    voted = _examples()[-1]
+    counted = voted.model_copy(update={
+        "schema_version": 4,
+        "labels": [voted.labels[0].model_copy(update={"decided_by": "label_count", "threshold": 0.2})],
+        "candidates": [voted.candidates[0].model_copy(update={"score": 0.2, "threshold": 0.2})],
+        "scoring": voted.scoring.model_copy(update={"label_count": 0.2, "bucket_thresholds": None})})
+    out = _text(counted, candidates=3)
+    assert ("  • odpuščanje  0.208  retrieval  label count: among the article's best labels, as many as its "
+            "neighbours carry (at or above 0.2)") in out.splitlines()
+    assert "sindikat    0.200  retrieval  at or above its minimum 0.2, beyond the article's label count" in out

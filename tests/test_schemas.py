@@ -391,3 +391,17 @@ def test_proposal_version_3_carries_the_deciding_rule_and_refuses_a_lower_declar
     assert v2.schema_version == 2 and v2.labels[0].decided_by is None and v2.needs_version() == 2
     with pytest.raises(ValueError, match="decided_by"):
         ProposedLabel(label="x", score=0.5, decided_by="kwe")
+
+
+def test_proposal_version_4_carries_the_label_count_rule_and_refuses_a_lower_declaration():
+    """The label-count rule (``decided_by`` ``label_count``, ``scoring.label_count``) needs version 4: a consumer of
+    version 3 knows five deciding rules, so a version-3 declaration carrying it is refused, and version 3 still
+    reads."""
+    v3 = next(e for e in LabelProposal.json_examples if e["article_id"] == "dnevnik-2024-05-07-3301")
+    assert parse_event(LabelProposal, raw(v3)).needs_version() == 3
+    counted = [{**x, "decided_by": "label_count"} for x in v3["labels"]]
+    for change in ({"labels": counted}, {"scoring": {**v3["scoring"], "label_count": 0.3}}):
+        assert "needs schema_version 4" in reason(LabelProposal, {**v3, **change})
+        p = parse_event(LabelProposal, raw({**v3, **change, "schema_version": 4}))
+        assert p.schema_version == 4 and p.needs_version() == 4
+    assert LabelProposal.model_fields["schema_version"].default == 4

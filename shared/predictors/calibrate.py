@@ -18,9 +18,9 @@ similarity, when the neighbours' texts are at hand), kept only when it lifts the
 (RAE-XMC's label part of the memory, :mod:`newsmon.shared.predictors.label_keys`) likewise; then one threshold
 per label-frequency bucket, likewise, and a threshold of its own for each frequent label, kept when it lifts the
 objective on articles it was not fitted on (:mod:`newsmon.shared.predictors.thresholds`); then each decision
-rule (floor, label-set vote, tail support) is tried on top and kept only when it lifts the objective, except tail
-support, kept unless it lowers it (it serves labels that appear after the calibration, which a leave-one-out over
-a static corpus cannot show); every step is recorded (the ablation). Last, the new-label rule (labels the
+rule (floor, label-set vote, label count, tail support) is tried on top and kept only when it lifts the objective,
+except tail support, kept unless it lowers it (it serves labels that appear after the calibration, which a
+leave-one-out over a static corpus cannot show); every step is recorded (the ablation). Last, the new-label rule (labels the
 calibration never saw) is chosen by a replay of new labels on the calibration articles (:func:`new_label_replay`)
 and kept when it beats the rules without it there; it changes nothing for the calibration articles themselves
 (every label in their memory is known).
@@ -59,6 +59,7 @@ LEXICAL_CANDIDATES = 200
 RULE_GRID: dict[str, list[dict[str, Any]]] = {
     "floor": [{"floor": f} for f in (0.0, 0.1, 0.2, 0.3)],
     "set_vote": [{"set_vote": v} for v in (0.25, 0.35, 0.45, 0.55, 0.65)],
+    "label_count": [{"label_count": c} for c in (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)],
     "tail_support": [{"tail_support": s, "tail_neighbours": n, "tail_similarity": t}
                      for s, n, t in ((3, 10, 0.88), (3, 5, 0.85), (3, 5, 0.88), (3, 5, 0.9), (2, 3, 0.9),
                                      (3, 3, 0.9), (3, 3, 0.92), (3, 3, 0.94))],
@@ -77,6 +78,7 @@ class Params:
     threshold: float = 0.5
     floor: float | None = None
     set_vote: float | None = None
+    label_count: float | None = None
     tail_support: int = 0
     tail_neighbours: int = 5
     tail_similarity: float = 0.9

@@ -7,6 +7,11 @@ the research method lacks, each switchable and calibrated on the memory itself (
   ``bucket_thresholds`` one threshold per label-frequency bucket instead (memory articles carrying the label
   <= 10, 11-99, 100-499, >= 500: :func:`column_thresholds`), and with ``label_thresholds`` a threshold of its own
   for each frequent label named there (SCut; :mod:`newsmon.shared.predictors.thresholds`);
+- **label count**: each article gets its n best labels whose score reaches ``label_count``, n the softmax-weighted
+  mean label count of its k neighbours, rounded (:func:`predicted_label_count`); it replaces the thresholds'
+  decision (the RCut strategy with a rank predicted per article: Yang, "A study of thresholding strategies for text
+  categorization", SIGIR 2001, section 2.1; the issue's "top-n labels with n predicted from the neighbours' label
+  counts");
 - **floor**: the best label is proposed when its score reaches ``floor`` even if no label passes the
   threshold (an article always close to its neighbours gets at least one label);
 - **label-set vote**: the neighbours vote, with their softmax weights, for their *exact* label sets; when the
@@ -77,6 +82,24 @@ def tail_support(retrieval: Retrieval, vocab: LabelVocab, support: int, neighbou
     return np.asarray((W @ rows).todense()) >= support
 
 
+def predicted_label_count(retrieval: Retrieval, k: int, tau: float) -> np.ndarray:
+    """``(m,)`` int: each query's predicted label count, ``round(sum_j w_j |Y_j| / sum_j w_j)`` over its first ``k``
+    neighbours with the softmax weights ``w = softmax(s / tau)`` (RAE-XMC eq. 8's), halves rounded up; 0 without
+    neighbours."""
+    w = neighbour_weights(retrieval.sims, min(k, retrieval.k), tau)
+    sizes = np.zeros_like(w, dtype=np.float64)
+    for i, row in enumerate(retrieval.labels):
+        sizes[i, :min(len(row), w.shape[1])] = [len(x) for x in row[:w.shape[1]]]
+    return np.floor((w * sizes).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-12) + 0.5).astype(int)
+
+
+def best_labels(scores: np.ndarray, n: np.ndarray, minimum: float) -> np.ndarray:
+    """``(m, L)`` bool: each row's ``n[i]`` highest ``scores`` ``(m, L)`` that reach ``minimum`` (ties: the lower
+    column first)."""
+    rank = np.argsort(np.argsort(-scores, axis=1, kind="stable"), axis=1, kind="stable")
+    return (rank < n[:, None]) & (scores >= minimum)
+
+
 #: Label-frequency buckets of ``bucket_thresholds``: a label carried by <= 10 memory articles (rare, and every label
 #: new since the calibration), 11-99, 100-499, >= 500 (frequent); the edges are the field's rare / frequent cuts.
 BUCKET_EDGES = (10, 99, 499)
@@ -112,11 +135,13 @@ class Decision:
     Attributes:
         scores: ``(m, L)`` float32 RAE-XMC scores (with the label keys mixed in when on).
         proposed: ``(m, L)`` bool, the proposals.
-        thresholds: ``(L,)`` float64, each label's threshold (:func:`column_thresholds`).
+        thresholds: ``(L,)`` float64, each label's threshold (:func:`column_thresholds`; with the label-count rule
+            its minimum score).
         decided_by: ``(m, L)`` int8 index into :data:`DECIDING_RULES` of the rule that proposed each label, -1
             where none did; None unless asked for. A label the label-set vote proposed counts for the vote (it
             replaced the threshold's decision in that row) even when its score passes its threshold; otherwise
-            the first rule of :data:`DECIDING_RULES` that proposes it.
+            the first rule of :data:`DECIDING_RULES` that proposes it (``label_count`` in place of ``threshold``
+            when that rule is on).
     """
 
     scores: np.ndarray
@@ -146,7 +171,7 @@ def newsmon_decision(retrieval: Retrieval, vocab: LabelVocab, params: Any,
         retrieval: the queries' top-K neighbours (K >= :func:`neighbours_needed`).
         vocab: the label vocabulary (grows with the neighbours' labels).
         params: an object with ``top_k``, ``tau``, ``threshold``, ``floor``, ``set_vote``, ``tail_support``,
-            ``tail_neighbours``, ``tail_similarity`` and optionally ``new_label_support``,
+            ``tail_neighbours``, ``tail_similarity`` and optionally ``label_count``, ``new_label_support``,
             ``new_label_neighbours``, ``new_label_similarity`` (e.g. :class:`newsmon.shared.config.RaeSettings`).
         known_labels: the labels the calibration saw (its record's ``labels``); the new-label rule serves the
             others. None: no label counts as new (no record tells), the rule is off.
@@ -177,9 +202,8 @@ def newsmon_decision(retrieval: Retrieval, vocab: LabelVocab, params: Any,
     if keys is not None:
         lam = params.label_lambda
         scores = (scores + lam * key_scores(keys, params.label_keys, params.label_tau, vocab.index, L)) / (1 + lam)
-    thresholds = column_thresholds(vocab, params, label_counts)
-    proposed = scores > thresholds[None, :]
-    why = np.where(proposed, np.int8(0), np.int8(-1)) if reasons else None
+    thresholds, proposed, code = _first_decision(retrieval, vocab, params, scores, label_counts)
+    why = np.where(proposed, code, np.int8(-1)) if reasons else None
     if params.set_vote is not None:
         _apply_set_vote(retrieval, vocab, params, proposed, why)
     for code, extra in ((2, _tail(retrieval, vocab, params)), (3, _new_labels(retrieval, vocab, params, known_labels))):
@@ -195,6 +219,20 @@ def newsmon_decision(retrieval: Retrieval, vocab: LabelVocab, params: Any,
         if why is not None:
             why[hit, best[hit]] = 4
     return Decision(scores, proposed, thresholds, why)
+
+
+def _first_decision(retrieval: Retrieval, vocab: LabelVocab, params: Any, scores: np.ndarray,
+                    label_counts: Mapping[str, int] | None) -> tuple[np.ndarray, np.ndarray, np.int8]:
+    """The decision the other rules start from: ``(L,)`` thresholds, ``(m, L)`` bool proposals and the rule's code
+    in :data:`DECIDING_RULES`: each label's threshold (:func:`column_thresholds`), or with ``params.label_count``
+    the label-count rule, whose minimum score is then every label's bar."""
+    minimum = getattr(params, "label_count", None)
+    if minimum is None:
+        thresholds = column_thresholds(vocab, params, label_counts)
+        return thresholds, scores > thresholds[None, :], np.int8(0)
+    n = predicted_label_count(retrieval, params.top_k, params.tau)
+    return (np.full(len(vocab), minimum, dtype=np.float64), best_labels(scores, n, minimum),
+            np.int8(DECIDING_RULES.index("label_count")))
 
 
 def _apply_set_vote(retrieval: Retrieval, vocab: LabelVocab, params: Any, proposed: np.ndarray,
