@@ -36,27 +36,10 @@ from newsmon.shared.predictors import LabelVocab, Retrieval
 from newsmon.shared.predictors.calibrate import GRID_K, RULE_GRID, Params, _lifts, calibrate
 from newsmon.shared.predictors.label_keys import LabelHits
 from newsmon.shared.predictors.lexical import fuse
-from newsmon.shared.predictors.rae_xmc import neighbour_weights
-from newsmon.shared.predictors.rules import neighbours_needed, newsmon_decision
+from newsmon.shared.predictors.rules import best_labels, mean_label_count, neighbours_needed, newsmon_decision
 from newsmon.shared.predictors.thresholds import micro_f1_acc, paired_lift_interval
 
 MIN_SCORES = (0.10, 0.15, 0.20, 0.25, 0.30)
-
-
-def predicted_counts(r: Retrieval, k: int, tau: float) -> np.ndarray:
-    """``(m,)`` float64: the softmax-weighted mean label count of each query's first ``k`` neighbours."""
-    w = neighbour_weights(r.sims, min(k, r.k), tau)
-    n = np.zeros_like(w, dtype=np.float64)
-    for i, row in enumerate(r.labels):
-        for j, lbs in enumerate(row[:w.shape[1]]):
-            n[i, j] = len(lbs)
-    return (w * n).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-12)
-
-
-def best_n(S: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """``(m, L)`` bool: each row's ``n[i]`` highest scores of ``S`` ``(m, L)``."""
-    rank = np.argsort(np.argsort(-S, axis=1, kind="stable"), axis=1)
-    return rank < n[:, None]
 
 
 def variants(r: Retrieval, labels: list[str], L: int, p: Params, hits: LabelHits | None, counts: dict[str, int],
@@ -66,9 +49,9 @@ def variants(r: Retrieval, labels: list[str], L: int, p: Params, hits: LabelHits
     S, P = pad(d.scores, L), pad(d.proposed, L)
     others = pad(d.decided_by >= 2, L)  # tail support, new-label support, floor: they stay
     out = {"calibrated": P}
-    n_hat = predicted_counts(r, p.top_k, p.tau)
+    n_hat = mean_label_count(r, p.top_k, p.tau)  # the rule's own n, before its rounding
     for how, n in (("round", np.floor(n_hat + 0.5)), ("ceil", np.ceil(n_hat))):
-        top = best_n(S, n.astype(int))
+        top = best_labels(S, n.astype(int), -np.inf)
         out[f"cap ({how})"] = (P & top) | others
         for c in MIN_SCORES:
             out[f"rank cut ({how}) >= {c:.2f}"] = (top & (S >= c)) | others

@@ -138,8 +138,8 @@ def render_proposal(p: LabelProposal, gold: Sequence[str] | None = None, neighbo
         by_frequency = " (thresholds by the label's frequency in the memory)" if sc and sc.bucket_thresholds else ""
         lines.append(Text(f"  not proposed{by_frequency}:" if own else f"  below {threshold}:"
                           if threshold is not None else "  candidates:", style="dim"))
+        count_rule = bool(sc and sc.label_count is not None)
         for x in shown_candidates:
-            count_rule = bool(sc and sc.label_count is not None)
             lines += [_label_line(x, gold_set, width, proposed=False, count_rule=count_rule), *_evidence(x, neighbours)]
     if gold_set is not None:
         missed = [lb for lb in gold or () if lb not in {x.label for x in p.labels}]

@@ -82,15 +82,21 @@ def tail_support(retrieval: Retrieval, vocab: LabelVocab, support: int, neighbou
     return np.asarray((W @ rows).todense()) >= support
 
 
-def predicted_label_count(retrieval: Retrieval, k: int, tau: float) -> np.ndarray:
-    """``(m,)`` int: each query's predicted label count, ``round(sum_j w_j |Y_j| / sum_j w_j)`` over its first ``k``
-    neighbours with the softmax weights ``w = softmax(s / tau)`` (RAE-XMC eq. 8's), halves rounded up; 0 without
-    neighbours."""
+def mean_label_count(retrieval: Retrieval, k: int, tau: float, label_rows: sp.csr_matrix | None = None
+                     ) -> np.ndarray:
+    """``(m,)`` float64: ``sum_j w_j |Y_j| / sum_j w_j`` over each query's first ``k`` neighbours, with the softmax
+    weights ``w = softmax(s / tau)`` (RAE-XMC eq. 8's) and ``|Y_j|`` the neighbour's number of labels, read from
+    ``label_rows`` (``(m * K, L)``, :meth:`Retrieval.label_matrix`; built here when None); 0 without neighbours."""
     w = neighbour_weights(retrieval.sims, min(k, retrieval.k), tau)
-    sizes = np.zeros_like(w, dtype=np.float64)
-    for i, row in enumerate(retrieval.labels):
-        sizes[i, :min(len(row), w.shape[1])] = [len(x) for x in row[:w.shape[1]]]
-    return np.floor((w * sizes).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-12) + 0.5).astype(int)
+    rows = retrieval.label_matrix(LabelVocab()) if label_rows is None else label_rows
+    sizes = np.diff(rows.indptr).reshape(len(w), retrieval.k)[:, :w.shape[1]]
+    return (w * sizes).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-12)
+
+
+def predicted_label_count(retrieval: Retrieval, k: int, tau: float, label_rows: sp.csr_matrix | None = None
+                          ) -> np.ndarray:
+    """``(m,)`` int: each query's predicted label count, :func:`mean_label_count` rounded, halves up."""
+    return np.floor(mean_label_count(retrieval, k, tau, label_rows) + 0.5).astype(int)
 
 
 def best_labels(scores: np.ndarray, n: np.ndarray, minimum: float) -> np.ndarray:
@@ -202,7 +208,7 @@ def newsmon_decision(retrieval: Retrieval, vocab: LabelVocab, params: Any,
     if keys is not None:
         lam = params.label_lambda
         scores = (scores + lam * key_scores(keys, params.label_keys, params.label_tau, vocab.index, L)) / (1 + lam)
-    thresholds, proposed, code = _first_decision(retrieval, vocab, params, scores, label_counts)
+    thresholds, proposed, code = _first_decision(retrieval, rows, vocab, params, scores, label_counts)
     why = np.where(proposed, code, np.int8(-1)) if reasons else None
     if params.set_vote is not None:
         _apply_set_vote(retrieval, vocab, params, proposed, why)
@@ -221,16 +227,17 @@ def newsmon_decision(retrieval: Retrieval, vocab: LabelVocab, params: Any,
     return Decision(scores, proposed, thresholds, why)
 
 
-def _first_decision(retrieval: Retrieval, vocab: LabelVocab, params: Any, scores: np.ndarray,
+def _first_decision(retrieval: Retrieval, rows: sp.csr_matrix, vocab: LabelVocab, params: Any, scores: np.ndarray,
                     label_counts: Mapping[str, int] | None) -> tuple[np.ndarray, np.ndarray, np.int8]:
     """The decision the other rules start from: ``(L,)`` thresholds, ``(m, L)`` bool proposals and the rule's code
     in :data:`DECIDING_RULES`: each label's threshold (:func:`column_thresholds`), or with ``params.label_count``
-    the label-count rule, whose minimum score is then every label's bar."""
+    the label-count rule, whose minimum score is then every label's bar (``rows``: the neighbours' label rows the
+    scores were computed from)."""
     minimum = getattr(params, "label_count", None)
     if minimum is None:
         thresholds = column_thresholds(vocab, params, label_counts)
         return thresholds, scores > thresholds[None, :], np.int8(0)
-    n = predicted_label_count(retrieval, params.top_k, params.tau)
+    n = predicted_label_count(retrieval, params.top_k, params.tau, rows)
     return (np.full(len(vocab), minimum, dtype=np.float64), best_labels(scores, n, minimum),
             np.int8(DECIDING_RULES.index("label_count")))
 
