@@ -42,6 +42,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_or_free(port: int, host: str = "127.0.0.1") -> int:
+    """``port`` when a listener can bind ``host:port`` now (probed with SO_REUSEADDR, as uvicorn binds), else a free
+    port (:func:`free_port`); a server started on it afterwards can still lose a race for it."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return free_port()
+    return port
+
+
 class TansuBroker:
     """A Tansu broker process on a free loopback port (in memory only).
 

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
-from newsmon.broker import TansuBroker, free_port
+from newsmon.broker import TansuBroker, free_port, port_or_free
 from newsmon.render import render_proposal
 from newsmon.schemas import ArticleEvent, LabelDecision, LabelProposal, ModeratorDecision, parse_event
 from newsmon.shared.calibration import effective_scoring
@@ -252,9 +252,12 @@ def _start_api(settings: Settings, rt: Runtime):
     from newsmon.api.server import start_in_thread  # deferred: FastAPI and uvicorn load in the demo only
 
     settings.api.host = "127.0.0.1"
+    wanted, settings.api.port = settings.api.port, port_or_free(settings.api.port)
+    if settings.api.port != wanted:  # said here, instead of a bind error from the server's log
+        print(f"port {wanted} is taken: the HTTP API uses {settings.api.port}")
     try:
         server = start_in_thread(settings, rt)
-    except (RuntimeError, OSError):
+    except (RuntimeError, OSError):  # taken between the check and the start
         settings.api.port = free_port()
         server = start_in_thread(settings, rt)
     url = f"http://127.0.0.1:{settings.api.port}"

@@ -357,3 +357,20 @@ def test_a_worker_that_ends_by_itself_fails_the_process():
     rt = Runtime(Settings())
     rt._run_one(Locked())
     assert rt.stop.is_set() and "open in another process" in rt.failed and "newsmon worker all" in rt.failed
+
+
+def test_the_demo_api_takes_another_port_when_its_own_is_taken_without_a_bind_error():
+    """A newcomer's demo printed uvicorn's "[Errno 98] ... address already in use" and a second server start when
+    127.0.0.1:8080 was taken: the port is now checked before the server starts."""
+    import socket
+
+    from newsmon.broker import port_or_free
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        other = port_or_free(taken)
+        assert other != taken and other > 0
+    free = free_port()
+    assert port_or_free(free) == free
