@@ -59,6 +59,10 @@ class ArticleEvent(Event):
             return self.body
         return f"{self.title}\n{self.body}"
 
+    def needs_version(self) -> int:
+        """2 when ``section`` is set, else 1 (a version-1 message that carries ``section`` is still read)."""
+        return 2 if self.section is not None else 1
+
     @model_validator(mode="after")
     def _has_text(self) -> ArticleEvent:
         if not self.text.strip():

@@ -4,9 +4,10 @@
   UTF-8 bytes of the field named by the model's ``kafka_key_field`` (``model.kafka_key()``). Keying by
   article id keeps every event of one article on one partition, in order.
 * **Versions.** Every event carries ``schema_version``, an integer per event type. Each model lists the
-  versions it reads in ``schema_versions`` (e.g. ``(1, 2)``) and writes the highest one, except
-  :class:`~newsmon.schemas.labels.LabelEvent`, which writes the lowest version that can carry its content,
-  so that consumers still on version 1 keep understanding the actions they know. A reader refuses versions
+  versions it reads in ``schema_versions`` (e.g. ``(1, 2)``). An event built without an explicit version is
+  written at the lowest version that can carry its content (:meth:`Event.needs_version`), so that consumers
+  still on an older version keep reading every message that uses nothing newer (a proposal without the
+  label-count rule is version 3, an article without ``section`` version 1). A reader refuses versions
   it does not know (``unsupported schema_version X; this worker reads 1, 2``) and a field or value that
   needs a higher version than the message declares. Producers always write the field; ``parse_event``
   refuses messages without it. Any change to a schema -- a new field included -- adds a version.
@@ -40,6 +41,7 @@ from pydantic import (
     ValidationError,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -233,7 +235,8 @@ def _schema_version_schema(schema: dict[str, Any], model: type[BaseModel]) -> No
         prop.clear()
         prop.update({"type": "integer", "enum": versions, "default": max(versions), "title": "Schema Version",
                      "description": "Version of this schema; this release reads "
-                                    f"{', '.join(map(str, versions))} and writes {max(versions)}."})
+                                    f"{', '.join(map(str, versions))} and writes the lowest of them that carries "
+                                    "the message's content."})
 
 
 class Event(BaseModel):
@@ -241,7 +244,8 @@ class Event(BaseModel):
 
     Subclasses set ``schema_versions`` (the versions this code reads, ascending) and re-declare the field
     with the highest as its default. :meth:`needs_version` lets a subclass say which version its content
-    needs.
+    needs; an event built without an explicit ``schema_version`` is set to it (the lowest version that carries
+    the content), and a parsed message keeps the version it declares.
     """
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_schema_version_schema)
@@ -251,7 +255,7 @@ class Event(BaseModel):
     kafka_key_field: ClassVar[str]
     """The field whose UTF-8 bytes are the Kafka message key."""
     schema_versions: ClassVar[tuple[int, ...]] = (1,)
-    """The ``schema_version`` values this code reads, ascending; it writes the last one."""
+    """The ``schema_version`` values this code reads, ascending; it writes the lowest that carries an event."""
     json_examples: ClassVar[tuple[dict, ...]] = ()
     """Realistic messages as a producer sends them (:mod:`newsmon.schemas.examples`): the JSON Schema's
     ``examples``, each validated against the model by the tests."""
@@ -270,6 +274,12 @@ class Event(BaseModel):
                 {"version": show_value(value), "supported": ", ".join(map(str, cls.schema_versions))},
             )
         return value
+
+    @model_validator(mode="after")
+    def _written_at_lowest_version(self) -> Event:
+        if "schema_version" not in self.model_fields_set:
+            self.schema_version = self.needs_version()
+        return self
 
     def needs_version(self) -> int:
         """The lowest ``schema_version`` that can carry this event's content (version 1 unless a subclass

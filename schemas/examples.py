@@ -81,7 +81,7 @@ _CALIBRATED = {"predictor": "newsmon", "top_k": 30, "tau": 0.02, "threshold": 0.
 
 PROPOSAL_EXAMPLES: list[dict] = [
     {
-        "schema_version": 4,
+        "schema_version": 3,
         "article_id": "sta-2024-05-06-0412",
         "revision": 0,
         "labels": [

@@ -101,7 +101,5 @@ class LabelEvent(Event):
         if self.action not in ("defined", "updated") and self.definition is not None:
             raise PydanticCustomError("unexpected_definition", "definition is only allowed for defined and "
                                       "updated, not {action}", {"action": self.action})
-        if "schema_version" not in self.model_fields_set:
-            self.schema_version = self.needs_version()  # written as the lowest version that carries it
         self._check_declared_version()
         return self

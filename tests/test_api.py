@@ -128,7 +128,7 @@ def test_define_a_label_over_http_then_propose_rename_and_retire(api, corpus):
         assert {x.label: x.source for x in proposal.labels}[LABEL] == "rule"
         # each label says what proposed it, over HTTP as on the topic (LabelProposal v3 on): the retrieval's by a
         # deciding rule and the threshold it was held to, the KwE's by its rule alone
-        assert proposal.schema_version == 4
+        assert proposal.schema_version == proposal.needs_version() >= 3
         by_source = {x.source: x for x in proposal.labels}
         assert {"retrieval", "rule"} <= set(by_source), proposal.labels
         assert by_source["rule"].decided_by is None and by_source["rule"].rule.kwe == KWE

@@ -196,11 +196,12 @@ def test_the_wire_says_which_rule_proposed_each_label_and_its_threshold(memory_c
     assert why(plain) == {"a": ("threshold", 0.7), "k": (None, 0.7)} and [x.label for x in plain.labels] == ["a"]
     voted = propose(set_vote=0.6)  # the set {a, k} holds 8/13 of the weight
     assert why(voted) == {"a": ("set_vote", 0.7), "k": ("set_vote", 0.7)}
-    assert voted.schema_version == 4 == LabelProposal.model_validate_json(voted.to_bytes()).schema_version
+    # written at the lowest version that carries it: the vote is a version-3 rule, the label count needs 4
+    assert voted.schema_version == 3 == LabelProposal.model_validate_json(voted.to_bytes()).schema_version
     # the label-count rule: the neighbours carry (8 * 2 + 5 * 1) / 13 = 1.6 labels -> the 2 best at >= 0.5
     counted = propose(label_count=0.5)
     assert why(counted) == {"a": ("label_count", 0.5), "k": ("label_count", 0.5)}
-    assert counted.scoring.label_count == 0.5 and counted.needs_version() == 4
+    assert counted.scoring.label_count == 0.5 and counted.needs_version() == 4 == counted.schema_version
     assert LabelProposal.model_validate_json(counted.to_bytes()).labels[1].decided_by == "label_count"
     console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(render_proposal(voted))

@@ -134,6 +134,9 @@ def neighbours_needed(params: Any) -> int:
                getattr(params, "new_label_neighbours", 1) if getattr(params, "new_label_support", 0) else 1)
 
 
+#: Each deciding rule's code in :attr:`Decision.decided_by` (its index in :data:`DECIDING_RULES`).
+_CODE: dict[str, np.int8] = {name: np.int8(i) for i, name in enumerate(DECIDING_RULES)}
+
 @dataclass
 class Decision:
     """What :func:`newsmon_decision` decided for ``m`` queries over ``L`` labels.
@@ -212,7 +215,8 @@ def newsmon_decision(retrieval: Retrieval, vocab: LabelVocab, params: Any,
     why = np.where(proposed, code, np.int8(-1)) if reasons else None
     if params.set_vote is not None:
         _apply_set_vote(retrieval, vocab, params, proposed, why)
-    for code, extra in ((2, _tail(retrieval, vocab, params)), (3, _new_labels(retrieval, vocab, params, known_labels))):
+    for code, extra in ((_CODE["tail_support"], _tail(retrieval, vocab, params)),
+                        (_CODE["new_label_support"], _new_labels(retrieval, vocab, params, known_labels))):
         if extra is not None:
             if why is not None:
                 why[extra & ~proposed] = code
@@ -223,7 +227,7 @@ def newsmon_decision(retrieval: Retrieval, vocab: LabelVocab, params: Any,
         hit = np.flatnonzero(empty & (scores[np.arange(m), best] >= params.floor))
         proposed[hit, best[hit]] = True
         if why is not None:
-            why[hit, best[hit]] = 4
+            why[hit, best[hit]] = _CODE["floor"]
     return Decision(scores, proposed, thresholds, why)
 
 
@@ -236,16 +240,16 @@ def _first_decision(retrieval: Retrieval, rows: sp.csr_matrix, vocab: LabelVocab
     minimum = getattr(params, "label_count", None)
     if minimum is None:
         thresholds = column_thresholds(vocab, params, label_counts)
-        return thresholds, scores > thresholds[None, :], np.int8(0)
+        return thresholds, scores > thresholds[None, :], _CODE["threshold"]
     n = predicted_label_count(retrieval, params.top_k, params.tau, rows)
     return (np.full(len(vocab), minimum, dtype=np.float64), best_labels(scores, n, minimum),
-            np.int8(DECIDING_RULES.index("label_count")))
+            _CODE["label_count"])
 
 
 def _apply_set_vote(retrieval: Retrieval, vocab: LabelVocab, params: Any, proposed: np.ndarray,
                     why: np.ndarray | None) -> None:
     """The label-set vote, in place: in each row whose winning set holds >= ``params.set_vote`` of the weight,
-    that set replaces the row's proposals (``why``: code 1 for its labels, -1 for the rest)."""
+    that set replaces the row's proposals (``why``: the vote's code for its labels, -1 for the rest)."""
     sets, weights = set_vote(retrieval, params.top_k, params.tau)
     for i in np.flatnonzero(weights >= params.set_vote):
         cols = [vocab.index[lb] for lb in sets[i]]
@@ -253,7 +257,7 @@ def _apply_set_vote(retrieval: Retrieval, vocab: LabelVocab, params: Any, propos
         proposed[i, cols] = True
         if why is not None:
             why[i] = -1
-            why[i, cols] = 1
+            why[i, cols] = _CODE["set_vote"]
 
 
 def _tail(retrieval: Retrieval, vocab: LabelVocab, params: Any) -> np.ndarray | None:
