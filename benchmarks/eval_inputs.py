@@ -63,9 +63,12 @@ def pad(a: np.ndarray, L: int) -> np.ndarray:
     return a[:, :L] if a.shape[1] >= L else np.pad(a, ((0, 0), (0, L - a.shape[1])))
 
 
-def build(data: str) -> EvalInputs:
-    """Embed the corpus at ``data`` (both roles) and build :class:`EvalInputs`."""
+def build(data: str, max_chunks: int | None = None) -> EvalInputs:
+    """Embed the corpus at ``data`` (both roles) and build :class:`EvalInputs`; ``max_chunks`` overrides the
+    encoder's setting (long articles in windows, :mod:`newsmon.shared.long_text`)."""
     s = Settings()
+    if max_chunks is not None:
+        s.encoder.max_chunks = max_chunks
     arts = [a for a in load_corpus(data).articles if a.labels]
     ids, texts, labels = [a.id for a in arts], [a.text for a in arts], [tuple(a.labels) for a in arts]
     enc = Encoder(s.encoder, s.home)

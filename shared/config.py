@@ -72,7 +72,12 @@ class EncoderSettings(BaseModel):
         f"{PRODUCTION_MODEL} with pooling=cls, max_length=8192 and empty prefixes.",
     )
     pooling: Literal["cls", "mean"] = Field("mean", description="cls (bge-m3) or mean (e5 family).")
-    max_length: int = Field(512, ge=8, le=8192, description="Tokens per article; longer text is truncated.")
+    max_length: int = Field(512, ge=8, le=8192, description="Tokens per forward pass; longer text is truncated, "
+                            "or embedded in windows up to max_chunks.")
+    max_chunks: int = Field(1, ge=1, le=32, description="Windows of max_length tokens an article longer than "
+                            "max_length is embedded in (each with the prefix); its vector is the token-weighted "
+                            "mean of theirs, re-normalised. 1 = the first window only (truncation). Above 1 the "
+                            "model version gets +chunks<N> (vectors differ).")
     query_prefix: str = Field(
         "query: ",
         description='Prefix of articles to classify. e5 wants "query: " on both sides of a symmetric task '

@@ -31,9 +31,10 @@ from tqdm import tqdm
 from newsmon.shared.adapter import read_adapter
 from newsmon.shared.config import BUNDLED_E5_SMALL, EncoderSettings, Settings
 from newsmon.shared.e5_import import import_e5_small
-from newsmon.shared.text import clean_text
 from newsmon.shared.encoder_onnx import (ONNX_RUNTIMES, OnnxBackend, ensure_artefact, hash_checkpoint_files,
                                          runtime_model_id)
+from newsmon.shared.long_text import chunk_suffix, special_tokens, windows
+from newsmon.shared.text import clean_text
 
 log = structlog.get_logger(__name__)
 
@@ -143,8 +144,9 @@ def resolve_runtime(settings: EncoderSettings) -> str:
 
 def encoder_identity(model_path: str, settings: EncoderSettings) -> str:
     """The model version of a checkpoint under the effective runtime, without loading it: the fingerprint
-    (:func:`model_fingerprint`) for torch, ``<fingerprint>+onnx-int8-v1`` / ``+onnx-fp32-v1`` for ONNX Runtime."""
-    return runtime_model_id(model_fingerprint(model_path), resolve_runtime(settings))
+    (:func:`model_fingerprint`) for torch, ``<fingerprint>+onnx-int8-v1`` / ``+onnx-fp32-v1`` for ONNX Runtime,
+    then ``+chunks<N>`` when long articles are embedded in ``max_chunks`` N > 1 windows (:func:`chunk_suffix`)."""
+    return runtime_model_id(model_fingerprint(model_path), resolve_runtime(settings)) + chunk_suffix(settings)
 
 
 #: Within a batch, a text shorter than this fraction of the batch's longest starts a new forward pass (a length
@@ -268,6 +270,7 @@ class Encoder:
         self.dim = int(config.hidden_size)
         self.base_model_id = model_fingerprint(self.name_or_path)
         self.vector_model_id = runtime_model_id(self.base_model_id, self.runtime)  # the base encoder's: the cache's
+        self.vector_model_id += chunk_suffix(self.settings)
         self.model_id = self.vector_model_id + (self.adapter.suffix if self.adapter is not None else "")
         if self.runtime in ONNX_RUNTIMES:
             self.device = "cpu"
@@ -335,10 +338,39 @@ class Encoder:
             return self._embed_locked(texts, progress)
 
     def _embed_locked(self, texts: list[str], progress: bool) -> np.ndarray:
+        if self.settings.max_chunks > 1:
+            return self._embed_windows(texts, progress)
         enc = self.tokenizer(texts, truncation=True, max_length=self.max_length, padding=False)
-        ids, masks = enc["input_ids"], enc["attention_mask"]
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        bar = tqdm(total=len(texts), desc="embedding", unit="art", disable=not progress, leave=False)
+        return self._forward(enc["input_ids"], enc["attention_mask"], progress)
+
+    def _embed_windows(self, texts: list[str], progress: bool) -> np.ndarray:
+        """Long texts in up to ``max_chunks`` windows (:func:`windows`; the prefix is the start of every text
+        here), each text's vector the token-weighted mean of its windows' vectors, re-normalised. A text within
+        ``max_length`` gets the same tokens as truncation would give it."""
+        head, tail = special_tokens(self.tokenizer)
+        room = self.max_length - len(head) - len(tail)
+        enc = self.tokenizer(texts, add_special_tokens=False, truncation=False, padding=False, verbose=False)
+        prefixes = {t[:len(p)] for t in texts for p in (self.settings.query_prefix, self.settings.passage_prefix)
+                    if p and t.startswith(p)}
+        prefix_ids = {p: self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prefixes}
+        rows, owner, weight = [], [], []
+        for i, (text, ids) in enumerate(zip(texts, enc["input_ids"])):
+            pre = max((p for p in prefix_ids if text.startswith(p)), key=len, default="")
+            for w in windows(ids, prefix_ids.get(pre, []), room, self.settings.max_chunks):
+                rows.append(head + w + tail)
+                owner.append(i)
+                weight.append(len(w))
+        vecs = self._forward(rows, [[1] * len(r) for r in rows], progress)
+        out = np.zeros((len(texts), self.dim), dtype=np.float64)
+        np.add.at(out, np.asarray(owner), vecs * np.asarray(weight, dtype=np.float64)[:, None])
+        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out.astype(np.float32)
+
+    def _forward(self, ids: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], progress: bool) -> np.ndarray:
+        """``(len(ids), d)`` float32 pooled, normalised vectors of tokenised inputs (special tokens included), in
+        length-sorted forward passes of at most ``batch_size``."""
+        out = np.zeros((len(ids), self.dim), dtype=np.float32)
+        bar = tqdm(total=len(ids), desc="embedding", unit="text", disable=not progress, leave=False)
         for idx in length_buckets([len(x) for x in ids], self.settings.batch_size):
             width = max(len(ids[i]) for i in idx)
             pad = self.tokenizer.pad_token_id or 0

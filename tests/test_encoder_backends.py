@@ -159,3 +159,51 @@ def test_length_buckets():
     # within a pass, no text is shorter than 0.75 x its longest
     assert all(min(lengths[i] for i in b) >= 0.75 * max(lengths[i] for i in b) for b in got)
     assert length_buckets(lengths, batch_size=16, ratio=0.0) == [[0, 4, 2, 6, 5, 3, 1]]
+
+
+def test_windows_hand_computed():
+    """An article longer than the room is cut into the first ``room`` tokens (what truncation keeps), then the prefix
+    and the next tokens, up to ``max_chunks`` windows."""
+    from newsmon.shared.long_text import windows
+
+    ids = [7, 8, 1, 2, 3, 4, 5, 6, 9]  # 7, 8: the prefix's tokens
+    assert windows(ids, [7, 8], 5, 3) == [[7, 8, 1, 2, 3], [7, 8, 4, 5, 6], [7, 8, 9]]
+    assert windows(ids, [7, 8], 5, 2) == [[7, 8, 1, 2, 3], [7, 8, 4, 5, 6]]
+    assert windows(ids[:5], [7, 8], 5, 3) == [[7, 8, 1, 2, 3]]  # within the room: one window, as truncation
+    with pytest.raises(ValueError, match="no room for text after the prefix"):
+        windows(ids, [7, 8], 2, 3)
+
+
+def test_long_articles_in_windows(int8_encoder, newsmon_home, shared_data):
+    """With ``max_chunks`` > 1 an article longer than 512 tokens is embedded in windows and its vector is their
+    token-weighted mean (it moves: the rest of the article counts); an article within 512 tokens keeps its vector
+    exactly; the model version says so (+chunks4), so the memories and cached vectors of the two never mix."""
+    texts = _articles(shared_data, 12)
+    tokens = [len(int8_encoder.tokenizer("query: " + t)["input_ids"]) for t in texts]
+    long_, short = [t for t, n in zip(texts, tokens) if n > 600], [t for t, n in zip(texts, tokens) if n < 500]
+    assert long_ and short, tokens
+    chunked = Encoder(EncoderSettings(runtime="onnx-int8", cache=False, max_chunks=4), newsmon_home)
+    try:
+        assert chunked.model_id == int8_encoder.model_id + "+chunks4"
+        assert encoder_identity(resolve_model(BUNDLED_E5_SMALL, newsmon_home),
+                                EncoderSettings(runtime="onnx-int8", max_chunks=4)) == chunked.model_id
+        assert chunked.space("query") != int8_encoder.space("query")
+        same = (chunked.encode(short, "query") * int8_encoder.encode(short, "query")).sum(axis=1)
+        assert np.allclose(same, 1.0, atol=1e-6), same
+        got = chunked.encode(long_, "query")
+        moved = (got * int8_encoder.encode(long_, "query")).sum(axis=1)
+        assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+        assert (moved < 0.9999).all() and (moved > 0.9).all(), moved
+        # the mean of the windows' own vectors, weighted by their tokens
+        from newsmon.shared.long_text import special_tokens, windows
+
+        head, tail = special_tokens(chunked.tokenizer)
+        ids = chunked.tokenizer("query: " + long_[0], add_special_tokens=False, verbose=False)["input_ids"]
+        parts = windows(ids, chunked.tokenizer("query: ", add_special_tokens=False)["input_ids"], 510, 4)
+        vecs = np.stack([int8_encoder.backend.embed(np.asarray([head + w + tail]), np.ones((1, len(w) + 2),
+                                                                                         dtype=np.int64))[0]
+                         for w in parts])
+        mean = (vecs * np.asarray([len(w) for w in parts])[:, None]).sum(axis=0)
+        assert float(got[0] @ (mean / np.linalg.norm(mean))) > 0.99999
+    finally:
+        chunked.close()
