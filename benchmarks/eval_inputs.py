@@ -7,6 +7,7 @@ counts of the train memory. Embeddings come from the encoder's cache under NEWSM
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -17,8 +18,9 @@ from newsmon.shared.encoder import Encoder
 from newsmon.shared.predictors import LabelVocab, Retrieval
 from newsmon.shared.predictors.calibrate import GRID_K, LEXICAL_CANDIDATES
 from newsmon.shared.predictors.label_keys import LabelHits, LabelKeys
-from newsmon.shared.predictors.lexical import TermVectors
+from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors.newsmon import MAX_LABEL_KEYS
+from newsmon.shared.predictors.rules import neighbours_needed
 
 
 @dataclass
@@ -48,6 +50,15 @@ class EvalInputs:
     known: set[str]
     counts: dict[str, int]
     terms: TermVectors
+
+    def scored_with(self, p: Any) -> tuple[Retrieval, Retrieval, LabelHits | None, LabelHits | None]:
+        """What calibrated parameters ``p`` score: the calibration and test articles' neighbours fused with the
+        lexical weight (as the workers fuse them) and their label keys (None when ``p`` has none)."""
+        r_cal = fuse(self.cal_retrieval, self.cal_texts, p.lexical_weight, max(GRID_K), self.terms)
+        r_te = fuse(self.test_retrieval, self.test_texts, p.lexical_weight, neighbours_needed(p), self.terms)
+        if not p.label_lambda:
+            return r_cal, r_te, None, None
+        return r_cal, r_te, self.cal_hits, self.keys.top(self.test_vectors, p.label_keys)
 
     def gold_matrices(self) -> tuple[LabelVocab, np.ndarray, np.ndarray]:
         """The vocabulary (the memory's labels first, then the others) and the ``(n, L)`` / ``(m, L)`` bool gold

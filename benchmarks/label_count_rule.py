@@ -33,10 +33,9 @@ import numpy as np
 
 from eval_inputs import build, pad
 from newsmon.shared.predictors import LabelVocab, Retrieval
-from newsmon.shared.predictors.calibrate import GRID_K, RULE_GRID, Params, _lifts, calibrate
+from newsmon.shared.predictors.calibrate import RULE_GRID, Params, _lifts, calibrate
 from newsmon.shared.predictors.label_keys import LabelHits
-from newsmon.shared.predictors.lexical import fuse
-from newsmon.shared.predictors.rules import best_labels, mean_label_count, neighbours_needed, newsmon_decision
+from newsmon.shared.predictors.rules import best_labels, mean_label_count, newsmon_decision
 from newsmon.shared.predictors.thresholds import micro_f1_acc, paired_lift_interval
 
 MIN_SCORES = (0.10, 0.15, 0.20, 0.25, 0.30)
@@ -70,10 +69,8 @@ def main() -> None:
     p = cal.params
     vocab, Y_cal, Y_te = x.gold_matrices()
     L = len(vocab)
-    r_cal = fuse(x.cal_retrieval, x.cal_texts, p.lexical_weight, max(GRID_K), x.terms)
-    r_te = fuse(x.test_retrieval, x.test_texts, p.lexical_weight, neighbours_needed(p), x.terms)
-    te_hits = x.keys.top(x.test_vectors, p.label_keys) if p.label_lambda else None
-    on_cal = variants(r_cal, vocab.labels, L, p, x.cal_hits if p.label_lambda else None, x.counts, None)
+    r_cal, r_te, cal_hits, te_hits = x.scored_with(p)
+    on_cal = variants(r_cal, vocab.labels, L, p, cal_hits, x.counts, None)
     on_te = variants(r_te, vocab.labels, L, p, te_hits, x.counts, x.known)
     print(f"{args.data}: calibration {len(x.cal_gold)} articles (train leave-one-out + validation), "
           f"test {len(x.test_gold)}; "

@@ -22,9 +22,8 @@ import time
 
 from eval_inputs import build, pad
 from newsmon.shared.predictors import LabelVocab
-from newsmon.shared.predictors.calibrate import GRID_K, _lifts, calibrate
-from newsmon.shared.predictors.lexical import fuse
-from newsmon.shared.predictors.rules import neighbours_needed, newsmon_decision
+from newsmon.shared.predictors.calibrate import _lifts, calibrate
+from newsmon.shared.predictors.rules import newsmon_decision
 from newsmon.shared.predictors.thresholds import micro_f1_acc, paired_lift_interval
 
 
@@ -38,11 +37,8 @@ def calibrated(data: str, max_chunks: int) -> dict:
     p = cal.params
     vocab, Y_cal, Y_te = x.gold_matrices()
     L = len(vocab)
-    r_cal = fuse(x.cal_retrieval, x.cal_texts, p.lexical_weight, max(GRID_K), x.terms)
-    r_te = fuse(x.test_retrieval, x.test_texts, p.lexical_weight, neighbours_needed(p), x.terms)
-    te_hits = x.keys.top(x.test_vectors, p.label_keys) if p.label_lambda else None
-    P_cal = newsmon_decision(r_cal, LabelVocab(vocab.labels), p, None, x.cal_hits if p.label_lambda else None,
-                             x.counts).proposed
+    r_cal, r_te, cal_hits, te_hits = x.scored_with(p)
+    P_cal = newsmon_decision(r_cal, LabelVocab(vocab.labels), p, None, cal_hits, x.counts).proposed
     P_te = newsmon_decision(r_te, LabelVocab(vocab.labels), p, x.known, te_hits, x.counts).proposed
     return {"params": p.as_dict(), "Y_cal": Y_cal, "Y_te": Y_te, "P_cal": pad(P_cal, L), "P_te": pad(P_te, L),
             "labels": vocab.labels, "seconds": time.perf_counter() - t0}
