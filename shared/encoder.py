@@ -350,9 +350,8 @@ class Encoder:
         head, tail = special_tokens(self.tokenizer)
         room = self.max_length - len(head) - len(tail)
         enc = self.tokenizer(texts, add_special_tokens=False, truncation=False, padding=False, verbose=False)
-        prefixes = {t[:len(p)] for t in texts for p in (self.settings.query_prefix, self.settings.passage_prefix)
-                    if p and t.startswith(p)}
-        prefix_ids = {p: self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prefixes}
+        prefix_ids = {p: self.tokenizer(p, add_special_tokens=False)["input_ids"]
+                      for p in (self.settings.query_prefix, self.settings.passage_prefix) if p}
         rows, owner, weight = [], [], []
         for i, (text, ids) in enumerate(zip(texts, enc["input_ids"])):
             pre = max((p for p in prefix_ids if text.startswith(p)), key=len, default="")
@@ -360,17 +359,18 @@ class Encoder:
                 rows.append(head + w + tail)
                 owner.append(i)
                 weight.append(len(w))
-        vecs = self._forward(rows, [[1] * len(r) for r in rows], progress)
+        vecs = self._forward(rows, [[1] * len(r) for r in rows], progress, unit="window")
         out = np.zeros((len(texts), self.dim), dtype=np.float64)
         np.add.at(out, np.asarray(owner), vecs * np.asarray(weight, dtype=np.float64)[:, None])
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out.astype(np.float32)
 
-    def _forward(self, ids: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], progress: bool) -> np.ndarray:
+    def _forward(self, ids: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], progress: bool,
+                 unit: str = "art") -> np.ndarray:
         """``(len(ids), d)`` float32 pooled, normalised vectors of tokenised inputs (special tokens included), in
-        length-sorted forward passes of at most ``batch_size``."""
+        length-sorted forward passes of at most ``batch_size``; the progress bar counts ``unit``."""
         out = np.zeros((len(ids), self.dim), dtype=np.float32)
-        bar = tqdm(total=len(ids), desc="embedding", unit="text", disable=not progress, leave=False)
+        bar = tqdm(total=len(ids), desc="embedding", unit=unit, disable=not progress, leave=False)
         for idx in length_buckets([len(x) for x in ids], self.settings.batch_size):
             width = max(len(ids[i]) for i in idx)
             pad = self.tokenizer.pad_token_id or 0
