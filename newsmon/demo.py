@@ -27,7 +27,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, Text
                            TimeRemainingColumn)
 
 from newsmon.broker import TansuBroker, free_port, port_or_free
-from newsmon.render import render_proposal
+from newsmon.render import print_proposal
 from newsmon.schemas import ArticleEvent, LabelDecision, LabelProposal, ModeratorDecision, parse_event
 from newsmon.shared.calibration import effective_scoring
 from newsmon.shared.classifier import BuildReport, Classifier
@@ -115,7 +115,7 @@ class DemoModerator:
             dup = f", near-copy of {p.duplicate_of}" if p.duplicate_of else ""
             header = (f"{p.article_id}: {ok} of {len(proposed)} proposed labels right, gold {', '.join(gold)}{dup} "
                       f"(proposed {p.timings.total_ms:.0f} ms after arrival, in a batch of {p.timings.batch_size})")
-            self.progress.console.print(render_proposal(p, gold, neighbours=2, candidates=2, header=header))
+            print_proposal(self.progress.console, p, gold=gold, neighbours=2, candidates=2, header=header)
             self.shown += 1
         self.progress.advance(self.task)
         if len(self.received) == len(self.gold):

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.console import Console
 from rich.text import Text
 
 from newsmon.schemas import LabelProposal, ProposedLabel
 
-__all__ = ["render_proposal", "thresholds_in_words"]
+__all__ = ["print_proposal", "render_proposal", "thresholds_in_words"]
 
 _MARK = {True: ("✓", "green"), False: ("✗", "red"), None: ("•", "cyan")}
 
@@ -146,3 +147,10 @@ def render_proposal(p: LabelProposal, gold: Sequence[str] | None = None, neighbo
         if missed:
             lines.append(Text(f"  missed (gold, not proposed): {', '.join(missed)}", style="yellow"))
     return Text("\n").join(lines)
+
+
+def print_proposal(console: Console, p: LabelProposal, **kwargs) -> None:
+    """Print :func:`render_proposal` (``p`` and ``kwargs``) on ``console``: wrapped at its width on a terminal, each
+    line whole anywhere else (a file, a pipe, a log collector), so that a label, its rule and each neighbour stay on
+    one line there (rich wraps output that is not a terminal at 80 columns)."""
+    console.print(render_proposal(p, **kwargs), soft_wrap=not console.is_terminal)

@@ -99,3 +99,24 @@ def test_the_label_count_rule_is_named_with_its_minimum():
     assert ("  • odpuščanje  0.208  retrieval  label count: among the article's best labels, as many as its "
             "neighbours carry (at or above 0.2)") in out.splitlines()
     assert "sindikat    0.200  retrieval  at or above its minimum 0.2, beyond the article's label count" in out
+
+
+def test_a_proposal_printed_to_a_file_keeps_each_line_whole():
+    """The demo's and ``suggest``'s output in a file or a pipe (not a terminal: rich wraps it at 80 columns) keeps
+    each line of the proposal whole, a long header and a label with its rule's reason included; a terminal of 80
+    columns still wraps."""
+    import io
+
+    from newsmon.render import print_proposal
+
+    p = _examples()[-1]
+    header = "sl-test-41: 1 of 4 proposed labels right, gold " + ", ".join(["secop", "pogajanja"] * 8)
+    want = render_proposal(p, ["odpuščanje"], neighbours=2, candidates=2, header=header).plain.splitlines()
+    assert max(len(x) for x in want) > 80
+    to_file = Console(file=io.StringIO(), width=80)
+    assert not to_file.is_terminal
+    print_proposal(to_file, p, gold=["odpuščanje"], neighbours=2, candidates=2, header=header)
+    assert to_file.file.getvalue().splitlines() == want
+    terminal = Console(file=io.StringIO(), width=80, force_terminal=True, color_system=None)
+    print_proposal(terminal, p, gold=["odpuščanje"], neighbours=2, candidates=2, header=header)
+    assert max(len(x) for x in terminal.file.getvalue().splitlines()) <= 80

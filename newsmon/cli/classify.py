@@ -119,12 +119,12 @@ def suggest(
     if as_json:
         print(proposal.model_dump_json(indent=2))
         return
-    from newsmon.render import render_proposal, thresholds_in_words  # deferred: see the module docstring
+    from newsmon.render import print_proposal, thresholds_in_words  # deferred: see the module docstring
 
     r, t = proposal.scoring, proposal.timings
-    console.print(render_proposal(proposal, neighbours=3, candidates=5, header=(
+    print_proposal(console, proposal, neighbours=3, candidates=5, header=(
         f"{proposal.article_id}: k={r.top_k}, tau={r.tau}, labels above {thresholds_in_words(proposal)}; "
-        f"{t.total_ms:.0f} ms; searched {proposal.memory_version}")))
+        f"{t.total_ms:.0f} ms; searched {proposal.memory_version}"))
     if not proposal.labels and proposal.candidates:
         console.print("(lower the threshold with --threshold to propose the labels below it)")
 
