@@ -40,7 +40,7 @@ def calibrated(data: str, max_chunks: int) -> dict:
     r_cal, r_te, cal_hits, te_hits = x.scored_with(p)
     P_cal = newsmon_decision(r_cal, LabelVocab(vocab.labels), p, None, cal_hits, x.counts).proposed
     P_te = newsmon_decision(r_te, LabelVocab(vocab.labels), p, x.known, te_hits, x.counts).proposed
-    return {"params": p.as_dict(), "Y_cal": Y_cal, "Y_te": Y_te, "P_cal": pad(P_cal, L), "P_te": pad(P_te, L),
+    return {"params": p.as_dict(), "n_validation": x.n_validation, "Y_cal": Y_cal, "Y_te": Y_te, "P_cal": pad(P_cal, L), "P_te": pad(P_te, L),
             "labels": vocab.labels, "seconds": time.perf_counter() - t0}
 
 
@@ -69,6 +69,15 @@ def main() -> None:
               f"{kept} | {100 * tf1:.1f} | {100 * tacc:.1f} | {r['seconds']:.0f} |")
     moved = int((runs[args.chunks]["P_cal"] != base["P_cal"]).any(axis=1).sum())
     print(f"calibration articles whose proposals differ: {moved} of {len(base['Y_cal'])}")
+    # the two parts of the calibration articles apart (each setting's calibration as chosen on both parts)
+    v = base["n_validation"]
+    var = runs[args.chunks]
+    for part, rows in (("train, leave-one-out", slice(0, -v)), ("validation", slice(-v, None))):
+        Y, new, old = base["Y_cal"][rows], var["P_cal"][rows], base["P_cal"][rows]
+        (f1, acc), (f1_0, acc_0) = micro_f1_acc(Y, new), micro_f1_acc(Y, old)
+        lo, hi = paired_lift_interval(Y, new, old)
+        print(f"{part} ({len(Y)} articles): objective {f1_0 + acc_0:.4f} -> {f1 + acc:.4f}, "
+              f"paired lift 90 % {lo:+.4f} .. {hi:+.4f}")
 
 
 if __name__ == "__main__":
