@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from eval_inputs import build, pad
-from newsmon.shared.predictors import LabelVocab, Retrieval
+from newsmon.shared.predictors import DECIDING_RULES, LabelVocab, Retrieval
 from newsmon.shared.predictors.calibrate import RULE_GRID, Params, _lifts, calibrate
 from newsmon.shared.predictors.label_keys import LabelHits
 from newsmon.shared.predictors.rules import best_labels, mean_label_count, newsmon_decision
@@ -46,7 +46,8 @@ def variants(r: Retrieval, labels: list[str], L: int, p: Params, hits: LabelHits
     """``(m, L)`` bool proposals: the calibrated ones (``calibrated``) and each label-count variant."""
     d = newsmon_decision(r, LabelVocab(labels), p, known, hits, counts, reasons=True)
     S, P = pad(d.scores, L), pad(d.proposed, L)
-    others = pad(d.decided_by >= 2, L)  # tail support, new-label support, floor: they stay
+    kept = [DECIDING_RULES.index(r) for r in ("tail_support", "new_label_support", "floor")]  # they stay
+    others = pad(np.isin(d.decided_by, kept), L)
     out = {"calibrated": P}
     n_hat = mean_label_count(r, p.top_k, p.tau)  # the rule's own n, before its rounding
     for how, n in (("round", np.floor(n_hat + 0.5)), ("ceil", np.ceil(n_hat))):

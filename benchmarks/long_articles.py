@@ -40,8 +40,8 @@ def calibrated(data: str, max_chunks: int) -> dict:
     r_cal, r_te, cal_hits, te_hits = x.scored_with(p)
     P_cal = newsmon_decision(r_cal, LabelVocab(vocab.labels), p, None, cal_hits, x.counts).proposed
     P_te = newsmon_decision(r_te, LabelVocab(vocab.labels), p, x.known, te_hits, x.counts).proposed
-    return {"params": p.as_dict(), "n_validation": x.n_validation, "Y_cal": Y_cal, "Y_te": Y_te, "P_cal": pad(P_cal, L), "P_te": pad(P_te, L),
-            "labels": vocab.labels, "seconds": time.perf_counter() - t0}
+    return {"params": p.as_dict(), "n_validation": x.n_validation, "Y_cal": Y_cal, "Y_te": Y_te,
+            "P_cal": pad(P_cal, L), "P_te": pad(P_te, L), "labels": vocab.labels, "seconds": time.perf_counter() - t0}
 
 
 def main() -> None:

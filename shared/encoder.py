@@ -269,8 +269,8 @@ class Encoder:
         self.max_length = min(self.settings.max_length, limit)
         self.dim = int(config.hidden_size)
         self.base_model_id = model_fingerprint(self.name_or_path)
-        self.vector_model_id = runtime_model_id(self.base_model_id, self.runtime)  # the base encoder's: the cache's
-        self.vector_model_id += chunk_suffix(self.settings)
+        # the base encoder's (the cache's), as encoder_identity composes it
+        self.vector_model_id = runtime_model_id(self.base_model_id, self.runtime) + chunk_suffix(self.settings)
         self.model_id = self.vector_model_id + (self.adapter.suffix if self.adapter is not None else "")
         if self.runtime in ONNX_RUNTIMES:
             self.device = "cpu"

@@ -137,6 +137,7 @@ def neighbours_needed(params: Any) -> int:
 #: Each deciding rule's code in :attr:`Decision.decided_by` (its index in :data:`DECIDING_RULES`).
 _CODE: dict[str, np.int8] = {name: np.int8(i) for i, name in enumerate(DECIDING_RULES)}
 
+
 @dataclass
 class Decision:
     """What :func:`newsmon_decision` decided for ``m`` queries over ``L`` labels.
