@@ -108,6 +108,10 @@ class ScoringInfo(Part):
                                                               "whose score reaches this, n the softmax-weighted mean "
                                                               "label count of its k neighbours, rounded; it replaces "
                                                               "the thresholds; null: off; v4.")
+    head_weight: FiniteFloat = Field(0.0, ge=0, le=1, description="Weight beta of the head model (a logistic "
+                                                                  "regression per label on 100 or more memory "
+                                                                  "articles) mixed into those labels' scores (0: "
+                                                                  "off); v5.")
 
 
 class Timings(Part):
@@ -140,15 +144,16 @@ class LabelProposal(Event):
     neighbours' ``title``; 3 adds per label ``decided_by`` and ``threshold``, and the calibrated decision rules in
     ``scoring`` (``floor``, ``set_vote``, ``tail_support``, ``new_label_support``, ``label_lambda``,
     ``bucket_thresholds``, ``label_thresholds``); 4 adds the label-count rule (``decided_by`` ``label_count``,
-    ``scoring.label_count``). Versions 1 to 3 are still read (new fields at their defaults).
+    ``scoring.label_count``); 5 adds the head model's weight (``scoring.head_weight``). Versions 1 to 4 are still
+    read (new fields at their defaults).
     """
 
     default_topic: ClassVar[str] = LABEL_PROPOSALS_TOPIC
     kafka_key_field: ClassVar[str] = "article_id"
-    schema_versions: ClassVar[tuple[int, ...]] = (1, 2, 3, 4)
+    schema_versions: ClassVar[tuple[int, ...]] = (1, 2, 3, 4, 5)
     json_examples: ClassVar[tuple[dict, ...]] = tuple(PROPOSAL_EXAMPLES)
 
-    schema_version: int = Field(4, description="Version of this schema (1 to 4).")
+    schema_version: int = Field(5, description="Version of this schema (1 to 5).")
     article_id: ArticleId
     revision: int = Field(0, ge=0, description="0 for the first proposal of the article; higher replaces lower.")
     labels: list[ProposedLabel] = Field(description="Proposed labels, best first, each label once.")
@@ -174,10 +179,12 @@ class LabelProposal(Event):
         return self
 
     def needs_version(self) -> int:
-        """4 when any version-4 field is set, else 3 when any version-3 field is, else 2 when any version-2 field
+        """5 when any version-5 field is set, else 4 when any version-4 field is, else 3 when any version-3 field is, else 2 when any version-2 field
         is, else 1."""
         every = [*self.labels, *self.candidates]
         sc = self.scoring
+        if sc is not None and sc.head_weight:
+            return 5
         if any(p.decided_by == "label_count" for p in every) or (sc is not None and sc.label_count is not None):
             return 4
         if any(p.decided_by is not None or p.threshold is not None for p in every) or (sc is not None and (

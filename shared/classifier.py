@@ -24,7 +24,8 @@ from newsmon.shared.memory import KnowledgeMemory, MemoryRouter, SearchFilter, s
 from newsmon.shared.calibration import CalibrationStore, effective_scoring, record_id
 from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors import LabelScore, LabelVocab, Proposal, Retrieval, explain, newsmon_decision
-from newsmon.shared.predictors.label_keys import LabelKeys
+from newsmon.shared.predictors.head_model import HeadModel, HeadScores
+from newsmon.shared.predictors.label_keys import LabelHits, LabelKeys
 from newsmon.shared.predictors.rules import neighbours_needed
 from newsmon.shared.promotion import effective_encoder_settings
 
@@ -57,7 +58,8 @@ def scoring_info(rae: RaeSettings, calibration: str | None = None) -> ScoringInf
                        tail_support=rae.tail_support, new_label_support=rae.new_label_support,
                        label_lambda=rae.label_lambda,
                        bucket_thresholds=list(rae.bucket_thresholds) if rae.bucket_thresholds else None,
-                       label_thresholds=len(rae.label_thresholds or {}), label_count=rae.label_count)
+                       label_thresholds=len(rae.label_thresholds or {}), label_count=rae.label_count,
+                       head_weight=rae.head_weight)
 
 
 @dataclass
@@ -112,6 +114,7 @@ class Classifier:
         self.terms = TermVectors()  # hybrid retrieval's term vectors of memory articles, by id
         self.calibrations = CalibrationStore(settings, self.router.server_client() if settings.memory.url else None)
         self._keys: dict[str, tuple[str, LabelKeys]] = {}  # language -> (calibration record id, its label keys)
+        self._heads: dict[str, tuple[tuple[str, float], HeadModel]] = {}  # language -> ((record id, C), head model)
         self._keys_lock = threading.Lock()
 
     # -- memory -------------------------------------------------------------------------------------
@@ -199,6 +202,24 @@ class Classifier:
                          seconds=round(time.perf_counter() - t0, 2))
             return hit[1]
 
+    def head_model(self, lang: str, record: str, c: float) -> HeadModel:
+        """The head model of ``lang``'s memory (:mod:`newsmon.shared.predictors.head_model`: a logistic regression
+        per label on >= 100 memory articles, inverse regularisation ``c``), fitted on the memory's stored texts by
+        one scroll of the collection on first use under calibration record ``record`` and kept until another
+        record is read (as the label keys are; the calibration chose it on the same memory)."""
+        with self._keys_lock:
+            hit = self._heads.get(lang)
+            if hit is None or hit[0] != (record, c):
+                t0 = time.perf_counter()
+                texts, labels = [], []
+                for p in self.memory(lang).scroll(SearchFilter(labelled=True)):
+                    texts.append(str(p.payload.get("text") or ""))
+                    labels.append(tuple(p.labels))
+                hit = self._heads[lang] = ((record, c), HeadModel(c).fit(texts, labels))
+                log.info("head model fitted", collection=self.collection(lang), labels=len(hit[1].labels),
+                         articles=len(texts), seconds=round(time.perf_counter() - t0, 2))
+            return hit[1]
+
     def propose(self, texts: Sequence[str], langs: Sequence[str | None] | None = None,
                 rae: RaeSettings | None = None, vectors: np.ndarray | None = None,
                 exclude: Sequence[str] = (),
@@ -240,22 +261,35 @@ class Classifier:
             decide = params
             if relabel is not None:
                 known, decide = _relabelled(r, known, params, relabel)
-            hits = counts = None
-            if (params.label_lambda or params.bucket_thresholds) and cal is not None:  # its language's keys
-                keys = self.label_keys(langs[idx[0]], cal)
-                hits = keys.top(vectors[idx], params.label_keys) if params.label_lambda else None
-                counts = keys.label_counts()
-                if relabel is not None:
-                    hits = hits.relabel(relabel) if hits is not None else None
-                    counts = _relabel_counts(counts, relabel)
+            hits, counts, head = self._memory_parts(langs[idx[0]], cal, params, vectors[idx],
+                                                    [texts[i] for i in idx], relabel)
             vocab = LabelVocab()
-            d = newsmon_decision(r, vocab, decide, known, hits, counts, reasons=True)
+            d = newsmon_decision(r, vocab, decide, known, hits, counts, reasons=True, head=head)
             for i, p, names in zip(idx, explain(r, d.scores, vocab, params.threshold, params.top_k,
                                                 candidates=candidates, proposed=d.proposed, decided_by=d.decided_by,
                                                 thresholds=d.thresholds), searched):
                 p.searched, p.scoring, p.calibration = names, params, cal
                 out[i] = p
         return out, vectors
+
+    def _memory_parts(self, lang: str | None, cal: str | None, params: RaeSettings, vectors: np.ndarray,
+                      texts: list[str], relabel: Callable[[tuple[str, ...]], tuple[str, ...]] | None
+                      ) -> tuple[LabelHits | None, dict[str, int] | None, HeadScores | None]:
+        """What the decision reads from ``lang``'s memory under calibration record ``cal`` (none without one): the
+        ``(m, d)`` queries' nearest label keys, the memory articles per label, the head model's probabilities of
+        the ``m`` texts; under the label registry's names when ``relabel`` is given."""
+        hits = counts = head = None
+        if (params.label_lambda or params.bucket_thresholds) and cal is not None and lang is not None:
+            keys = self.label_keys(lang, cal)
+            hits = keys.top(vectors, params.label_keys) if params.label_lambda else None
+            counts = keys.label_counts()
+            if relabel is not None:
+                hits = hits.relabel(relabel) if hits is not None else None
+                counts = _relabel_counts(counts, relabel)
+        if params.head_weight and cal is not None and lang is not None:
+            head = self.head_model(lang, cal, params.head_c).scores(texts)
+            head = head.relabel(relabel) if relabel is not None else head
+        return hits, counts, head
 
     def close(self) -> None:
         """Close the memories and the embedding cache."""

@@ -48,6 +48,11 @@ class RaeSettings(BaseModel):
     label_keys: int = Field(10, ge=1, le=1000, description="Nearest label keys in the label keys' softmax.")
     label_tau: float = Field(0.01, gt=0, allow_inf_nan=False, description="Softmax temperature over the label keys' "
                              "cosines.")
+    head_weight: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="beta of the head model (a "
+                               "logistic regression over words and punctuation for each label on >= 100 memory "
+                               "articles): a head label's score = (1 - beta) * score + beta * its probability; 0: off "
+                               "(needs a calibration record: the workers fit it from the memory under each record).")
+    head_c: float = Field(10.0, gt=0, allow_inf_nan=False, description="The head model's inverse regularisation C.")
     bucket_thresholds: tuple[float, float, float, float] | None = Field(
         None, description="One threshold per label-frequency bucket instead of threshold: labels carried by <= 10 "
         "memory articles (and labels new since the calibration), 11-99, 100-499, >= 500; unset: one threshold. "

@@ -4,6 +4,7 @@ every other language while it is too small or missing (cross-lingual), on the re
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from rich.console import Console
 
 
@@ -209,3 +210,35 @@ def test_the_wire_says_which_rule_proposed_each_label_and_its_threshold(memory_c
     # frequency-bucket thresholds: each label says its own (a on 13 memory articles, k on 8: rare)
     buckets = propose(threshold=0.5, bucket_thresholds=[0.9, 0.3, 0.3, 0.3])
     assert why(buckets) == {"a": ("threshold", 0.3), "k": (None, 0.9)}
+
+
+def test_the_head_model_is_fitted_from_the_memory_under_each_record_and_follows_the_registry(memory_classifier):
+    """A record with the head model: the worker fits it from the memory's stored texts (one scroll) and mixes
+    it in; with beta = 1 a head label's score is exactly the probability of the model fitted on the memory,
+    so a house style that the random neighbours cannot show decides, and a rename carries it."""
+    from test_head_model import house_style_corpus
+
+    from newsmon.shared.calibration import CalibrationRecord
+    from newsmon.shared.predictors.head_model import HeadModel
+
+    clf = memory_classifier
+    clf.settings.memory.min_language_articles = 1
+    rng = np.random.default_rng(5)
+    texts, labels = house_style_corpus(240, seed=6)
+    clf.memory("sl").upsert([f"m{i}" for i in range(240)], _unit(rng, 240, clf.encoder.dim), [list(x) for x in labels],
+                            [{"lang": "sl", "text": t} for t in texts])
+    params = {"top_k": 20, "tau": 100.0, "threshold": 0.5, "head_weight": 1.0, "head_c": 10.0}
+    clf.calibrations.write(CalibrationRecord(collection=clf.collection("sl"), language="sl",
+                                             model_version=clf.model_version, params=params,
+                                             objective="micro_f1 + subset_accuracy", labels=["agency", "economy",
+                                                                                            "local"]))
+    queries, truth = house_style_corpus(4, seed=7)
+    props, _ = clf.propose(queries, ["sl"] * 4, vectors=_unit(rng, 4, clf.encoder.dim))
+    expected = HeadModel(10.0).fit(texts, labels).scores(queries)
+    for p, want, gold in zip(props, expected.probs, truth):
+        got = {x.label: x.score for x in [*p.labels, *p.candidates]}
+        assert got["agency"] == pytest.approx(float(want[0]), abs=1e-5)
+        assert ("agency" in p.label_set) == ("agency" in gold) and p.scoring.head_weight == 1.0
+    renamed, _ = clf.propose(queries[:1], ["sl"], vectors=_unit(rng, 1, clf.encoder.dim),
+                             relabel=lambda t: tuple("press" if x == "agency" else x for x in t))
+    assert "press" in renamed[0].label_set and "agency" not in renamed[0].label_set

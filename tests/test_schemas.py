@@ -404,7 +404,20 @@ def test_proposal_version_4_carries_the_label_count_rule_and_refuses_a_lower_dec
         assert "needs schema_version 4" in reason(LabelProposal, {**v3, **change})
         p = parse_event(LabelProposal, raw({**v3, **change, "schema_version": 4}))
         assert p.schema_version == 4 and p.needs_version() == 4
-    assert LabelProposal.model_fields["schema_version"].default == 4
+    assert LabelProposal.model_fields["schema_version"].default == 5
+
+
+def test_proposal_version_5_carries_the_head_model_weight_and_refuses_a_lower_declaration():
+    """The head model's weight (``scoring.head_weight``) needs version 5; a proposal without it stays at the
+    version its other content needs, and a version-4 declaration carrying it is refused."""
+    v3 = next(e for e in LabelProposal.json_examples if e["article_id"] == "dnevnik-2024-05-07-3301")
+    headed = {**v3, "scoring": {**v3["scoring"], "head_weight": 0.75}}
+    assert "needs schema_version 5" in reason(LabelProposal, {**headed, "schema_version": 4})
+    p = parse_event(LabelProposal, raw({**headed, "schema_version": 5}))
+    assert p.schema_version == 5 and p.needs_version() == 5 and p.scoring.head_weight == 0.75
+    built = LabelProposal.model_validate({k: v for k, v in headed.items() if k != "schema_version"})
+    assert json.loads(built.to_bytes())["schema_version"] == 5
+    assert parse_event(LabelProposal, raw(v3)).scoring.head_weight == 0.0
 
 
 @pytest.mark.parametrize("name", sorted(EVENT_MODELS))

@@ -25,7 +25,8 @@ from newsmon.shared.data import Article
 from newsmon.shared.evaluation.neighbours import search_by_language
 from newsmon.shared.memory import SearchFilter
 from newsmon.shared.predictors import Retrieval
-from newsmon.shared.predictors.calibrate import GRID_K, LEXICAL_CANDIDATES, OBJECTIVE, calibrate
+from newsmon.shared.predictors.calibrate import GRID_K, LEXICAL_CANDIDATES, OBJECTIVE, CalibrationResult, calibrate
+from newsmon.shared.predictors.head_model import calibration_head_scores
 from newsmon.shared.predictors.label_keys import LabelHits, LabelKeys
 from newsmon.shared.predictors.newsmon import MAX_LABEL_KEYS
 
@@ -62,6 +63,16 @@ def _leave_one_out(clf: Classifier, lang: str, k: int, limit: int | None
     return loo, [tuple(p.labels) for p in points], texts, vecs
 
 
+def _write_record(clf: Classifier, lang: str, result: CalibrationResult, fit_on: dict, written_by: str
+                  ) -> CalibrationRecord:
+    """Store the calibration record of ``lang``'s collection (what ``result`` chose, fitted on ``fit_on``)."""
+    record = CalibrationRecord(collection=clf.collection(lang), language=lang, model_version=clf.model_version,
+                               params=result.params.as_dict(), objective=OBJECTIVE, figures=result.figures,
+                               fit_on=fit_on, written_by=written_by, labels=result.known_labels)
+    clf.calibrations.write(record)
+    return record
+
+
 def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), written_by: str = "tune",
                      corpus: str | None = None, max_memory_articles: int | None = 20_000
                      ) -> dict[str, LanguageCalibration]:
@@ -94,6 +105,7 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
         counts = keys.label_counts()
         hits = [keys.top(mem_vecs, MAX_LABEL_KEYS, mem_vecs, gold)]
         val = [a for a in validation if a.lang == lang and a.labels]
+        memory = (list(texts), list(gold))  # the head model is fitted on the whole memory, as the workers fit it
         if adapted and val:
             loo, parts, gold, texts, hits = Retrieval(loo.ids[:0], loo.sims[:0], []), [], [], [], []
         if val:
@@ -104,15 +116,12 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
             gold = gold + [tuple(a.labels) for a in val]
             texts = texts + [a.text for a in val]
             n_val = len(val)
+        head = calibration_head_scores(*memory, [a.text for a in val], include_memory=len(loo.labels) > 0)
         result = calibrate(Retrieval.concat(parts), gold, query_texts=texts, terms=clf.terms,
-                           memory_labels=memory_labels, label_hits=LabelHits.concat(hits), label_counts=counts)
-        record = CalibrationRecord(
-            collection=clf.collection(lang), language=lang, model_version=clf.model_version,
-            params=result.params.as_dict(), objective=OBJECTIVE, figures=result.figures,
-            fit_on={"memory_articles_leave_one_out": len(loo.labels), "validation_articles": n_val,
-                    "corpus": corpus},
-            written_by=written_by, labels=result.known_labels)
-        clf.calibrations.write(record)
+                           memory_labels=memory_labels, label_hits=LabelHits.concat(hits), label_counts=counts,
+                           head=head)
+        record = _write_record(clf, lang, result, {"memory_articles_leave_one_out": len(loo.labels),
+                                                   "validation_articles": n_val, "corpus": corpus}, written_by)
         out[lang] = LanguageCalibration(record, result.steps, time.perf_counter() - t0)
         log.info("calibrated", collection=record.collection, params=record.params,
                  micro_f1=round(result.figures["micro_f1"], 4),

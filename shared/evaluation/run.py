@@ -163,6 +163,7 @@ def ablation_rows(p: Predictor, test_q: QueryBatch, labels: Labels) -> dict[str,
         fixed = type(p)(params=Params(**step["params"]))
         fixed.vocab, fixed.known_labels, fixed.label_keys, fixed.label_counts = (p.vocab, p.known_labels,
                                                                                  p.label_keys, p.label_counts)
+        fixed.head_models = p.head_models
         scores, proposed = fixed.score_and_decide(test_q)
         tag = "kept" if step["kept"] else "not kept"
         name = f"{p.display_name}: {step['step']}" + ("" if i == 0 else f" ({tag})")

@@ -15,7 +15,9 @@ keys and the label-set vote on and off and moved the test figures by several poi
 
 Order: k, tau and the threshold on a grid; then hybrid retrieval (the dense neighbours fused with a lexical
 similarity, when the neighbours' texts are at hand), kept only when it lifts the objective; then the label keys
-(RAE-XMC's label part of the memory, :mod:`newsmon.shared.predictors.label_keys`) likewise; then one threshold
+(RAE-XMC's label part of the memory, :mod:`newsmon.shared.predictors.label_keys`) likewise; then the head model
+(a logistic regression over words and punctuation per frequent label, mixed into those labels' scores,
+:mod:`newsmon.shared.predictors.head_model`; the memory's own articles scored out of fold) likewise; then one threshold
 per label-frequency bucket, likewise, and a threshold of its own for each frequent label, kept when it lifts the
 objective on articles it was not fitted on (:mod:`newsmon.shared.predictors.thresholds`); then each decision
 rule (floor, label-set vote, label count, tail support) is tried on top and kept only when it lifts the objective,
@@ -31,17 +33,18 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from newsmon.shared.predictors.head_model import HeadScores
 from newsmon.shared.predictors.label_keys import LabelHits, key_scores
 from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors.new_labels import NEW_LABEL_GRID, new_label_replay
-from newsmon.shared.predictors.rules import BUCKET_EDGES, column_thresholds, newsmon_decide
+from newsmon.shared.predictors.rules import BUCKET_EDGES, column_thresholds, mix_head, newsmon_decide
 from newsmon.shared.predictors.rae_xmc import rae_xmc_scores
+from newsmon.shared.predictors.params import LEXICAL_CANDIDATES, CalibrationResult, Params
 from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
 from newsmon.shared.predictors.thresholds import (bootstrap_objective, bucket_ascent, choose_label_thresholds,
                                                   paired_lift_interval)
@@ -54,7 +57,6 @@ GRID_THRESHOLD = tuple(np.round(np.arange(0.10, 0.76, 0.05), 2))
 #: Lexical weights tried for hybrid retrieval (0 = dense only), and the candidates fused: the dense top-N united
 #: with the lexical top-N of the knowledge memory (hybrid search).
 GRID_LEXICAL = (0.2, 0.3, 0.5, 0.7)
-LEXICAL_CANDIDATES = 200
 #: The decision rules tried on top of the base, in this order, each kept only where it lifts.
 RULE_GRID: dict[str, list[dict[str, Any]]] = {
     "floor": [{"floor": f} for f in (0.0, 0.1, 0.2, 0.3)],
@@ -67,53 +69,11 @@ RULE_GRID: dict[str, list[dict[str, Any]]] = {
 OBJECTIVE = "micro_f1 + subset_accuracy"
 #: The label keys' options (lambda, nearest keys, temperature), tried on the chosen k / tau with every threshold.
 LABEL_KEY_GRID = tuple(itertools.product((0.1, 0.25, 0.5, 1.0), (3, 10), (0.01, 0.02, 0.05)))
-
-
-@dataclass
-class Params:
-    """The ``newsmon`` predictor's parameters (the fields of :class:`newsmon.shared.config.RaeSettings`)."""
-
-    top_k: int = 50
-    tau: float = 0.04
-    threshold: float = 0.5
-    floor: float | None = None
-    set_vote: float | None = None
-    label_count: float | None = None
-    tail_support: int = 0
-    tail_neighbours: int = 5
-    tail_similarity: float = 0.9
-    lexical_weight: float = 0.0
-    lexical_candidates: int = LEXICAL_CANDIDATES
-    new_label_support: int = 0
-    new_label_neighbours: int = 20
-    new_label_similarity: float = 0.8
-    label_lambda: float = 0.0
-    label_keys: int = 10
-    label_tau: float = 0.01
-    bucket_thresholds: tuple[float, float, float, float] | None = None
-    label_thresholds: dict[str, float] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """The parameters as a plain dict (JSON-able: tuples as lists, so a stored record reads back equal)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
-
-
-@dataclass
-class CalibrationResult:
-    """What :func:`calibrate` chose and why.
-
-    Attributes:
-        params: the chosen parameters; figures: their ``micro_f1``, ``subset_accuracy``, ``objective``,
-        ``objective_lo`` / ``objective_hi`` (bootstrap 90 %) and ``n`` on the calibration articles;
-        steps: the ablation, one entry per step (``step``, ``params``, ``micro_f1``, ``subset_accuracy``,
-        ``objective``, ``kept``; the new-label step adds its replay's figures); known_labels: the labels of the
-        memory it was fitted on (sorted), the calibration record's ``labels``.
-    """
-
-    params: Params
-    figures: dict[str, float]
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    known_labels: list[str] = field(default_factory=list)
+#: The head model's options (its C, then its weight beta), tried on the parameters before it with every threshold.
+HEAD_GRID = tuple(itertools.product((1.0, 10.0, 100.0), (0.25, 0.5, 0.75, 1.0)))
+#: What the calibration gets for the head model: the calibration articles' head probabilities for a given C
+#: (out of fold for the memory's own articles; :func:`newsmon.shared.predictors.head_model.calibration_head_scores`).
+HeadAt = Callable[[float], HeadScores]
 
 
 def _gold(label_sets: list[tuple[str, ...]], vocab: LabelVocab) -> np.ndarray:
@@ -178,14 +138,32 @@ def _label_keys_step(retrieval: Retrieval, hits: LabelHits, Yt: np.ndarray, labe
     return best
 
 
-def _scores(retrieval: Retrieval, hits: LabelHits | None, labels: list[str], L: int, params: Params) -> np.ndarray:
-    """``(n, L)`` float32 scores with ``params``' k, tau and label keys (the threshold part of the decision)."""
+def _scores(retrieval: Retrieval, hits: LabelHits | None, labels: list[str], L: int, params: Params,
+            head: HeadScores | None = None) -> np.ndarray:
+    """``(n, L)`` float32 scores with ``params``' k, tau, label keys and head model (the threshold part of the
+    decision)."""
     vocab = LabelVocab(labels)
     S = _pad(rae_xmc_scores(retrieval.sims, retrieval.label_matrix(vocab), params.top_k, params.tau, 1.0, L), L)[:, :L]
     if params.label_lambda and hits is not None:
         lam = params.label_lambda
         S = (S + lam * key_scores(hits, params.label_keys, params.label_tau, vocab.index, L)) / (1 + lam)
-    return S
+    return _pad(mix_head(S, vocab, head, params.head_weight), L)[:, :L]
+
+
+def _head_step(retrieval: Retrieval, hits: LabelHits | None, head_at: HeadAt, Yt: np.ndarray, labels: list[str],
+               params: Params) -> tuple[tuple[float, Params, float, float], HeadScores]:
+    """The best (objective, params, micro-F1, subset accuracy) of the head model's grid (:data:`HEAD_GRID` and
+    every threshold) on top of ``params``, with the head probabilities of the C it chose."""
+    best = None
+    for c, beta in HEAD_GRID:
+        head = head_at(c)
+        trial = Params(**{**params.as_dict(), "head_weight": beta, "head_c": c})
+        S = _scores(retrieval, hits, labels, Yt.shape[1], trial, head)
+        for thr in GRID_THRESHOLD:
+            f1, acc = _micro_f1_acc(Yt, S > thr)
+            if best is None or f1 + acc > best[0][0] + 1e-12:
+                best = ((f1 + acc, Params(**{**trial.as_dict(), "threshold": float(thr)}), f1, acc), head)
+    return best
 
 
 def _bucket_step(S: np.ndarray, Yt: np.ndarray, labels: list[str], params: Params,
@@ -249,13 +227,14 @@ def _lifts(trial: float, current: float, lift: tuple[float, float]) -> bool:
 
 
 def _rule_step(steps: list[dict[str, Any]], rule: str, retrieval: Retrieval, Yt: np.ndarray, labels: list[str],
-               state: State, label_hits: LabelHits | None, label_counts: dict[str, int] | None) -> State:
+               state: State, label_hits: LabelHits | None, label_counts: dict[str, int] | None,
+               head: HeadScores | None = None) -> State:
     """Try each option of decision rule ``rule`` on top of ``state``'s parameters, record the best as a step in
     ``steps`` (:func:`_take`, kept by :func:`_keeps`) and return the state after it."""
     best = None
     for option in RULE_GRID[rule]:
         trial = Params(**{**state[0].as_dict(), **option})
-        P = _decide(retrieval, Yt, labels, trial, label_hits, label_counts)
+        P = _decide(retrieval, Yt, labels, trial, label_hits, label_counts, head)
         tf1, tacc = _micro_f1_acc(Yt, P)
         if best is None or tf1 + tacc > best[0][0]:
             best = ((tf1 + tacc, trial, tf1, tacc), P)
@@ -271,9 +250,10 @@ def _keeps(rule: str, trial: float, current: float, lift: tuple[float, float]) -
 
 
 def _decide(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], params: Params, label_hits: LabelHits | None,
-            label_counts: dict[str, int] | None) -> np.ndarray:
+            label_counts: dict[str, int] | None, head: HeadScores | None = None) -> np.ndarray:
     """``(n, L)`` bool proposals of ``params`` over the columns of ``Yt``."""
-    _, P = newsmon_decide(retrieval, LabelVocab(labels), params, label_hits=label_hits, label_counts=label_counts)
+    _, P = newsmon_decide(retrieval, LabelVocab(labels), params, label_hits=label_hits, label_counts=label_counts,
+                          head=head)
     return _pad(P, Yt.shape[1])[:, :Yt.shape[1]]
 
 
@@ -301,9 +281,11 @@ def _new_label_step(steps: list[dict[str, Any]], retrieval: Retrieval, gold: lis
 
 def _lever_steps(steps: list[dict[str, Any]], retrieval: Retrieval, dense: Retrieval, query_texts: list[str] | None,
                  terms: TermVectors | None, Yt: np.ndarray, labels: list[str], state: State,
-                 hits: LabelHits | None, counts: dict[str, int] | None) -> tuple[Retrieval, State]:
-    """Hybrid retrieval, the label keys, the bucket and the per-label thresholds, each tried on top of ``state``
-    and recorded in ``steps``; returns the retrieval chosen and the state after them."""
+                 hits: LabelHits | None, counts: dict[str, int] | None, head_at: HeadAt | None = None
+                 ) -> tuple[Retrieval, State, HeadScores | None]:
+    """Hybrid retrieval, the label keys, the head model, the bucket and the per-label thresholds, each tried on
+    top of ``state`` and recorded in ``steps``; returns the retrieval chosen, the state after them and the head
+    probabilities kept (None when the head model is not)."""
     chosen = dense
     if query_texts is not None and retrieval.texts is not None:
         found, fused = _lexical_step(retrieval, query_texts, terms or TermVectors(), Yt, labels)
@@ -313,21 +295,28 @@ def _lever_steps(steps: list[dict[str, Any]], retrieval: Retrieval, dense: Retri
     if hits is not None:
         found = _label_keys_step(chosen, hits, Yt, labels, state[0])
         state = _take(steps, "+ label keys", found, state, _decide(chosen, Yt, labels, found[1], hits, counts), Yt)[0]
+    head = None
+    if head_at is not None:
+        found, trial_head = _head_step(chosen, hits, head_at, Yt, labels, state[0])
+        state, kept = _take(steps, "+ head model", found, state,
+                            _decide(chosen, Yt, labels, found[1], hits, counts, trial_head), Yt)
+        head = trial_head if kept else None
     if counts is not None:  # the bucket thresholds, then the per-label ones, on the same scores
-        S = _scores(chosen, hits, labels, Yt.shape[1], state[0])
+        S = _scores(chosen, hits, labels, Yt.shape[1], state[0], head)
         found = _bucket_step(S, Yt, labels, state[0], counts)
-        state = _take(steps, "+ bucket thresholds", found, state, _decide(chosen, Yt, labels, found[1], hits, counts),
-                      Yt)[0]
+        state = _take(steps, "+ bucket thresholds", found, state,
+                      _decide(chosen, Yt, labels, found[1], hits, counts, head), Yt)[0]
         params, f1, acc = _label_threshold_step(steps, S, Yt, labels, state[0], counts, state[1], state[2])
         if steps[-1]["kept"]:  # their proposals
-            state = (params, f1, acc, _decide(chosen, Yt, labels, params, hits, counts))
-    return chosen, state
+            state = (params, f1, acc, _decide(chosen, Yt, labels, params, hits, counts, head))
+    return chosen, state, head
 
 
 def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[str, ...] = tuple(RULE_GRID),
               query_texts: list[str] | None = None, terms: TermVectors | None = None,
               memory_labels: Iterable[str] | None = None, new_labels: bool = True,
-              label_hits: LabelHits | None = None, label_counts: dict[str, int] | None = None) -> CalibrationResult:
+              label_hits: LabelHits | None = None, label_counts: dict[str, int] | None = None,
+              head: HeadAt | None = None) -> CalibrationResult:
     """Choose the ``newsmon`` predictor's parameters on ``n`` calibration articles.
 
     Args:
@@ -342,6 +331,9 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
             ``retrieval``; given, the label keys are tried after hybrid retrieval and kept when they lift.
         label_counts: memory articles per label; given, frequency-bucket thresholds are tried after the label keys
             and kept when they lift, then per-label thresholds (kept when they lift cross-fitted).
+        head: the articles' head-model probabilities for a given C (:data:`HeadAt`, out of fold for memory
+            articles); given, the head model (:data:`HEAD_GRID`) is tried after the label keys and kept when it
+            lifts.
 
     Returns:
         the chosen parameters, their figures and the ablation steps.
@@ -355,16 +347,18 @@ def calibrate(retrieval: Retrieval, gold: list[tuple[str, ...]], rules: tuple[st
     retrieval.label_matrix(vocab)
     if label_hits is not None:
         vocab.extend(lb for row in label_hits.labels for lb in row)
+    if head is not None:
+        vocab.extend(head(HEAD_GRID[0][0]).labels)
     Yt = _gold(gold, vocab)
     dense = fuse(retrieval, [], 0.0, max(GRID_K))
     _, params, f1, acc = _base_grid(dense, Yt, vocab.labels, {})
     steps = [{"step": "base (k, tau, threshold)", "params": params.as_dict(), "micro_f1": f1,
               "subset_accuracy": acc, "objective": f1 + acc, "kept": True}]
     state = (params, f1, acc, _decide(dense, Yt, vocab.labels, params, label_hits, label_counts))
-    chosen, state = _lever_steps(steps, retrieval, dense, query_texts, terms, Yt, vocab.labels, state, label_hits,
-                                 label_counts)
+    chosen, state, kept_head = _lever_steps(steps, retrieval, dense, query_texts, terms, Yt, vocab.labels, state,
+                                            label_hits, label_counts, head)
     for rule in rules:
-        state = _rule_step(steps, rule, chosen, Yt, vocab.labels, state, label_hits, label_counts)
+        state = _rule_step(steps, rule, chosen, Yt, vocab.labels, state, label_hits, label_counts, kept_head)
     params, f1, acc, P = state
     if new_labels:
         params = _new_label_step(steps, chosen, gold, params, f1, acc)

@@ -5,6 +5,8 @@ with the parameters a calibration chose (:func:`newsmon.shared.predictors.calibr
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -12,6 +14,7 @@ import scipy.sparse as sp
 
 from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
 from newsmon.shared.predictors.calibrate import GRID_K, LABEL_KEY_GRID, LEXICAL_CANDIDATES, calibrate
+from newsmon.shared.predictors.head_model import HeadModel, calibration_head_scores
 from newsmon.shared.predictors.label_keys import LabelHits, LabelKeys
 from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
@@ -48,6 +51,7 @@ class NewsmonPredictor(Predictor):
         self.known_labels: frozenset[str] | None = None
         self.label_keys: LabelKeys | None = None
         self.label_counts: dict[str, int] | None = None
+        self.head_models: Callable[[float], HeadModel] | None = None  # C -> the head model fitted on the memory
 
     def fit(self, train: TrainingSet) -> "NewsmonPredictor":
         """Keep the vocabulary and the labels of the memory (the train split: every other label counts as new
@@ -60,6 +64,9 @@ class NewsmonPredictor(Predictor):
         self.label_counts = {train.vocab.labels[j]: int(c) for j, c in enumerate(np.bincount(Y.indices,
                                                                                            minlength=Y.shape[1])) if c}
         own = _label_sets(train.labels, train.vocab)
+        memory_texts = list(train.texts or [])
+        if len(memory_texts) == len(own):
+            self.head_models = functools.lru_cache(maxsize=None)(lambda c: HeadModel(c).fit(memory_texts, own))
         if train.vectors is not None:
             self.label_keys = LabelKeys(train.vectors.shape[1]).add(train.vectors, own)
         if self.fixed is None:
@@ -71,10 +78,12 @@ class NewsmonPredictor(Predictor):
                 texts += list(train.validation_texts or [""] * len(train.validation.labels))
                 if hits and train.validation_vectors is not None:
                     hits.append(self.label_keys.top(train.validation_vectors, MAX_LABEL_KEYS))
+            head = (calibration_head_scores(memory_texts, own, texts[len(own):])
+                    if self.head_models is not None and len(texts) == len(gold) else None)
             self.calibration = calibrate(Retrieval.concat(parts), gold, query_texts=texts, terms=self.terms,
                                          memory_labels=self.known_labels,
                                          label_hits=LabelHits.concat(hits) if len(hits) == len(parts) else None,
-                                         label_counts=self.label_counts)
+                                         label_counts=self.label_counts, head=head)
             self.chosen = self.calibration.params
         return self
 
@@ -87,7 +96,10 @@ class NewsmonPredictor(Predictor):
         hits = None
         if getattr(p, "label_lambda", 0.0) and self.label_keys is not None and queries.vectors is not None:
             hits = self.label_keys.top(queries.vectors, p.label_keys)
-        scores, proposed = newsmon_decide(r, vocab, p, self.known_labels, hits, self.label_counts)
+        head = None
+        if getattr(p, "head_weight", 0.0) and self.head_models is not None and queries.texts is not None:
+            head = self.head_models(p.head_c).scores(queries.texts)
+        scores, proposed = newsmon_decide(r, vocab, p, self.known_labels, hits, self.label_counts, head)
         L = len(self.vocab)
         return scores[:, :L], proposed[:, :L]
 

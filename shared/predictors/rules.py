@@ -3,7 +3,9 @@ the research method lacks, each switchable and calibrated on the memory itself (
 
 - **threshold**: ``p > threshold`` on the RAE-XMC score ``p = softmax(s / tau) . Y`` (RAE-XMC eq. 8), with the
   label keys mixed in when ``label_lambda > 0`` (:mod:`newsmon.shared.predictors.label_keys`: lambda weighs the
-  label part of the memory, the role the paper gives it, instead of rescaling ``p`` against the threshold); with
+  label part of the memory, the role the paper gives it, instead of rescaling ``p`` against the threshold) and
+  the head model mixed in when ``head_weight > 0`` (:mod:`newsmon.shared.predictors.head_model`: a logistic
+  regression over words and punctuation for each label on 100 or more memory articles, :func:`mix_head`); with
   ``bucket_thresholds`` one threshold per label-frequency bucket instead (memory articles carrying the label
   <= 10, 11-99, 100-499, >= 500: :func:`column_thresholds`), and with ``label_thresholds`` a threshold of its own
   for each frequent label named there (SCut; :mod:`newsmon.shared.predictors.thresholds`);
@@ -40,6 +42,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from newsmon.shared.predictors.head_model import HeadScores
 from newsmon.shared.predictors.label_keys import LabelHits, key_scores
 from newsmon.shared.predictors.rae_xmc import neighbour_weights, rae_xmc_scores
 from newsmon.shared.predictors.retrieval import DECIDING_RULES, LabelVocab, Retrieval
@@ -160,13 +163,29 @@ class Decision:
     decided_by: np.ndarray | None = None
 
 
+def mix_head(scores: np.ndarray, vocab: LabelVocab, head: HeadScores | None, weight: float) -> np.ndarray:
+    """``(m, L)`` scores with the head model mixed in: ``(1 - weight) * s + weight * P`` in the head labels'
+    columns (the vocabulary grows by a head label no neighbour carries; ``scores`` is padded to it), unchanged
+    when ``head`` is None or ``weight`` is 0 (Annif's ensemble, a weighted average of two predictors' scores)."""
+    if head is None or not weight or not head.labels:
+        return scores
+    vocab.extend(head.labels)
+    L = len(vocab)
+    out = np.zeros((scores.shape[0], L), dtype=np.float32)
+    out[:, :scores.shape[1]] = scores
+    cols = [vocab.index[lb] for lb in head.labels]
+    out[:, cols] = (1.0 - weight) * out[:, cols] + weight * head.probs
+    return out
+
+
 def newsmon_decide(retrieval: Retrieval, vocab: LabelVocab, params: Any,
                    known_labels: Collection[str] | None = None,
                    label_hits: LabelHits | None = None,
-                   label_counts: Mapping[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   label_counts: Mapping[str, int] | None = None,
+                   head: HeadScores | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(scores, proposed)`` of :func:`newsmon_decision` (same arguments, errors and shapes), for the callers
     that need no reasons (calibration, ``eval``)."""
-    d = newsmon_decision(retrieval, vocab, params, known_labels, label_hits, label_counts)
+    d = newsmon_decision(retrieval, vocab, params, known_labels, label_hits, label_counts, head=head)
     return d.scores, d.proposed
 
 
@@ -174,7 +193,7 @@ def newsmon_decision(retrieval: Retrieval, vocab: LabelVocab, params: Any,
                      known_labels: Collection[str] | None = None,
                      label_hits: LabelHits | None = None,
                      label_counts: Mapping[str, int] | None = None,
-                     reasons: bool = False) -> Decision:
+                     reasons: bool = False, head: HeadScores | None = None) -> Decision:
     """Scores and decisions of the ``newsmon`` predictor for ``m`` queries.
 
     Args:
@@ -191,6 +210,9 @@ def newsmon_decision(retrieval: Retrieval, vocab: LabelVocab, params: Any,
             single ``threshold``.
 
         reasons: also say which rule proposed each label (:attr:`Decision.decided_by`; one ``(m, L)`` int8 more).
+        head: the queries' head-model probabilities (:mod:`newsmon.shared.predictors.head_model`), mixed into
+            their labels' scores with weight ``head_weight`` (beta): ``(1 - beta) * s + beta * P``; None or
+            ``head_weight == 0``: off.
 
     Returns:
         A :class:`Decision` with ``L = len(vocab)`` after the call. A label proposed by a rule but under its
@@ -200,18 +222,11 @@ def newsmon_decision(retrieval: Retrieval, vocab: LabelVocab, params: Any,
         ValueError: ``top_k < 1`` or ``tau <= 0``.
     """
     rows = retrieval.label_matrix(vocab)
-    keys = label_hits if getattr(params, "label_lambda", 0.0) and label_hits is not None else None
-    if keys is not None:
-        vocab.extend(lb for row in keys.labels for lb in row[:params.label_keys])
-    L = len(vocab)
     m = retrieval.sims.shape[0]
-    if L == 0:
+    scores = _mixed_scores(retrieval, rows, vocab, params, label_hits, head)
+    if scores is None:
         return Decision(np.zeros((m, 0), dtype=np.float32), np.zeros((m, 0), dtype=bool), np.zeros(0),
                         np.zeros((m, 0), dtype=np.int8) if reasons else None)
-    scores = rae_xmc_scores(retrieval.sims, rows, params.top_k, params.tau, 1.0, L)
-    if keys is not None:
-        lam = params.label_lambda
-        scores = (scores + lam * key_scores(keys, params.label_keys, params.label_tau, vocab.index, L)) / (1 + lam)
     thresholds, proposed, code = _first_decision(retrieval, rows, vocab, params, scores, label_counts)
     why = np.where(proposed, code, np.int8(-1)) if reasons else None
     if params.set_vote is not None:
@@ -230,6 +245,25 @@ def newsmon_decision(retrieval: Retrieval, vocab: LabelVocab, params: Any,
         if why is not None:
             why[hit, best[hit]] = _CODE["floor"]
     return Decision(scores, proposed, thresholds, why)
+
+
+def _mixed_scores(retrieval: Retrieval, rows: sp.csr_matrix, vocab: LabelVocab, params: Any,
+                  label_hits: LabelHits | None, head: HeadScores | None) -> np.ndarray | None:
+    """``(m, L)`` scores: RAE-XMC over the neighbours' label ``rows``, with the label keys and the head model
+    mixed in where ``params`` turns them on (``vocab`` grows by their labels); None when there is no label."""
+    keys = label_hits if getattr(params, "label_lambda", 0.0) and label_hits is not None else None
+    if keys is not None:
+        vocab.extend(lb for row in keys.labels for lb in row[:params.label_keys])
+    if getattr(params, "head_weight", 0.0) and head is not None:
+        vocab.extend(head.labels)
+    L = len(vocab)
+    if L == 0:
+        return None
+    scores = rae_xmc_scores(retrieval.sims, rows, params.top_k, params.tau, 1.0, L)
+    if keys is not None:
+        lam = params.label_lambda
+        scores = (scores + lam * key_scores(keys, params.label_keys, params.label_tau, vocab.index, L)) / (1 + lam)
+    return mix_head(scores, vocab, head, getattr(params, "head_weight", 0.0))
 
 
 def _first_decision(retrieval: Retrieval, rows: sp.csr_matrix, vocab: LabelVocab, params: Any, scores: np.ndarray,

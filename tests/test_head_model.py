@@ -1,0 +1,129 @@
+"""The head model (a logistic regression over words and punctuation per frequent label, mixed into the newsmon
+scores): what it learns that words alone miss, its mixing computed by hand, its out-of-fold scores, the label
+registry, and the calibration keeping it only where it lifts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+
+from newsmon.shared.predictors import LabelVocab, Retrieval, newsmon_decide
+from newsmon.shared.predictors.calibrate import calibrate
+from newsmon.shared.predictors.head_model import HeadModel, HeadScores, calibration_head_scores, out_of_fold
+from newsmon.shared.predictors.params import Params
+from newsmon.shared.predictors.rules import mix_head
+
+WORDS = ("vlada banka delnice stavka cena podjetje sindikat plača borza nafta evro odstotek uprava družba "
+         "delavci sodišče stečaj minister poslanci trg").split()
+
+
+def house_style_corpus(n: int, seed: int) -> tuple[list[str], list[tuple[str, ...]]]:
+    """``n`` articles over the same words and the same place name; the ``agency`` ones (every other article)
+    carry a dateline ("Ljubljana - "), the others name the place without the dash: only punctuation tells them
+    apart (as an agency's or an outlet's house style does)."""
+    rng = np.random.default_rng(seed)
+    texts, labels = [], []
+    for i in range(n):
+        body = " ".join(rng.choice(WORDS, size=40))
+        agency = i % 2 == 0
+        texts.append(f"Naslov {rng.choice(WORDS)}\nLjubljana {'- ' if agency else ''}{body}")
+        labels.append(("agency", "economy") if agency else ("economy", "local"))
+    return texts, labels
+
+
+def test_the_head_model_learns_a_house_style_that_words_alone_miss():
+    texts, labels = house_style_corpus(240, seed=1)
+    held, held_labels = house_style_corpus(80, seed=2)
+    truth = np.array(["agency" in lb for lb in held_labels])
+    model = HeadModel(c=10.0).fit(texts, labels)
+    assert model.labels == ["agency", "local"]  # "economy" is on every article: nothing to learn
+    got = model.scores(held)
+    agency = got.probs[:, got.labels.index("agency")]
+    assert got.probs.shape == (80, 2) and got.probs.dtype == np.float32
+    assert ((agency > 0.5) == truth).mean() >= 0.95
+    words = TfidfVectorizer(sublinear_tf=True).fit(texts)  # the word tokens of the TF-IDF baselines
+    clf = LogisticRegression(C=10.0).fit(words.transform(texts), ["agency" in lb for lb in labels])
+    assert (clf.predict(words.transform(held)) == truth).mean() < 0.75  # words alone: near chance
+    assert HeadModel(c=10.0, min_articles=200).fit(texts, labels).labels == []  # 120 articles each: too few
+    assert HeadModel().scores(["x"]).probs.shape == (1, 0)  # unfitted: no head labels
+    with pytest.raises(ValueError, match="C must be > 0"):
+        HeadModel(c=0.0)
+
+
+def test_mix_head_weights_the_head_probability_by_beta_by_hand():
+    vocab = LabelVocab(["a", "b"])
+    scores = np.array([[0.6, 0.2]], dtype=np.float32)
+    head = HeadScores(["b", "c"], np.array([[0.9, 0.5]], dtype=np.float32))
+    mixed = mix_head(scores, vocab, head, 0.5)
+    assert vocab.labels == ["a", "b", "c"]  # a head label no neighbour carries joins the vocabulary
+    assert mixed[0].tolist() == pytest.approx([0.6, 0.55, 0.25])  # a untouched; b (0.2 + 0.9) / 2; c (0 + 0.5) / 2
+    assert mix_head(scores, LabelVocab(["a", "b"]), head, 0.0) is scores  # beta 0: off
+    assert mix_head(scores, LabelVocab(["a", "b"]), None, 0.5) is scores
+
+
+@dataclass
+class Hit:
+    article_id: str
+    similarity: float
+    labels: tuple
+
+
+def _r(rows) -> Retrieval:
+    return Retrieval.from_neighbours([[Hit(f"n{j}", s, lb) for j, (s, lb) in enumerate(row)] for row in rows])
+
+
+def test_the_decision_reads_the_mixed_scores():
+    r = _r([[(0.9, ("a",)), (0.9, ("b",))]])  # neighbours: a 0.5, b 0.5
+    head = HeadScores(["b"], np.array([[0.1]], dtype=np.float32))
+    on = Params(top_k=2, tau=1.0, threshold=0.4, head_weight=0.5)
+    vocab = LabelVocab()
+    scores, chosen = newsmon_decide(r, vocab, on, head=head)
+    assert scores[0, vocab.index["b"]] == pytest.approx(0.3)  # (1 - 0.5) * 0.5 + 0.5 * 0.1
+    assert [vocab.labels[j] for j in np.flatnonzero(chosen[0])] == ["a"]
+    off = newsmon_decide(r, LabelVocab(), Params(top_k=2, tau=1.0, threshold=0.4), head=head)[1]
+    assert off[0].tolist() == [True, True]  # head_weight 0: the neighbours alone
+
+
+def test_out_of_fold_scores_come_from_models_fitted_without_the_article():
+    texts, labels = house_style_corpus(250, seed=3)
+    oof = out_of_fold(texts, labels, c=10.0, folds=5)
+    assert oof.labels == ["agency", "local"] and oof.probs.shape == (250, 2)
+    rest = [i for i in range(250) if i % 5 != 0]
+    fold0 = HeadModel(10.0, min_articles=80).fit([texts[i] for i in rest], [labels[i] for i in rest])
+    held = fold0.scores([texts[i] for i in range(0, 250, 5)])
+    assert np.allclose(oof.probs[::5], held.probs, atol=1e-6)
+    full = HeadModel(10.0).fit(texts, labels).scores(texts[:5]).probs
+    assert not np.allclose(oof.probs[:5], full)  # not the model that saw them
+    at = calibration_head_scores(texts[:200], labels[:200], texts[200:])
+    both = at(10.0)
+    assert both.probs.shape == (250, 2) and at(10.0) is both  # each C once
+    alone = calibration_head_scores(texts[:200], labels[:200], texts[200:], include_memory=False)(10.0)
+    assert np.allclose(alone.probs, both.probs[200:])  # validation alone: the model fitted on the whole memory
+
+
+def test_head_scores_follow_the_label_registry():
+    s = HeadScores(["a", "b", "c"], np.array([[0.2, 0.7, 0.4]], dtype=np.float32))
+    renamed = s.relabel(lambda t: tuple({"a": "z", "c": "b"}.get(x, x) for x in t if x != "retired"))
+    assert renamed.labels == ["b", "z"] and renamed.probs[0].tolist() == pytest.approx([0.7, 0.2])  # c merged: max
+    gone = s.relabel(lambda t: tuple(x for x in t if x != "b"))
+    assert gone.labels == ["a", "c"]
+    both = HeadScores.concat([HeadScores(["a"], np.array([[0.5]], np.float32)),
+                              HeadScores(["b"], np.array([[0.25]], np.float32))])
+    assert both.labels == ["a", "b"] and both.probs.tolist() == [[0.5, 0.0], [0.0, 0.25]]
+
+
+def test_calibration_keeps_the_head_model_only_where_it_lifts():
+    rows = [[(0.9, ("x",)), (0.9, ("y",))]] * 40  # the neighbours cannot tell x from y
+    gold = [("x",), ("y",)] * 20
+    good = HeadScores(["x", "y"], np.array([[0.9, 0.1], [0.1, 0.9]] * 20, dtype=np.float32))
+    cal = calibrate(_r(rows), gold, rules=(), new_labels=False, head=lambda c: good)
+    step = next(s for s in cal.steps if s["step"] == "+ head model")
+    assert step["kept"] and step["lift_interval"][0] > 0
+    assert cal.params.head_weight > 0 and cal.figures["subset_accuracy"] == 1.0
+    noise = HeadScores(["x", "y"], np.full((40, 2), 0.5, dtype=np.float32))
+    cal = calibrate(_r(rows), gold, rules=(), new_labels=False, head=lambda c: noise)
+    assert not next(s for s in cal.steps if s["step"] == "+ head model")["kept"] and cal.params.head_weight == 0
