@@ -6,6 +6,8 @@ counts of the train memory. Embeddings come from the encoder's cache under NEWSM
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +19,7 @@ from newsmon.shared.data import load_corpus
 from newsmon.shared.encoder import Encoder
 from newsmon.shared.predictors import LabelVocab, Retrieval
 from newsmon.shared.predictors.calibrate import GRID_K, LEXICAL_CANDIDATES
+from newsmon.shared.predictors.head_model import HeadModel, HeadScores, calibration_head_scores
 from newsmon.shared.predictors.label_keys import LabelHits, LabelKeys
 from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors.newsmon import MAX_LABEL_KEYS
@@ -34,7 +37,9 @@ class EvalInputs:
         (leave-one-out for train); n_validation: how many of the calibration articles (the last ones) are the
         validation split's; keys: the train memory's label keys (``keys.top`` for the test queries);
         test_vectors: ``(m, d)`` float32 query embeddings of the test articles; known: the train memory's labels;
-        counts: memory articles per label; terms: the term-vector cache the lexical fusion shares.
+        counts: memory articles per label; terms: the term-vector cache the lexical fusion shares;
+        cal_head: the calibration articles' head-model probabilities for a given C (out of fold for train);
+        head_model: the head model fitted on the train memory for a given C (the test articles' model).
     """
 
     cal_retrieval: Retrieval
@@ -50,6 +55,14 @@ class EvalInputs:
     known: set[str]
     counts: dict[str, int]
     terms: TermVectors
+    cal_head: Callable[[float], HeadScores]
+    head_model: Callable[[float], HeadModel]
+
+    def heads(self, p: Any) -> tuple[HeadScores | None, HeadScores | None]:
+        """The calibration and test articles' head-model probabilities under ``p`` (None when it has none)."""
+        if not p.head_weight:
+            return None, None
+        return self.cal_head(p.head_c), self.head_model(p.head_c).scores(self.test_texts)
 
     def scored_with(self, p: Any) -> tuple[Retrieval, Retrieval, LabelHits | None, LabelHits | None]:
         """What calibrated parameters ``p`` score: the calibration and test articles' neighbours fused with the
@@ -97,4 +110,6 @@ def build(data: str, max_chunks: int | None = None) -> EvalInputs:
         cal_hits=LabelHits.concat([keys.top(Q[tr], MAX_LABEL_KEYS, P[tr], own), keys.top(Q[va], MAX_LABEL_KEYS)]),
         n_validation=len(va), test_retrieval=neighbours(Q, P, ids, texts, labels, te, tr, n, False),
         test_texts=[texts[i] for i in te], test_gold=[labels[i] for i in te], test_vectors=Q[te], keys=keys,
-        known={lb for i in tr for lb in labels[i]}, counts=keys.label_counts(), terms=TermVectors())
+        known={lb for i in tr for lb in labels[i]}, counts=keys.label_counts(), terms=TermVectors(),
+        cal_head=calibration_head_scores([texts[i] for i in tr], own, [texts[i] for i in va]),
+        head_model=functools.lru_cache(maxsize=None)(lambda c: HeadModel(c).fit([texts[i] for i in tr], own)))

@@ -34,6 +34,7 @@ import numpy as np
 from eval_inputs import build, pad
 from newsmon.shared.predictors import DECIDING_RULES, LabelVocab, Retrieval
 from newsmon.shared.predictors.calibrate import RULE_GRID, Params, _lifts, calibrate
+from newsmon.shared.predictors.head_model import HeadScores
 from newsmon.shared.predictors.label_keys import LabelHits
 from newsmon.shared.predictors.rules import best_labels, mean_label_count, newsmon_decision
 from newsmon.shared.predictors.thresholds import micro_f1_acc, paired_lift_interval
@@ -42,9 +43,9 @@ MIN_SCORES = (0.10, 0.15, 0.20, 0.25, 0.30)
 
 
 def variants(r: Retrieval, labels: list[str], L: int, p: Params, hits: LabelHits | None, counts: dict[str, int],
-             known: set[str] | None) -> dict[str, np.ndarray]:
+             known: set[str] | None, head: HeadScores | None = None) -> dict[str, np.ndarray]:
     """``(m, L)`` bool proposals: the calibrated ones (``calibrated``) and each label-count variant."""
-    d = newsmon_decision(r, LabelVocab(labels), p, known, hits, counts, reasons=True)
+    d = newsmon_decision(r, LabelVocab(labels), p, known, hits, counts, reasons=True, head=head)
     S, P = pad(d.scores, L), pad(d.proposed, L)
     kept = [DECIDING_RULES.index(r) for r in ("tail_support", "new_label_support", "floor")]  # they stay
     others = pad(np.isin(d.decided_by, kept), L)
@@ -66,13 +67,14 @@ def main() -> None:
     x = build(args.data)
     without = tuple(r for r in RULE_GRID if r != "label_count")  # the calibration without the rule itself
     cal = calibrate(x.cal_retrieval, x.cal_gold, rules=without, query_texts=x.cal_texts, terms=x.terms,
-                    memory_labels=x.known, label_hits=x.cal_hits, label_counts=x.counts)
+                    memory_labels=x.known, label_hits=x.cal_hits, label_counts=x.counts, head=x.cal_head)
     p = cal.params
     vocab, Y_cal, Y_te = x.gold_matrices()
     L = len(vocab)
     r_cal, r_te, cal_hits, te_hits = x.scored_with(p)
-    on_cal = variants(r_cal, vocab.labels, L, p, cal_hits, x.counts, None)
-    on_te = variants(r_te, vocab.labels, L, p, te_hits, x.counts, x.known)
+    h_cal, h_te = x.heads(p)
+    on_cal = variants(r_cal, vocab.labels, L, p, cal_hits, x.counts, None, h_cal)
+    on_te = variants(r_te, vocab.labels, L, p, te_hits, x.counts, x.known, h_te)
     print(f"{args.data}: calibration {len(x.cal_gold)} articles (train leave-one-out + validation), "
           f"test {len(x.test_gold)}; "
           f"calibrated {p.as_dict()}; {time.perf_counter() - t0:.0f} s")

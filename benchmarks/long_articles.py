@@ -33,13 +33,14 @@ def calibrated(data: str, max_chunks: int) -> dict:
     t0 = time.perf_counter()
     x = build(data, max_chunks)
     cal = calibrate(x.cal_retrieval, x.cal_gold, query_texts=x.cal_texts, terms=x.terms, memory_labels=x.known,
-                    label_hits=x.cal_hits, label_counts=x.counts)
+                    label_hits=x.cal_hits, label_counts=x.counts, head=x.cal_head)
     p = cal.params
     vocab, Y_cal, Y_te = x.gold_matrices()
     L = len(vocab)
     r_cal, r_te, cal_hits, te_hits = x.scored_with(p)
-    P_cal = newsmon_decision(r_cal, LabelVocab(vocab.labels), p, None, cal_hits, x.counts).proposed
-    P_te = newsmon_decision(r_te, LabelVocab(vocab.labels), p, x.known, te_hits, x.counts).proposed
+    h_cal, h_te = x.heads(p)
+    P_cal = newsmon_decision(r_cal, LabelVocab(vocab.labels), p, None, cal_hits, x.counts, head=h_cal).proposed
+    P_te = newsmon_decision(r_te, LabelVocab(vocab.labels), p, x.known, te_hits, x.counts, head=h_te).proposed
     return {"params": p.as_dict(), "n_validation": x.n_validation, "Y_cal": Y_cal, "Y_te": Y_te,
             "P_cal": pad(P_cal, L), "P_te": pad(P_te, L), "labels": vocab.labels, "seconds": time.perf_counter() - t0}
 

@@ -29,6 +29,7 @@ from newsmon.shared.encoder import Encoder
 from newsmon.shared.memory.edge import EdgeMemory
 from newsmon.shared.predictors import LabelVocab, Retrieval, newsmon_decide
 from newsmon.shared.predictors.calibrate import LEXICAL_CANDIDATES, Params, calibrate
+from newsmon.shared.predictors.head_model import calibration_head_scores
 from newsmon.shared.predictors.label_keys import LabelHits, LabelKeys
 from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors.newsmon import MAX_LABEL_KEYS
@@ -83,8 +84,9 @@ def main() -> None:
                     memory_labels={lb for i in tr for lb in labels[i]},
                     label_hits=LabelHits.concat([keys.top(Q[tr], MAX_LABEL_KEYS, P[tr], own),
                                                  keys.top(Q[va], MAX_LABEL_KEYS)]),
-                    label_counts=keys.label_counts())
-    params = cal.params
+                    label_counts=keys.label_counts(),
+                    head=calibration_head_scores([texts[i] for i in tr], own, [texts[i] for i in va]))
+    params = cal.params  # the head model, where kept, mixes into head labels only (100+ articles): not replayed
     everyone = np.arange(len(arts))
     # the workers' label keys: the whole memory's, each article's own vector taken out (it is the query); the
     # replayed label has none (its keys are built at the calibration, before its confirmations)

@@ -63,16 +63,17 @@ def test_eval_newsmon_row_has_an_ablation_row_per_calibration_step(cli_env, sent
              if k.startswith("newsmon_step")]
     assert [x.removesuffix(" (kept)").removesuffix(" (not kept)") for x in steps] == [
         "newsmon: base (k, tau, threshold)", "newsmon: + lexical fusion", "newsmon: + label keys",
-        "newsmon: + bucket thresholds", "newsmon: + label thresholds", "newsmon: + floor", "newsmon: + set_vote",
+        "newsmon: + head model", "newsmon: + bucket thresholds", "newsmon: + label thresholds", "newsmon: + floor",
+        "newsmon: + set_vote",
         "newsmon: + label_count", "newsmon: + tail_support", "newsmon: + new-label support"]
     assert all(x.endswith(("(kept)", "(not kept)")) for x in steps[1:])
     row = methods["newsmon"]["params"]
-    for key in ("top_k", "tau", "threshold", "label_lambda", "bucket_thresholds", "label_thresholds",
-                "label_count", "new_label_support"):  # the product row = the last step
+    for key in ("top_k", "tau", "threshold", "label_lambda", "head_weight", "head_c", "bucket_thresholds",
+                "label_thresholds", "label_count", "new_label_support"):  # the product row = the last step
         assert row[key] == methods[f"newsmon_step{len(steps) - 1}"]["params"][key], key
     assert "new_label_replay" in methods[f"newsmon_step{len(steps) - 1}"]["params"]
-    assert {"cross_fitted_objective", "cross_fitted_lift"} <= set(methods["newsmon_step4"]["params"])  # their judge
-    for i in (1, 2, 3, 5, 6, 7, 8):  # every other lever: the paired lift interval that decided it
+    assert {"cross_fitted_objective", "cross_fitted_lift"} <= set(methods["newsmon_step5"]["params"])  # their judge
+    for i in (1, 2, 3, 4, 6, 7, 8, 9):  # every other lever: the paired lift interval that decided it
         lo, hi = methods[f"newsmon_step{i}"]["params"]["lift_interval"]
         assert lo <= hi
         if steps[i].endswith("(kept)") and "tail_support" not in steps[i]:  # tail support: kept unless it lowers

@@ -22,9 +22,9 @@ per label-frequency bucket, likewise, and a threshold of its own for each freque
 objective on articles it was not fitted on (:mod:`newsmon.shared.predictors.thresholds`); then each decision
 rule (floor, label-set vote, label count, tail support) is tried on top and kept only when it lifts the objective,
 except tail support, kept unless it lowers it (it serves labels that appear after the calibration, which a
-leave-one-out over a static corpus cannot show); every step is recorded (the ablation). Last, the new-label rule (labels the
-calibration never saw) is chosen by a replay of new labels on the calibration articles (:func:`new_label_replay`)
-and kept when it beats the rules without it there; it changes nothing for the calibration articles themselves
+leave-one-out over a static corpus cannot show); every step is recorded (the ablation). Last, the new-label rule
+(labels the calibration never saw) is chosen by a replay of new labels on the calibration articles
+(:func:`new_label_replay`) and kept when it beats the rules without it there; it changes nothing for the calibration articles themselves
 (every label in their memory is known).
 """
 
