@@ -4,14 +4,14 @@ registry, and the calibration keeping it only where it lifts."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
-from newsmon.shared.predictors import LabelVocab, Retrieval, newsmon_decide
+from test_calibration import _r
+
+from newsmon.shared.predictors import LabelVocab, newsmon_decide
 from newsmon.shared.predictors.calibrate import calibrate
 from newsmon.shared.predictors.head_model import HeadModel, HeadScores, calibration_head_scores, out_of_fold
 from newsmon.shared.predictors.params import Params
@@ -63,17 +63,6 @@ def test_mix_head_weights_the_head_probability_by_beta_by_hand():
     assert mixed[0].tolist() == pytest.approx([0.6, 0.55, 0.25])  # a untouched; b (0.2 + 0.9) / 2; c (0 + 0.5) / 2
     assert mix_head(scores, LabelVocab(["a", "b"]), head, 0.0) is scores  # beta 0: off
     assert mix_head(scores, LabelVocab(["a", "b"]), None, 0.5) is scores
-
-
-@dataclass
-class Hit:
-    article_id: str
-    similarity: float
-    labels: tuple
-
-
-def _r(rows) -> Retrieval:
-    return Retrieval.from_neighbours([[Hit(f"n{j}", s, lb) for j, (s, lb) in enumerate(row)] for row in rows])
 
 
 def test_the_decision_reads_the_mixed_scores():
