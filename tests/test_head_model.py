@@ -50,6 +50,7 @@ def test_the_head_model_learns_a_house_style_that_words_alone_miss():
     assert (clf.predict(words.transform(held)) == truth).mean() < 0.75  # words alone: near chance
     assert HeadModel(c=10.0, min_articles=200).fit(texts, labels).labels == []  # 120 articles each: too few
     assert HeadModel().scores(["x"]).probs.shape == (1, 0)  # unfitted: no head labels
+    assert model.scores([]).probs.shape == (0, 2) and model.scores([""]).probs.shape == (1, 2)  # nothing, no words
     with pytest.raises(ValueError, match="C must be > 0"):
         HeadModel(c=0.0)
 

@@ -49,6 +49,8 @@ _VECTORIZER = HashingVectorizer(n_features=N_FEATURES, alternate_sign=False, nor
 
 def style_rows(texts: Sequence[str]) -> sp.csr_matrix:
     """``(n, 2^20)`` float32 CSR of sublinear term frequencies ``1 + ln(tf)`` of words and punctuation marks."""
+    if not len(texts):
+        return sp.csr_matrix((0, N_FEATURES), dtype=np.float32)
     X = _VECTORIZER.transform([t or "" for t in texts]).tocsr()
     X.data = (1.0 + np.log(X.data)).astype(np.float32)
     return X
