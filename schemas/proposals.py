@@ -179,8 +179,8 @@ class LabelProposal(Event):
         return self
 
     def needs_version(self) -> int:
-        """5 when any version-5 field is set, else 4 when any version-4 field is, else 3 when any version-3 field is, else 2 when any version-2 field
-        is, else 1."""
+        """5 when any version-5 field is set, else 4 when any version-4 field is, else 3 when any version-3 field
+        is, else 2 when any version-2 field is, else 1."""
         every = [*self.labels, *self.candidates]
         sc = self.scoring
         if sc is not None and sc.head_weight:

@@ -17,15 +17,15 @@ Order: k, tau and the threshold on a grid; then hybrid retrieval (the dense neig
 similarity, when the neighbours' texts are at hand), kept only when it lifts the objective; then the label keys
 (RAE-XMC's label part of the memory, :mod:`newsmon.shared.predictors.label_keys`) likewise; then the head model
 (a logistic regression over words and punctuation per frequent label, mixed into those labels' scores,
-:mod:`newsmon.shared.predictors.head_model`; the memory's own articles scored out of fold) likewise; then one threshold
-per label-frequency bucket, likewise, and a threshold of its own for each frequent label, kept when it lifts the
-objective on articles it was not fitted on (:mod:`newsmon.shared.predictors.thresholds`); then each decision
+:mod:`newsmon.shared.predictors.head_model`; the memory's own articles scored out of fold) likewise; then one
+threshold per label-frequency bucket, likewise, and a threshold of its own for each frequent label, kept when it
+lifts the objective on articles it was not fitted on (:mod:`newsmon.shared.predictors.thresholds`); then each decision
 rule (floor, label-set vote, label count, tail support) is tried on top and kept only when it lifts the objective,
 except tail support, kept unless it lowers it (it serves labels that appear after the calibration, which a
 leave-one-out over a static corpus cannot show); every step is recorded (the ablation). Last, the new-label rule
 (labels the calibration never saw) is chosen by a replay of new labels on the calibration articles
-(:func:`new_label_replay`) and kept when it beats the rules without it there; it changes nothing for the calibration articles themselves
-(every label in their memory is known).
+(:func:`new_label_replay`) and kept when it beats the rules without it there; it changes nothing for the
+calibration articles themselves (every label in their memory is known).
 """
 
 from __future__ import annotations
