@@ -156,11 +156,12 @@ class HeadModel:
 
 
 def out_of_fold(texts: Sequence[str], label_sets: Sequence[Sequence[str]], c: float,
-                folds: int = FOLDS) -> HeadScores:
+                folds: int = FOLDS, full: HeadModel | None = None) -> HeadScores:
     """The head model's probabilities for ``n`` memory articles, each from a model fitted without its fold
     (``folds`` folds by position modulo ``folds``: the calibration's counterpart of leave-one-out). The labels are
-    those of a model fitted on all ``n`` (what the workers fit); a fold's model that lacks one gives it 0."""
-    full = HeadModel(c).fit(texts, label_sets)
+    those of the model fitted on all ``n`` (what the workers fit; ``full`` when already fitted); a fold's model
+    that lacks one gives it 0."""
+    full = full if full is not None else HeadModel(c).fit(texts, label_sets)
     out = np.zeros((len(texts), len(full.labels)), dtype=np.float32)
     fold = np.arange(len(texts)) % folds
     for f in range(folds):
@@ -186,9 +187,10 @@ def calibration_head_scores(memory_texts: Sequence[str], memory_labels: Sequence
 
     @functools.lru_cache(maxsize=None)
     def at(c: float) -> HeadScores:
-        parts = [out_of_fold(memory_texts, memory_labels, c)] if include_memory and len(memory_texts) else []
+        full = HeadModel(c).fit(memory_texts, memory_labels)
+        parts = [out_of_fold(memory_texts, memory_labels, c, full=full)] if include_memory and len(memory_texts) else []
         if len(other_texts):
-            parts.append(HeadModel(c).fit(memory_texts, memory_labels).scores(other_texts))
+            parts.append(full.scores(other_texts))
         return HeadScores.concat(parts) if parts else HeadScores([], np.zeros((0, 0), dtype=np.float32))
 
     return at
