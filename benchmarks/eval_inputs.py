@@ -6,7 +6,6 @@ counts of the train memory. Embeddings come from the encoder's cache under NEWSM
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +18,7 @@ from newsmon.shared.data import load_corpus
 from newsmon.shared.encoder import Encoder
 from newsmon.shared.predictors import LabelVocab, Retrieval
 from newsmon.shared.predictors.calibrate import GRID_K, LEXICAL_CANDIDATES
-from newsmon.shared.predictors.head_model import HeadModel, HeadScores, calibration_head_scores
+from newsmon.shared.predictors.head_model import HeadModel, HeadScores, calibration_head_scores, head_models
 from newsmon.shared.predictors.label_keys import LabelHits, LabelKeys
 from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors.newsmon import MAX_LABEL_KEYS
@@ -102,6 +101,8 @@ def build(data: str, max_chunks: int | None = None) -> EvalInputs:
     tr, va, te = (np.flatnonzero(split == x) for x in ("train", "validation", "test"))
     n = max(max(GRID_K), LEXICAL_CANDIDATES)
     own = [labels[i] for i in tr]
+    memory_texts = [texts[i] for i in tr]
+    fitted = head_models(memory_texts, own)  # the test articles' model and the validation articles' alike
     keys = LabelKeys(P.shape[1]).add(P[tr], own)
     return EvalInputs(
         cal_retrieval=Retrieval.concat([neighbours(Q, P, ids, texts, labels, tr, tr, n, True),
@@ -111,5 +112,4 @@ def build(data: str, max_chunks: int | None = None) -> EvalInputs:
         n_validation=len(va), test_retrieval=neighbours(Q, P, ids, texts, labels, te, tr, n, False),
         test_texts=[texts[i] for i in te], test_gold=[labels[i] for i in te], test_vectors=Q[te], keys=keys,
         known={lb for i in tr for lb in labels[i]}, counts=keys.label_counts(), terms=TermVectors(),
-        cal_head=calibration_head_scores([texts[i] for i in tr], own, [texts[i] for i in va]),
-        head_model=functools.lru_cache(maxsize=None)(lambda c: HeadModel(c).fit([texts[i] for i in tr], own)))
+        cal_head=calibration_head_scores(memory_texts, own, [texts[i] for i in va], fitted=fitted), head_model=fitted)

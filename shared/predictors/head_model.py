@@ -177,17 +177,25 @@ def out_of_fold(texts: Sequence[str], label_sets: Sequence[Sequence[str]], c: fl
     return HeadScores(list(full.labels), out)
 
 
+def head_models(texts: Sequence[str], label_sets: Sequence[Sequence[str]]) -> Callable[[float], HeadModel]:
+    """A function of ``C`` giving the head model fitted on ``texts`` and their label sets, each ``C`` fitted once
+    (the memory's model: what the workers fit, and what scores the validation and test articles offline)."""
+    return functools.lru_cache(maxsize=None)(lambda c: HeadModel(c).fit(texts, label_sets))
+
+
 def calibration_head_scores(memory_texts: Sequence[str], memory_labels: Sequence[Sequence[str]],
-                            other_texts: Sequence[str] = (), include_memory: bool = True
-                            ) -> Callable[[float], HeadScores]:
+                            other_texts: Sequence[str] = (), include_memory: bool = True,
+                            fitted: Callable[[float], HeadModel] | None = None) -> Callable[[float], HeadScores]:
     """For calibration: a function of ``C`` giving the head probabilities of the calibration articles, the
     memory's own ``n`` articles first (:func:`out_of_fold`; left out with ``include_memory=False``, when the
     calibration articles are the validation articles alone), then ``other_texts`` (the validation articles,
-    scored by a model fitted on the whole memory). Each ``C`` is computed once."""
+    scored by a model fitted on the whole memory: ``fitted``'s, :func:`head_models` of the memory when not given,
+    so a caller that also scores test articles fits it once). Each ``C`` is computed once."""
+    fitted = fitted if fitted is not None else head_models(memory_texts, memory_labels)
 
     @functools.lru_cache(maxsize=None)
     def at(c: float) -> HeadScores:
-        full = HeadModel(c).fit(memory_texts, memory_labels)
+        full = fitted(c)
         parts = [out_of_fold(memory_texts, memory_labels, c, full=full)] if include_memory and len(memory_texts) else []
         if len(other_texts):
             parts.append(full.scores(other_texts))

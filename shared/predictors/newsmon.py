@@ -5,7 +5,6 @@ with the parameters a calibration chose (:func:`newsmon.shared.predictors.calibr
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +13,7 @@ import scipy.sparse as sp
 
 from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
 from newsmon.shared.predictors.calibrate import GRID_K, LABEL_KEY_GRID, LEXICAL_CANDIDATES, calibrate
-from newsmon.shared.predictors.head_model import HeadModel, calibration_head_scores
+from newsmon.shared.predictors.head_model import HeadModel, calibration_head_scores, head_models
 from newsmon.shared.predictors.label_keys import LabelHits, LabelKeys
 from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
@@ -66,7 +65,7 @@ class NewsmonPredictor(Predictor):
         own = _label_sets(train.labels, train.vocab)
         memory_texts = list(train.texts or [])
         if len(memory_texts) == len(own):
-            self.head_models = functools.lru_cache(maxsize=None)(lambda c: HeadModel(c).fit(memory_texts, own))
+            self.head_models = head_models(memory_texts, own)
         if train.vectors is not None:
             self.label_keys = LabelKeys(train.vectors.shape[1]).add(train.vectors, own)
         if self.fixed is None:
@@ -78,7 +77,7 @@ class NewsmonPredictor(Predictor):
                 texts += list(train.validation_texts or [""] * len(train.validation.labels))
                 if hits and train.validation_vectors is not None:
                     hits.append(self.label_keys.top(train.validation_vectors, MAX_LABEL_KEYS))
-            head = (calibration_head_scores(memory_texts, own, texts[len(own):])
+            head = (calibration_head_scores(memory_texts, own, texts[len(own):], fitted=self.head_models)
                     if self.head_models is not None and len(texts) == len(gold) else None)
             self.calibration = calibrate(Retrieval.concat(parts), gold, query_texts=texts, terms=self.terms,
                                          memory_labels=self.known_labels,
