@@ -42,7 +42,7 @@ from newsmon.shared.predictors.head_model import HeadScores
 from newsmon.shared.predictors.label_keys import LabelHits, key_scores
 from newsmon.shared.predictors.lexical import TermVectors, fuse
 from newsmon.shared.predictors.new_labels import NEW_LABEL_GRID, new_label_replay
-from newsmon.shared.predictors.rules import BUCKET_EDGES, column_thresholds, mix_head, newsmon_decide
+from newsmon.shared.predictors.rules import BUCKET_EDGES, column_thresholds, mixed_scores, newsmon_decide
 from newsmon.shared.predictors.rae_xmc import rae_xmc_scores
 from newsmon.shared.predictors.params import LEXICAL_CANDIDATES, CalibrationResult, Params
 from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
@@ -143,11 +143,7 @@ def _scores(retrieval: Retrieval, hits: LabelHits | None, labels: list[str], L: 
     """``(n, L)`` float32 scores with ``params``' k, tau, label keys and head model (the threshold part of the
     decision)."""
     vocab = LabelVocab(labels)
-    S = _pad(rae_xmc_scores(retrieval.sims, retrieval.label_matrix(vocab), params.top_k, params.tau, 1.0, L), L)[:, :L]
-    if params.label_lambda and hits is not None:
-        lam = params.label_lambda
-        S = (S + lam * key_scores(hits, params.label_keys, params.label_tau, vocab.index, L)) / (1 + lam)
-    return _pad(mix_head(S, vocab, head, params.head_weight), L)[:, :L]
+    return _pad(mixed_scores(retrieval, retrieval.label_matrix(vocab), vocab, params, hits, head), L)[:, :L]
 
 
 def _head_step(retrieval: Retrieval, hits: LabelHits | None, head_at: HeadAt, Yt: np.ndarray, labels: list[str],

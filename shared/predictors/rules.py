@@ -223,8 +223,8 @@ def newsmon_decision(retrieval: Retrieval, vocab: LabelVocab, params: Any,
     """
     rows = retrieval.label_matrix(vocab)
     m = retrieval.sims.shape[0]
-    scores = _mixed_scores(retrieval, rows, vocab, params, label_hits, head)
-    if scores is None:
+    scores = mixed_scores(retrieval, rows, vocab, params, label_hits, head)
+    if scores.shape[1] == 0:
         return Decision(np.zeros((m, 0), dtype=np.float32), np.zeros((m, 0), dtype=bool), np.zeros(0),
                         np.zeros((m, 0), dtype=np.int8) if reasons else None)
     thresholds, proposed, code = _first_decision(retrieval, rows, vocab, params, scores, label_counts)
@@ -247,10 +247,12 @@ def newsmon_decision(retrieval: Retrieval, vocab: LabelVocab, params: Any,
     return Decision(scores, proposed, thresholds, why)
 
 
-def _mixed_scores(retrieval: Retrieval, rows: sp.csr_matrix, vocab: LabelVocab, params: Any,
-                  label_hits: LabelHits | None, head: HeadScores | None) -> np.ndarray | None:
-    """``(m, L)`` scores: RAE-XMC over the neighbours' label ``rows``, with the label keys and the head model
-    mixed in where ``params`` turns them on (``vocab`` grows by their labels); None when there is no label."""
+def mixed_scores(retrieval: Retrieval, rows: sp.csr_matrix, vocab: LabelVocab, params: Any,
+                 label_hits: LabelHits | None, head: HeadScores | None) -> np.ndarray:
+    """``(m, L)`` float32 scores, the threshold part of the decision: RAE-XMC over the neighbours' label ``rows``
+    (``retrieval.label_matrix(vocab)``), with the label keys and the head model mixed in where ``params`` turns
+    them on (``vocab`` grows by their labels; ``L = len(vocab)`` after the call, 0 columns when there is no
+    label)."""
     keys = label_hits if getattr(params, "label_lambda", 0.0) and label_hits is not None else None
     if keys is not None:
         vocab.extend(lb for row in keys.labels for lb in row[:params.label_keys])
@@ -258,7 +260,7 @@ def _mixed_scores(retrieval: Retrieval, rows: sp.csr_matrix, vocab: LabelVocab, 
         vocab.extend(head.labels)
     L = len(vocab)
     if L == 0:
-        return None
+        return np.zeros((retrieval.sims.shape[0], 0), dtype=np.float32)
     scores = rae_xmc_scores(retrieval.sims, rows, params.top_k, params.tau, 1.0, L)
     if keys is not None:
         lam = params.label_lambda
