@@ -17,7 +17,7 @@ from newsmon.shared.config import Settings
 from newsmon.shared.data import load_corpus
 from newsmon.shared.encoder import Encoder
 from newsmon.shared.predictors import LabelVocab, Retrieval
-from newsmon.shared.predictors.calibrate import GRID_K, LEXICAL_CANDIDATES
+from newsmon.shared.predictors.calibrate import GRID_K, LEXICAL_CANDIDATES, RULE_GRID, CalibrationResult, calibrate
 from newsmon.shared.predictors.head_model import HeadModel, HeadScores, calibration_head_scores, head_models
 from newsmon.shared.predictors.label_keys import LabelHits, LabelKeys
 from newsmon.shared.predictors.lexical import TermVectors, fuse
@@ -62,6 +62,13 @@ class EvalInputs:
         if not p.head_weight:
             return None, None
         return self.cal_head(p.head_c), self.head_model(p.head_c).scores(self.test_texts)
+
+    def calibrate(self, rules: tuple[str, ...] = tuple(RULE_GRID)) -> CalibrationResult:
+        """The calibration of eval's ``newsmon`` row on these articles, with every lever's inputs (as
+        :class:`newsmon.shared.predictors.newsmon.NewsmonPredictor` gives them), trying the decision ``rules``."""
+        return calibrate(self.cal_retrieval, self.cal_gold, rules=rules, query_texts=self.cal_texts, terms=self.terms,
+                         memory_labels=self.known, label_hits=self.cal_hits, label_counts=self.counts,
+                         head=self.cal_head)
 
     def scored_with(self, p: Any) -> tuple[Retrieval, Retrieval, LabelHits | None, LabelHits | None]:
         """What calibrated parameters ``p`` score: the calibration and test articles' neighbours fused with the

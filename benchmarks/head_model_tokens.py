@@ -2,7 +2,7 @@
 the words and punctuation marks that ship, on eval's calibration articles (:mod:`eval_inputs`: train leave-one-out
 plus validation), on top of the parameters the calibration had before the step.
 
-Usage: ``cd benchmarks && ../.venv/bin/python head_model_tokens.py --data ../../shared/data/sentinews_sl``
+Usage: ``.venv/bin/python benchmarks/head_model_tokens.py --data ../shared/data/sentinews_sl``
 (about 3 minutes warm on sentinews_sl; reuters21578_en needs its full calibration first, about 20 minutes).
 Prints, per tokenisation, the best objective of the step's grid at the C the calibration chose, with the paired
 bootstrap 90 % interval of its lift over the proposals before the step.
@@ -19,7 +19,7 @@ from sklearn.feature_extraction.text import HashingVectorizer
 import newsmon.shared.predictors.head_model as head_model
 from eval_inputs import build, pad
 from newsmon.shared.predictors import LabelVocab
-from newsmon.shared.predictors.calibrate import GRID_THRESHOLD, HEAD_GRID, Params, calibrate
+from newsmon.shared.predictors.calibrate import GRID_THRESHOLD, HEAD_GRID, Params
 from newsmon.shared.predictors.rules import mix_head, newsmon_decision
 from newsmon.shared.predictors.thresholds import micro_f1_acc, paired_lift_interval
 
@@ -32,8 +32,7 @@ def main() -> None:
     args = ap.parse_args()
     t0 = time.perf_counter()
     x = build(args.data)
-    cal = calibrate(x.cal_retrieval, x.cal_gold, query_texts=x.cal_texts, terms=x.terms, memory_labels=x.known,
-                    label_hits=x.cal_hits, label_counts=x.counts, head=x.cal_head)
+    cal = x.calibrate()
     before, c = None, None
     for step in cal.steps:  # the parameters the step started from, and the C it chose
         if step["step"] == "+ head model":

@@ -33,7 +33,7 @@ import numpy as np
 
 from eval_inputs import build, pad
 from newsmon.shared.predictors import DECIDING_RULES, LabelVocab, Retrieval
-from newsmon.shared.predictors.calibrate import RULE_GRID, Params, _lifts, calibrate
+from newsmon.shared.predictors.calibrate import RULE_GRID, Params, _lifts
 from newsmon.shared.predictors.head_model import HeadScores
 from newsmon.shared.predictors.label_keys import LabelHits
 from newsmon.shared.predictors.rules import best_labels, mean_label_count, newsmon_decision
@@ -66,8 +66,7 @@ def main() -> None:
     t0 = time.perf_counter()
     x = build(args.data)
     without = tuple(r for r in RULE_GRID if r != "label_count")  # the calibration without the rule itself
-    cal = calibrate(x.cal_retrieval, x.cal_gold, rules=without, query_texts=x.cal_texts, terms=x.terms,
-                    memory_labels=x.known, label_hits=x.cal_hits, label_counts=x.counts, head=x.cal_head)
+    cal = x.calibrate(rules=without)
     p = cal.params
     vocab, Y_cal, Y_te = x.gold_matrices()
     L = len(vocab)

@@ -22,7 +22,7 @@ import time
 
 from eval_inputs import build, pad
 from newsmon.shared.predictors import LabelVocab
-from newsmon.shared.predictors.calibrate import _lifts, calibrate
+from newsmon.shared.predictors.calibrate import _lifts
 from newsmon.shared.predictors.rules import newsmon_decision
 from newsmon.shared.predictors.thresholds import micro_f1_acc, paired_lift_interval
 
@@ -32,8 +32,7 @@ def calibrated(data: str, max_chunks: int) -> dict:
     bool proposals on the calibration and test articles, with the gold over the same columns."""
     t0 = time.perf_counter()
     x = build(data, max_chunks)
-    cal = calibrate(x.cal_retrieval, x.cal_gold, query_texts=x.cal_texts, terms=x.terms, memory_labels=x.known,
-                    label_hits=x.cal_hits, label_counts=x.counts, head=x.cal_head)
+    cal = x.calibrate()
     p = cal.params
     vocab, Y_cal, Y_te = x.gold_matrices()
     L = len(vocab)
