@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import structlog
@@ -113,8 +114,9 @@ class Classifier:
         self.router = router or shared_router(settings, self.model_version, self.encoder.dim)
         self.terms = TermVectors()  # hybrid retrieval's term vectors of memory articles, by id
         self.calibrations = CalibrationStore(settings, self.router.server_client() if settings.memory.url else None)
-        self._keys: dict[str, tuple[str, LabelKeys]] = {}  # language -> (calibration record id, its label keys)
-        self._heads: dict[str, tuple[tuple[str, float], HeadModel]] = {}  # language -> ((record id, C), head model)
+        # (what, language) -> (the calibration record id and options it was built under, the label keys or the
+        # head model built from the memory)
+        self._per_record: dict[tuple[str, str], tuple[tuple, Any]] = {}
         self._keys_lock = threading.Lock()
 
     # -- memory -------------------------------------------------------------------------------------
@@ -190,34 +192,40 @@ class Classifier:
         its labelled articles' embeddings), built by one scroll of the collection on first use under calibration
         record ``record`` and kept until another record is read: the keys follow each calibration, the
         neighbours carry every later decision at once."""
-        with self._keys_lock:
-            hit = self._keys.get(lang)
-            if hit is None or hit[0] != record:
-                t0 = time.perf_counter()
-                keys = LabelKeys(self.encoder.dim)
-                for p in self.memory(lang).scroll(SearchFilter(labelled=True), with_vectors=True):
-                    keys.add(p.vector, [p.labels])
-                hit = self._keys[lang] = (record, keys)
-                log.info("label keys built", collection=self.collection(lang), labels=len(keys),
-                         seconds=round(time.perf_counter() - t0, 2))
-            return hit[1]
+        def build() -> tuple[LabelKeys, dict]:
+            keys = LabelKeys(self.encoder.dim)
+            for p in self.memory(lang).scroll(SearchFilter(labelled=True), with_vectors=True):
+                keys.add(p.vector, [p.labels])
+            return keys, {"labels": len(keys)}
+
+        return self._built_per_record("label keys built", lang, (record,), build)
 
     def head_model(self, lang: str, record: str, c: float) -> HeadModel:
         """The head model of ``lang``'s memory (:mod:`newsmon.shared.predictors.head_model`: a logistic regression
         per label on >= 100 memory articles, inverse regularisation ``c``), fitted on the memory's stored texts by
         one scroll of the collection on first use under calibration record ``record`` and kept until another
         record is read (as the label keys are; the calibration chose it on the same memory)."""
+        def build() -> tuple[HeadModel, dict]:
+            texts, labels = [], []
+            for p in self.memory(lang).scroll(SearchFilter(labelled=True)):
+                texts.append(str(p.payload.get("text") or ""))
+                labels.append(tuple(p.labels))
+            model = HeadModel(c).fit(texts, labels)
+            return model, {"labels": len(model.labels), "articles": len(texts)}
+
+        return self._built_per_record("head model fitted", lang, (record, c), build)
+
+    def _built_per_record(self, what: str, lang: str, key: tuple, build: Callable[[], tuple[Any, dict]]) -> Any:
+        """What ``build()`` makes from ``lang``'s memory (a value and the fields to log), made on first use under
+        ``key`` (the calibration record id and the options it depends on) and kept until another key is asked
+        for; logged as ``what`` with its seconds."""
         with self._keys_lock:
-            hit = self._heads.get(lang)
-            if hit is None or hit[0] != (record, c):
+            hit = self._per_record.get((what, lang))
+            if hit is None or hit[0] != key:
                 t0 = time.perf_counter()
-                texts, labels = [], []
-                for p in self.memory(lang).scroll(SearchFilter(labelled=True)):
-                    texts.append(str(p.payload.get("text") or ""))
-                    labels.append(tuple(p.labels))
-                hit = self._heads[lang] = ((record, c), HeadModel(c).fit(texts, labels))
-                log.info("head model fitted", collection=self.collection(lang), labels=len(hit[1].labels),
-                         articles=len(texts), seconds=round(time.perf_counter() - t0, 2))
+                value, fields = build()
+                hit = self._per_record[(what, lang)] = (key, value)
+                log.info(what, collection=self.collection(lang), **fields, seconds=round(time.perf_counter() - t0, 2))
             return hit[1]
 
     def propose(self, texts: Sequence[str], langs: Sequence[str | None] | None = None,

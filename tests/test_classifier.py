@@ -107,7 +107,7 @@ def test_label_keys_come_from_the_memory_follow_each_calibration_record_and_the_
 
     assert propose(0.0) == {"a"}
     assert propose(1.0) == {"k"}  # k: (0.25 + ~1) / 2 > 0.4; a: (0.75 + ~0) / 2 < 0.4 (its key is far)
-    keys = clf.label_keys("sl", next(iter(clf._keys.values()))[0])
+    keys = clf.label_keys("sl", clf.scoring("sl")[1])  # the record's keys, as propose read them
     assert sorted(keys.labels) == ["a", "k"] and keys.counts[keys.index["k"]] == 2
     # k retired: gone from the neighbours and from the keys (a's key takes the keys' weight: (0.75 + 1) / 2)
     assert propose(1.0, relabel=lambda t: tuple(x for x in t if x != "k")) == {"a"}
