@@ -13,15 +13,13 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
-from sklearn.feature_extraction.text import HashingVectorizer
-
 import newsmon.shared.predictors.head_model as head_model
 from eval_inputs import build, pad
 from newsmon.shared.predictors import LabelVocab
 from newsmon.shared.predictors.calibrate import GRID_THRESHOLD, HEAD_GRID, Params
 from newsmon.shared.predictors.rules import mix_head, newsmon_decision
 from newsmon.shared.predictors.thresholds import micro_f1_acc, paired_lift_interval
+from newsmon.shared.terms import hashing_vectorizer
 
 TOKENS = {"word tokens only": r"(?u)\b\w\w+\b", "words and punctuation marks (shipped)": head_model.TOKEN_PATTERN}
 
@@ -51,9 +49,7 @@ def main() -> None:
           f"objective {f1 + acc:.4f}; the calibration's C {c}")
     print("| tokens | best objective | beta | threshold | lift 90 % interval | seconds |\n|---|---|---|---|---|---|")
     for name, pattern in TOKENS.items():
-        head_model._VECTORIZER = HashingVectorizer(n_features=head_model.N_FEATURES, alternate_sign=False,
-                                                   norm=None, lowercase=True, token_pattern=pattern,
-                                                   dtype=np.float32)
+        head_model._VECTORIZER = hashing_vectorizer(pattern)
         t1 = time.perf_counter()
         head = head_model.calibration_head_scores(x.cal_texts[:n_train], x.cal_gold[:n_train],
                                                   x.cal_texts[n_train:])(c)

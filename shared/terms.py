@@ -18,13 +18,24 @@ from sklearn.feature_extraction.text import HashingVectorizer
 #: Hashed word features (2^20: collisions are negligible for news vocabularies).
 N_FEATURES = 1 << 20
 
-_VECTORIZER = HashingVectorizer(n_features=N_FEATURES, alternate_sign=False, norm=None, lowercase=True,
-                                dtype=np.float32)
 
 
-def term_rows(texts: Sequence[str]) -> sp.csr_matrix:
-    """``(n, 2^20)`` float32 CSR of sublinear term frequencies ``1 + log(tf)`` (a row of zeros for an empty text)."""
-    X = _VECTORIZER.transform([t or "" for t in texts]).tocsr()
+def hashing_vectorizer(token_pattern: str = r"(?u)\b\w\w+\b") -> HashingVectorizer:
+    """A lower-casing hashing vectorizer into ``2^20`` features (no sign flipping, raw counts) for the tokens
+    ``token_pattern`` matches (default: scikit-learn's word analyser)."""
+    return HashingVectorizer(n_features=N_FEATURES, alternate_sign=False, norm=None, lowercase=True,
+                             token_pattern=token_pattern, dtype=np.float32)
+
+
+_VECTORIZER = hashing_vectorizer()
+
+
+def term_rows(texts: Sequence[str], vectorizer: HashingVectorizer | None = None) -> sp.csr_matrix:
+    """``(n, 2^20)`` float32 CSR of sublinear term frequencies ``1 + log(tf)`` (a row of zeros for an empty text,
+    ``(0, 2^20)`` for no texts) of the tokens of ``vectorizer`` (default: words, :func:`hashing_vectorizer`)."""
+    if not len(texts):
+        return sp.csr_matrix((0, N_FEATURES), dtype=np.float32)
+    X = (vectorizer or _VECTORIZER).transform([t or "" for t in texts]).tocsr()
     X.data = (1.0 + np.log(X.data)).astype(np.float32)
     return X
 

@@ -117,3 +117,14 @@ def test_calibration_keeps_the_head_model_only_where_it_lifts():
     noise = HeadScores(["x", "y"], np.full((40, 2), 0.5, dtype=np.float32))
     cal = calibrate(_r(rows), gold, rules=(), new_labels=False, head=lambda c: noise)
     assert not next(s for s in cal.steps if s["step"] == "+ head model")["kept"] and cal.params.head_weight == 0
+
+
+def test_term_rows_of_no_texts_are_empty_for_words_and_for_punctuation():
+    """The one sublinear-TF hashing path (:func:`newsmon.shared.terms.term_rows`) serves the lexical vectors and
+    the head model; no texts give ``(0, 2^20)`` rows for both (the hashing vectorizer alone raises
+    StopIteration), and the head model's tokens add the punctuation marks the words drop."""
+    from newsmon.shared.predictors.head_model import style_rows
+    from newsmon.shared.terms import N_FEATURES, sparse_terms, term_rows
+
+    assert term_rows([]).shape == style_rows([]).shape == (0, N_FEATURES) and sparse_terms([]) == []
+    assert term_rows(["Ljubljana - banka"]).nnz == 2 and style_rows(["Ljubljana - banka"]).nnz == 3

@@ -31,10 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.linear_model import LogisticRegression
 
-from newsmon.shared.terms import N_FEATURES
+from newsmon.shared.terms import hashing_vectorizer, term_rows
 
 #: A head label has at least this many memory articles (the "100-499" and ">= 500" frequency buckets).
 HEAD_MIN_ARTICLES = 100
@@ -43,17 +42,13 @@ TOKEN_PATTERN = r"(?u)\w+|[^\w\s]"
 #: Folds of the out-of-fold probabilities of the memory's own articles in calibration.
 FOLDS = 5
 
-_VECTORIZER = HashingVectorizer(n_features=N_FEATURES, alternate_sign=False, norm=None, lowercase=True,
-                                token_pattern=TOKEN_PATTERN, dtype=np.float32)
+_VECTORIZER = hashing_vectorizer(TOKEN_PATTERN)
 
 
 def style_rows(texts: Sequence[str]) -> sp.csr_matrix:
-    """``(n, 2^20)`` float32 CSR of sublinear term frequencies ``1 + ln(tf)`` of words and punctuation marks."""
-    if not len(texts):
-        return sp.csr_matrix((0, N_FEATURES), dtype=np.float32)
-    X = _VECTORIZER.transform([t or "" for t in texts]).tocsr()
-    X.data = (1.0 + np.log(X.data)).astype(np.float32)
-    return X
+    """``(n, 2^20)`` float32 CSR of sublinear term frequencies ``1 + ln(tf)`` of words and punctuation marks
+    (:func:`newsmon.shared.terms.term_rows` with this module's tokens)."""
+    return term_rows(texts, _VECTORIZER)
 
 
 @dataclass
