@@ -175,8 +175,12 @@ def test_define_a_label_over_http_then_propose_rename_and_retire(api, corpus):
         r = client.post("/v1/suggest", json=[json.loads(article_event(hits[3]).to_bytes())])
         assert all(not x.label.startswith("client:mercator") for x in LabelProposal.model_validate(r.json()[0])
                    .labels)
-        assert [parse_event(LabelEvent, m.value()).action for m in events.messages] == ["defined", "renamed",
-                                                                                        "retired"]
+        # the rename is keyed by the old name and the retirement by the new one: two partitions, which a consumer
+        # may read in either order (Kafka orders a key's messages, not a topic's), so the events are put back in the
+        # order they happened before comparing
+        events.wait_for(lambda c: len(c.messages) >= 3, 30, "the rename's and the retirement's LabelEvents")
+        logged = sorted((parse_event(LabelEvent, m.value()) for m in events.messages), key=lambda e: e.occurred_at)
+        assert [e.action for e in logged] == ["defined", "renamed", "retired"]
 
         # operations
         metrics = client.get("/metrics").text
