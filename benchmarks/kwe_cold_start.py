@@ -142,7 +142,7 @@ def replay(corpus, rules: list[LabelRule], encoder: Encoder, top_k: int, workdir
     the replay); ``min_examples``: the setting ``labels.min_examples`` of the run."""
     hidden = {r.label for r in rules}
     s = Settings(home=workdir / "home")
-    s.memory.path, s.rae.top_k = workdir / f"memory-k{top_k}-s{seeded}-m{min_examples}", top_k
+    s.memory.path, s.scoring.top_k = workdir / f"memory-k{top_k}-s{seeded}-m{min_examples}", top_k
     s.labels.min_examples = min_examples
     clf = Classifier(s, encoder=encoder, router=MemoryRouter(s, encoder.model_id, encoder.dim))
     confirmed: Counter = Counter()

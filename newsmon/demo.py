@@ -29,13 +29,13 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, Text
 from newsmon.broker import TansuBroker, free_port, port_or_free
 from newsmon.render import print_proposal
 from newsmon.schemas import ArticleEvent, LabelDecision, LabelProposal, ModeratorDecision, parse_event
-from newsmon.shared.calibration import effective_scoring
+from newsmon.shared.scoring.records import effective_scoring
 from newsmon.shared.classifier import BuildReport, Classifier
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Article, load_corpus
 from newsmon.shared.logs import RateLimitedLogBridge
 from newsmon.shared.metrics import classification_metrics, ranking_metrics
-from newsmon.shared.predictors import LabelVocab
+from newsmon.shared.scoring import LabelVocab
 from newsmon.training_jobs.calibration import calibrate_memory
 from newsmon.workers.runtime import Runtime, build_runtime
 
@@ -198,7 +198,7 @@ def _calibrate(clf: Classifier, validation: list[Article], corpus: str) -> None:
     for lang, cal in calibrate_memory(clf, validation, written_by="demo", corpus=corpus).items():
         params, source = effective_scoring(clf.settings, cal.record)
         f = cal.record.figures
-        rules = {k: v for k, v in params.model_dump().items() if k not in ("lam",)}
+        rules = params.model_dump(mode="json", exclude_defaults=True)
         fit = cal.record.fit_on
         print(f"calibrated {lang} in {time.perf_counter() - t0:.1f} s on {fit['memory_articles_leave_one_out']} "
               f"memory + {fit['validation_articles']} validation articles (micro-F1 "

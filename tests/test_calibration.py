@@ -8,12 +8,40 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from newsmon.shared.calibration import CalibrationRecord, CalibrationStore, effective_scoring, record_id
-from newsmon.shared.config import RaeSettings, Settings
-from newsmon.shared.predictors import (DECIDING_RULES, LabelVocab, Retrieval, explain, get_predictor, newsmon_decide,
-                                      newsmon_decision)
-from newsmon.shared.predictors.calibrate import Params, bootstrap_interval, calibrate, new_label_replay
-from newsmon.shared.predictors.rules import predicted_label_count, set_vote, tail_support
+from newsmon.schemas.scoring import ScoringParams, legacy_params, registered
+from newsmon.shared.config import Settings
+from newsmon.shared.predictors import get_predictor
+from newsmon.shared.scoring import LabelVocab, Retrieval, decide, explain
+from newsmon.shared.scoring.calibration import CalibrationSet, calibrate
+from newsmon.shared.scoring.calibration.thresholds import bootstrap_objective as bootstrap_interval
+from newsmon.shared.scoring.records import CalibrationRecord, CalibrationStore, effective_scoring, record_id
+from newsmon.shared.scoring.rules.label_count import predicted_label_count
+from newsmon.shared.scoring.rules.new_label_support import new_label_replay
+from newsmon.shared.scoring.rules.set_vote import set_vote
+from newsmon.shared.scoring.rules.tail_support import tail_support
+
+RULES = registered("rule")
+
+
+def Params(**flat) -> ScoringParams:
+    """The parameters from the flat fields of calibration records before layout version 2 (floor=0.1, ...)."""
+    return ScoringParams(**legacy_params(flat))
+
+
+def newsmon_decide(r, vocab, params, known_labels=None, label_hits=None, label_counts=None, head=None):
+    evidence = {k: v for k, v in (("label_keys", label_hits), ("head_model", head)) if v is not None}
+    d = decide(r, vocab, params, evidence, label_counts, known_labels)
+    return d.scores, d.proposed
+
+
+def newsmon_decision(r, vocab, params, reasons=False):
+    return decide(r, vocab, params, reasons=reasons)
+
+
+def _calibrate(r, gold, rules=None, new_labels=True, memory_labels=None, label_counts=None):
+    cal = CalibrationSet(r, list(gold), label_counts=label_counts,
+                         known_labels=set(memory_labels) if memory_labels is not None else None)
+    return calibrate(cal, rules=rules, replay=new_labels)
 
 
 @dataclass
@@ -79,7 +107,7 @@ def test_each_proposed_label_says_which_rule_proposed_it():
     p = Params(top_k=8, tau=100.0, threshold=0.6, set_vote=0.5, tail_support=3, tail_neighbours=4,
                tail_similarity=0.9, floor=0.3)
     d = newsmon_decision(r, vocab, p, reasons=True)
-    got = [{vocab.labels[j]: DECIDING_RULES[d.decided_by[i, j]] for j in np.flatnonzero(d.proposed[i])}
+    got = [{vocab.labels[j]: RULES[d.decided_by[i, j]] for j in np.flatnonzero(d.proposed[i])}
            for i in range(4)]
     assert got == [{"a": "threshold"}, {"a": "set_vote", "b": "set_vote"},
                    {"h": "threshold", "x": "tail_support"}, {"e": "floor"}]
@@ -88,8 +116,7 @@ def test_each_proposed_label_says_which_rule_proposed_it():
     scores, proposed = newsmon_decide(r, LabelVocab(), p)  # the same decisions without the reasons
     assert (proposed == d.proposed).all() and np.array_equal(scores, d.scores)
     # explain carries them, with each label's threshold, to the proposals and their candidates
-    (first, second, *_rest) = explain(r, d.scores, vocab, 0.6, candidates=3, proposed=d.proposed,
-                                      decided_by=d.decided_by, thresholds=d.thresholds)
+    (first, second, *_rest) = explain(r, d, vocab, candidates=3)
     assert [(x.label, x.decided_by, x.threshold) for x in second.labels] == [("a", "set_vote", 0.6),
                                                                               ("b", "set_vote", 0.6)]
     assert [(x.label, x.decided_by, x.threshold) for x in first.candidates] == [("d", None, 0.6), ("c", None, 0.6),
@@ -107,15 +134,14 @@ def test_label_count_proposes_each_articles_n_best_labels():
     p = Params(top_k=4, tau=100.0, threshold=0.1, label_count=0.3)
     vocab = LabelVocab()
     d = newsmon_decision(r, vocab, p, reasons=True)
-    got = [{vocab.labels[j]: DECIDING_RULES[d.decided_by[i, j]] for j in np.flatnonzero(d.proposed[i])}
+    got = [{vocab.labels[j]: RULES[d.decided_by[i, j]] for j in np.flatnonzero(d.proposed[i])}
            for i in range(3)]
     assert got == [{"a": "label_count", "b": "label_count"}, {"d": "label_count"},
                    {"f": "label_count", "g": "label_count"}]
     assert d.thresholds.tolist() == [0.3] * len(vocab)  # its minimum is every label's bar
     _, by_threshold = newsmon_decide(r, LabelVocab(), Params(top_k=4, tau=100.0, threshold=0.1))
     assert by_threshold.sum() == 11  # the threshold 0.1 alone proposes every label (3 + 2 + 6): the rule replaced it
-    (first, *_rest) = explain(r, d.scores, vocab, 0.3, candidates=3, proposed=d.proposed, decided_by=d.decided_by,
-                              thresholds=d.thresholds)
+    (first, *_rest) = explain(r, d, vocab, candidates=3)
     assert [(x.label, x.decided_by, x.threshold) for x in first.labels] == [("a", "label_count", 0.3),
                                                                              ("b", "label_count", 0.3)]
     assert [x.label for x in first.candidates] == ["c"]
@@ -126,12 +152,12 @@ def test_calibration_keeps_the_label_count_rule_where_no_threshold_separates():
     # they carry 2.5; no threshold gets both kinds right, the label count does (any minimum in (0.25, 0.5])
     one = [(0.9, ("a",)), (0.9, ("a",)), (0.9, ("b",)), (0.9, ("a", "b"))]
     two = [(0.9, ("a", "b", "c")), (0.9, ("a", "b", "d")), (0.9, ("a", "e")), (0.9, ("a", "f"))]
-    result = calibrate(_r([one] * 50 + [two] * 50), [("a",)] * 50 + [("a", "b")] * 50, rules=("label_count",),
+    result = _calibrate(_r([one] * 50 + [two] * 50), [("a",)] * 50 + [("a", "b")] * 50, rules=("label_count",),
                        new_labels=False)
     step = result.steps[-1]
     assert step["step"] == "+ label_count" and step["kept"] and step["lift_interval"][0] > 0
     assert step["subset_accuracy"] == 1.0 and result.steps[0]["subset_accuracy"] <= 0.5
-    assert 0.25 < result.params.label_count <= 0.5
+    assert 0.25 < result.params.rule("label_count").minimum <= 0.5
 
 
 @pytest.mark.parametrize("fixed, kept", [(1, False), (30, True)])
@@ -142,11 +168,11 @@ def test_a_lever_is_kept_only_when_its_lift_is_beyond_the_noise(fixed, kept):
     easy = [(0.9, ("a", "b"))] * 3 + [(0.9, ("c",))]
     hard = [(0.9, ("a", "b")), (0.9, ("a", "b")), (0.9, ("c", "d")), (0.9, ("c", "e"))]
     r = _r([hard] * fixed + [easy] * (100 - fixed))
-    result = calibrate(r, [("a", "b")] * 100, rules=("set_vote",), new_labels=False)
+    result = _calibrate(r, [("a", "b")] * 100, rules=("set_vote",), new_labels=False)
     step = result.steps[-1]
     assert step["step"] == "+ set_vote" and step["objective"] > result.steps[0]["objective"]  # it does lift
     assert step["kept"] is kept and (step["lift_interval"][0] > 0) is kept
-    assert (result.params.set_vote is not None) is kept
+    assert (result.params.rule("set_vote") is not None) is kept
 
 
 def test_tail_support_lets_three_close_confirmations_carry_a_new_label():
@@ -180,9 +206,11 @@ def test_new_label_rule_serves_only_labels_the_calibration_never_saw():
     assert new[0, x] and new[0, vocab.index["h"]]
     assert not newsmon_decide(r, vocab, on, known_labels={"h", "x"})[1][0, x]  # known: the calibrated rules decide
     assert not newsmon_decide(r, vocab, on)[1][0, x]  # no record lists the known labels: off
-    strict = Params(**{**on.as_dict(), "new_label_similarity": 0.85})  # only one of the two at >= 0.85
+    strict = Params(top_k=30, tau=0.04, threshold=0.3, new_label_support=2, new_label_neighbours=3,
+                    new_label_similarity=0.85)  # only one of the two at >= 0.85
     assert not newsmon_decide(r, vocab, strict, known_labels={"h"})[1][0, x]
-    narrow = Params(**{**on.as_dict(), "new_label_neighbours": 2})  # the 2nd carrier is 3rd
+    narrow = Params(top_k=30, tau=0.04, threshold=0.3, new_label_support=2, new_label_neighbours=2,
+                    new_label_similarity=0.8)  # the 2nd carrier is 3rd
     assert not newsmon_decide(r, vocab, narrow, known_labels={"h"})[1][0, x]
 
 
@@ -211,12 +239,13 @@ def test_calibration_chooses_the_new_label_rule_by_replay_and_lists_the_known_la
         rows.append([Hit(a, s, lb) for a, s, lb in near + far])
         gold.append((f"t{story}",))
     r = Retrieval.from_neighbours(rows)
-    res = calibrate(r, gold, memory_labels=[f"t{k}" for k in range(12)])
+    res = _calibrate(r, gold, memory_labels=[f"t{k}" for k in range(12)])
     step = res.steps[-1]
-    assert step["step"] == "+ new-label support" and step["replay"]["labels"] == 12
+    assert step["step"] == "+ new_label_support" and step["replay"]["labels"] == 12
     assert step["kept"] and step["replay"]["f1"] > step["replay"]["one_nn_f1"]
-    assert res.params.new_label_support >= 2 and res.known_labels == sorted(f"t{k}" for k in range(12))
-    assert calibrate(r, gold, new_labels=False).params.new_label_support == 0
+    assert res.params.rule("new_label_support").support >= 2
+    assert res.known_labels == sorted(f"t{k}" for k in range(12))
+    assert _calibrate(r, gold, new_labels=False).params.rule("new_label_support") is None
 
 
 def test_calibration_is_deterministic_and_keeps_only_rules_that_lift():
@@ -229,12 +258,12 @@ def test_calibration_is_deterministic_and_keeps_only_rules_that_lift():
         rows.append(nb)
         gold.append(mine)
     r = _r(rows)
-    one, two = calibrate(r, gold), calibrate(r, gold)
+    one, two = _calibrate(r, gold), _calibrate(r, gold)
     assert one.params == two.params and one.figures == two.figures
     assert one.figures["subset_accuracy"] > 0.9 and one.figures["objective_lo"] <= one.figures["objective"]
     assert one.steps[0]["kept"] and [s["step"] for s in one.steps][1:] == ["+ floor", "+ set_vote",
                                                                          "+ label_count", "+ tail_support",
-                                                                         "+ new-label support"]
+                                                                         "+ new_label_support"]
     for s in one.steps[1:-1]:
         best = max(t["objective"] for t in one.steps[:one.steps.index(s)] if t["kept"])
         if s["step"] == "+ tail_support":  # the new-label lever: kept unless it lowers the objective
@@ -267,37 +296,40 @@ def test_calibration_record_round_trip_and_explicit_settings_win(tmp_path, monke
     rec = CalibrationRecord(collection="newsmon_sl_m1", language="sl", model_version="m1",
                             params=Params(top_k=20, tau=0.02, threshold=0.35, floor=0.1,
                                           bucket_thresholds=(0.5, 0.4, 0.3, 0.3),
-                                          label_thresholds={"earn": 0.45}, label_count=0.3).as_dict(),
+                                          label_thresholds={"earn": 0.45}, label_count=0.3).model_dump(mode="json"),
                             objective="micro_f1 + subset_accuracy", figures={"micro_f1": 0.5})
     CalibrationStore(s).write(rec)
     again = CalibrationStore(Settings(home=tmp_path)).read("newsmon_sl_m1")  # a new process reads the file
     assert again == rec and record_id(again).startswith("newsmon_sl_m1@")
     assert CalibrationStore(s).read("newsmon_hr_m1") is None
     params, source = effective_scoring(s, again)
-    assert (params.top_k, params.tau, params.threshold, params.floor, source) == (20, 0.02, 0.35, 0.1, "calibration")
-    monkeypatch.setenv("NEWSMON_RAE__THRESHOLD", "0.6")
+    assert (params.top_k, params.tau, params.threshold, params.rule("floor").score, source) == (
+        20, 0.02, 0.35, 0.1, "calibration")
+    monkeypatch.setenv("NEWSMON_SCORING__THRESHOLD", "0.6")
     explicit = Settings(home=tmp_path)
     params, source = effective_scoring(explicit, again)
     assert (params.top_k, params.threshold, source) == (20, 0.6, "calibration+settings")
     assert params.bucket_thresholds is None and params.label_thresholds is None  # the explicit one decides
-    assert params.label_count is None  # and the label-count rule, which would replace it, is off
+    assert params.rule("label_count") is None  # and the label-count rule, which would replace it, is off
+    assert [r.name for r in params.rules] == ["threshold", "floor"]
     assert effective_scoring(s, again)[0].bucket_thresholds == (0.5, 0.4, 0.3, 0.3)
-    assert effective_scoring(s, again)[0].label_count == 0.3
+    assert effective_scoring(s, again)[0].rule("label_count").minimum == 0.3
     assert effective_scoring(s, again)[0].label_thresholds == {"earn": 0.45}
-    monkeypatch.delenv("NEWSMON_RAE__THRESHOLD")
-    monkeypatch.setenv("NEWSMON_RAE__BUCKET_THRESHOLDS", "[0.4, 0.4, 0.4, 0.4]")
+    monkeypatch.delenv("NEWSMON_SCORING__THRESHOLD")
+    monkeypatch.setenv("NEWSMON_SCORING__BUCKET_THRESHOLDS", "[0.4, 0.4, 0.4, 0.4]")
     params, _ = effective_scoring(Settings(home=tmp_path), again)
     assert params.bucket_thresholds == (0.4, 0.4, 0.4, 0.4) and params.label_thresholds is None
-    monkeypatch.setenv("NEWSMON_RAE__LABEL_THRESHOLDS", '{"earn": 0.3}')
+    monkeypatch.setenv("NEWSMON_SCORING__LABEL_THRESHOLDS", '{"earn": 0.3}')
     params, _ = effective_scoring(Settings(home=tmp_path), again)
-    assert params.label_thresholds == {"earn": 0.3} and params.label_count is None
-    monkeypatch.setenv("NEWSMON_RAE__LABEL_COUNT", "0.2")  # explicit too: it stays
-    assert effective_scoring(Settings(home=tmp_path), again)[0].label_count == 0.2
-    monkeypatch.delenv("NEWSMON_RAE__LABEL_COUNT")
-    monkeypatch.delenv("NEWSMON_RAE__BUCKET_THRESHOLDS")
-    monkeypatch.delenv("NEWSMON_RAE__LABEL_THRESHOLDS")
-    assert effective_scoring(explicit, None) == (explicit.rae, "settings")
-    assert RaeSettings().floor is None and RaeSettings().tail_support == 0 and RaeSettings().new_label_support == 0
+    assert params.label_thresholds == {"earn": 0.3} and params.rule("label_count") is None
+    monkeypatch.setenv("NEWSMON_SCORING__RULES", '[{"name": "label_count", "options": {"minimum": 0.2}}]')
+    assert effective_scoring(Settings(home=tmp_path), again)[0].rule("label_count").minimum == 0.2  # explicit too
+    monkeypatch.delenv("NEWSMON_SCORING__RULES")
+    monkeypatch.delenv("NEWSMON_SCORING__BUCKET_THRESHOLDS")
+    monkeypatch.delenv("NEWSMON_SCORING__LABEL_THRESHOLDS")
+    assert effective_scoring(explicit, None) == (explicit.scoring, "settings")
+    assert effective_scoring(s, None) == (s.scoring, "defaults")
+    assert [r.name for r in ScoringParams().rules] == ["threshold"] and ScoringParams().components == []
     assert again.known_labels is None  # a record without a label list: the new-label rule stays off
     listed = rec.model_copy(update={"labels": ["a", "b"]})
     CalibrationStore(s).write(listed)
@@ -311,14 +343,14 @@ def test_calibration_record_in_server_mode_reaches_every_client(tmp_path):
     s = Settings(home=tmp_path)
     s.memory.url = "http://qdrant.invalid:6333"
     rec = CalibrationRecord(collection="newsmon_en_m1", language="en", model_version="m1",
-                            params=Params(top_k=10).as_dict(), objective="micro_f1 + subset_accuracy")
+                            params=Params(top_k=10).model_dump(mode="json"), objective="micro_f1 + subset_accuracy")
     CalibrationStore(s, client=client).write(rec)
     assert CalibrationStore(s, client=client, ttl_s=0).read("newsmon_en_m1") == rec
     client.close()
 
 
 def test_lexical_fusion_reranks_dense_candidates_by_shared_words():
-    from newsmon.shared.predictors.lexical import TermVectors, fuse, local_tfidf_cosine
+    from newsmon.shared.scoring.lexical import TermVectors, fuse, local_tfidf_cosine
 
     r = Retrieval(np.array([["a", "b", ""]], dtype=object), np.array([[0.90, 0.85, -np.inf]], dtype=np.float32),
                   [[("x",), ("y",), ()]], None, [["vlada sprejela proračun", "krka poročala dobiček krka", ""]])
@@ -338,7 +370,7 @@ def test_lexical_fusion_reranks_dense_candidates_by_shared_words():
 def test_tail_support_reads_the_dense_cosine_after_lexical_fusion():
     # after hybrid retrieval the ranking score is the fusion (about 0.5 here), not a cosine: the tail rule's
     # cosine threshold must read the neighbours' dense cosines (Retrieval.cosine)
-    from newsmon.shared.predictors.lexical import fuse
+    from newsmon.shared.scoring.lexical import fuse
 
     row = [(0.95, ("x",)), (0.94, ("x",)), (0.93, ("x",))] + [(0.80, ("h",))] * 20
     texts = ["vlada proračun davki"] * 3 + ["nogomet tekma"] * 20
@@ -359,31 +391,29 @@ def test_calibration_keeps_tail_support_when_it_does_not_lower_the_objective():
         mine = ("a",) if i % 2 else ("b",)
         rows.append([(0.80 - 0.001 * j, mine) for j in range(10)])
         gold.append(mine)
-    result = calibrate(_r(rows), gold)
+    result = _calibrate(_r(rows), gold)
     tail = result.steps[-2]
-    assert tail["step"] == "+ tail_support" and tail["kept"] and result.params.tail_support > 0
+    assert tail["step"] == "+ tail_support" and tail["kept"] and result.params.rule("tail_support").support > 0
     assert tail["objective"] == pytest.approx(result.steps[0]["objective"])
 
 
 def test_a_proposal_shows_the_cosine_of_its_neighbours_after_fusion():
     # the wire's `similarity` is the cosine of the embeddings (LabelProposal schema); the fused ranking score of
     # hybrid retrieval is lower (about 0.5 here) and must not leak into it
-    from newsmon.shared.predictors import explain
-    from newsmon.shared.predictors.lexical import fuse
+    from newsmon.shared.scoring.lexical import fuse
 
     row = [(0.95, ("x",)), (0.94, ("x",)), (0.93, ("x",))] + [(0.80, ("h",))] * 5
     base = _r([row])
     r = fuse(Retrieval(base.ids, base.sims, base.labels, None, [["vlada proračun davki"] * 3 + ["nogomet"] * 5]),
              ["vlada pokojnine zakon reforma"], 0.5, 8)
     vocab = LabelVocab()
-    scores, chosen = newsmon_decide(r, vocab, Params(top_k=8, tau=0.04, threshold=0.3))
-    p = explain(r, scores, vocab, 0.3, proposed=chosen)[0]
+    p = explain(r, decide(r, vocab, Params(top_k=8, tau=0.04, threshold=0.3)), vocab)[0]
     x = next(lb for lb in p.labels if lb.label == "x")
     assert [s for _, s in x.neighbours] == pytest.approx([0.95, 0.94, 0.93]) and r.sims[0, 0] < 0.9
 
 
 def test_label_keys_are_normalised_sums_and_leave_one_out_takes_the_article_out():
-    from newsmon.shared.predictors.label_keys import LabelKeys
+    from newsmon.shared.scoring.components.label_keys import LabelKeys
 
     X = np.array([[1, 0], [0.8, 0.6], [0, 1]], dtype=np.float32)
     keys = LabelKeys(2).add(X, [("a",), ("a", "b"), ("b",)])
@@ -401,7 +431,7 @@ def test_label_keys_are_normalised_sums_and_leave_one_out_takes_the_article_out(
 
 
 def test_label_keys_mix_into_the_scores_with_weight_lambda():
-    from newsmon.shared.predictors.label_keys import LabelHits
+    from newsmon.shared.scoring.components.label_keys import LabelHits
 
     r = _r([[(0.9, ("a",)), (0.9, ("b",))]])  # neighbours: a 0.5, b 0.5
     hits = LabelHits([["b", "c"]], np.array([[0.9, 0.9]], dtype=np.float32))  # keys: b 0.5, c 0.5
@@ -416,7 +446,7 @@ def test_label_keys_mix_into_the_scores_with_weight_lambda():
 
 
 def test_bucket_thresholds_use_each_labels_frequency_in_the_memory():
-    from newsmon.shared.predictors.rules import column_thresholds
+    from newsmon.shared.scoring.rules.threshold import column_thresholds
 
     # neighbours: r (rare, 3 memory articles) 0.3, m (11-99) 0.3, f (frequent, 800) 0.4 of the weight
     r = _r([[(0.9, ("r",)), (0.9, ("m",)), (0.9, ("f",)), (0.9, ("r", "m", "f")), (0.9, ("f",))] + [(0.9, ())] * 5])
@@ -427,7 +457,7 @@ def test_bucket_thresholds_use_each_labels_frequency_in_the_memory():
     assert {lb: round(float(scores[0, vocab.index[lb]]), 2) for lb in "rmf"} == {"r": 0.2, "m": 0.2, "f": 0.3}
     assert column_thresholds(vocab, p, counts).tolist() == [0.25, 0.35, 0.45]
     assert not chosen.any()  # each under its own bucket's threshold
-    lower = Params(**{**p.as_dict(), "bucket_thresholds": (0.15, 0.35, 0.2, 0.25)})
+    lower = p.model_copy(update={"bucket_thresholds": (0.15, 0.35, 0.2, 0.25)})
     _, chosen = newsmon_decide(r, vocab, lower, label_counts=counts)
     assert sorted(vocab.labels[j] for j in np.flatnonzero(chosen[0])) == ["f", "r"]
     _, new = newsmon_decide(r, vocab, lower, label_counts={"m": 40, "f": 800})  # r unknown: the rare bucket
@@ -435,7 +465,7 @@ def test_bucket_thresholds_use_each_labels_frequency_in_the_memory():
     assert column_thresholds(vocab, lower, None).tolist() == [0.5, 0.5, 0.5]  # no counts: the one threshold
     assert column_thresholds(vocab, Params(threshold=0.3), counts).tolist() == [0.3, 0.3, 0.3]
     with pytest.raises(ValueError, match="bucket thresholds must lie in"):
-        RaeSettings(bucket_thresholds=(0.2, 0.2, 1.2, 0.2))
+        ScoringParams(bucket_thresholds=(0.2, 0.2, 1.2, 0.2))
 
 
 def test_calibration_tries_bucket_thresholds_and_keeps_them_only_when_they_lift():
@@ -449,11 +479,11 @@ def test_calibration_tries_bucket_thresholds_and_keeps_them_only_when_they_lift(
         rows.append([(0.9, (rare,) + f), (0.9, (rare,))] + [(0.9, ("f",))] * 5 + [(0.9, ())] * 3)
         gold.append((rare,) + f)
     r = _r(rows)
-    res = calibrate(r, gold, label_counts=counts, rules=())
+    res = _calibrate(r, gold, label_counts=counts, rules=())
     step = next(s for s in res.steps if s["step"] == "+ bucket thresholds")
     base = res.steps[0]["objective"]
     assert step["kept"] == (step["objective"] > base + 1e-9)
     assert step["kept"] and res.params.bucket_thresholds is not None
     b = res.params.bucket_thresholds
     assert b[0] < 0.2 <= b[3]  # rare labels (0.2 of the weight) pass, the frequent one (0.5-0.6) is held back
-    assert "+ bucket thresholds" not in [s["step"] for s in calibrate(r, gold, rules=()).steps]
+    assert "+ bucket thresholds" not in [s["step"] for s in _calibrate(r, gold, rules=()).steps]

@@ -24,7 +24,7 @@ def test_retrieve_own_language_first_then_cross_lingual(memory_classifier):
     classifier.memory("en").upsert(en_ids, en, [["b"]] * 4, [{"lang": "en"}] * 4)
     classifier.memory("de").upsert(["de0"], _unit(rng, 1, d), [[]], [{"lang": "de"}])  # pending only
     q = np.stack([sl[0], en[0], en[1], sl[2], sl[3]])
-    r, searched = classifier.retrieve_routed(q, ["sl", "en", "hr", "de", None], top_k=10)
+    r, searched = classifier.search(q, ["sl", "en", "hr", "de", None], top_k=10)
     assert set(r.ids[0][:6]) == set(sl_ids) and list(r.ids[0][6:]) == [""] * 4  # its own language only
     assert set(r.ids[1][:4]) == set(en_ids) and list(r.ids[1][4:]) == [""] * 6
     assert searched[0] == (classifier.collection("sl"),) and searched[1] == (classifier.collection("en"),)
@@ -49,7 +49,7 @@ def test_retrieve_known_language_with_every_neighbour_excluded_stays_empty(memor
 
 
 def test_new_label_rule_reads_the_calibration_records_labels_and_follows_renames(memory_classifier):
-    from newsmon.shared.calibration import CalibrationRecord
+    from newsmon.shared.scoring.records import CalibrationRecord
 
     clf = memory_classifier
     clf.settings.memory.min_language_articles = 1
@@ -69,7 +69,7 @@ def test_new_label_rule_reads_the_calibration_records_labels_and_follows_renames
                                                  model_version=clf.model_version, params=params,
                                                  objective="micro_f1 + subset_accuracy", labels=known))
         (p,), _ = clf.propose(["q"], ["sl"], vectors=q, relabel=relabel)
-        assert p.calibration is not None and p.scoring.new_label_support == 2
+        assert p.resolved.record is not None and p.resolved.params.rule("new_label_support").support == 2
         return p.label_set
 
     assert propose("x", ["a"]) == {"a", "x"}  # x came after the calibration: two close carriers suffice
@@ -84,7 +84,7 @@ def test_new_label_rule_reads_the_calibration_records_labels_and_follows_renames
 
 
 def test_label_keys_come_from_the_memory_follow_each_calibration_record_and_the_registry(memory_classifier):
-    from newsmon.shared.calibration import CalibrationRecord
+    from newsmon.shared.scoring.records import CalibrationRecord
 
     clf = memory_classifier
     clf.settings.memory.min_language_articles = 1
@@ -107,14 +107,15 @@ def test_label_keys_come_from_the_memory_follow_each_calibration_record_and_the_
 
     assert propose(0.0) == {"a"}
     assert propose(1.0) == {"k"}  # k: (0.25 + ~1) / 2 > 0.4; a: (0.75 + ~0) / 2 < 0.4 (its key is far)
-    keys = clf.label_keys("sl", clf.scoring("sl")[1])  # the record's keys, as propose read them
+    res = clf.resolved("sl")
+    keys = clf.models.get("sl", res.record, res.params, False)[0]["label_keys"]  # the record's, as propose read them
     assert sorted(keys.labels) == ["a", "k"] and keys.counts[keys.index["k"]] == 2
     # k retired: gone from the neighbours and from the keys (a's key takes the keys' weight: (0.75 + 1) / 2)
     assert propose(1.0, relabel=lambda t: tuple(x for x in t if x != "k")) == {"a"}
 
 
 def test_bucket_thresholds_count_the_memory_and_follow_renames(memory_classifier):
-    from newsmon.shared.calibration import CalibrationRecord
+    from newsmon.shared.scoring.records import CalibrationRecord
 
     clf = memory_classifier
     clf.settings.memory.min_language_articles = 1
@@ -128,14 +129,13 @@ def test_bucket_thresholds_count_the_memory_and_follow_renames(memory_classifier
                                              objective="micro_f1 + subset_accuracy", labels=["a", "k"]))
     q = _unit(rng, 1, d)
     (p,), _ = clf.propose(["q"], ["sl"], vectors=q)  # a: 12/14 of the weight, 12 articles (11-99 bucket: 0.9)
-    assert p.label_set == {"k"} and p.scoring.bucket_thresholds == (0.1, 0.9, 0.9, 0.9)  # k: 2/14, rare: 0.1
+    assert p.label_set == {"k"} and p.resolved.params.bucket_thresholds == (0.1, 0.9, 0.9, 0.9)  # k: 2/14, rare: 0.1
     (p,), _ = clf.propose(["q"], ["sl"], vectors=q, relabel=lambda t: tuple("z" if x == "a" else x for x in t))
     assert p.label_set == {"k"}  # renamed a -> z keeps its 12 articles: z stays in the 11-99 bucket
 
 
 def test_label_thresholds_of_the_record_decide_and_follow_renames(memory_classifier):
-    from newsmon.shared.calibration import CalibrationRecord
-    from newsmon.shared.classifier import scoring_info
+    from newsmon.shared.scoring.records import CalibrationRecord
 
     clf = memory_classifier
     clf.settings.memory.min_language_articles = 1
@@ -150,7 +150,7 @@ def test_label_thresholds_of_the_record_decide_and_follow_renames(memory_classif
                                                  model_version=clf.model_version, params=params,
                                                  objective="micro_f1 + subset_accuracy", labels=["a", "k", "j"]))
         (p,), _ = clf.propose(["q"], ["sl"], vectors=q, relabel=relabel)
-        assert scoring_info(p.scoring).label_thresholds == len(own)  # the wire says how many
+        assert p.resolved.wire().label_thresholds == len(own)  # the wire says how many
         return p.label_set
 
     q = _unit(rng, 1, d)
@@ -169,8 +169,8 @@ def test_the_wire_says_which_rule_proposed_each_label_and_its_threshold(memory_c
     (it was shown under 'below their thresholds' with source retrieval only: a newcomer saw a contradiction)."""
     from newsmon.render import render_proposal
     from newsmon.schemas import LabelProposal
-    from newsmon.shared.calibration import CalibrationRecord
-    from newsmon.shared.classifier import proposed_labels, scoring_info
+    from newsmon.shared.scoring.records import CalibrationRecord
+    from newsmon.shared.scoring.wire import proposal_fields
 
     clf = memory_classifier
     clf.settings.memory.min_language_articles = 1
@@ -186,9 +186,8 @@ def test_the_wire_says_which_rule_proposed_each_label_and_its_threshold(memory_c
                                                  model_version=clf.model_version, params=params,
                                                  objective="micro_f1 + subset_accuracy", labels=["a", "k"]))
         (p,), _ = clf.propose(["q"], ["sl"], vectors=q)
-        return LabelProposal(article_id="q", labels=proposed_labels(p.labels),
-                             candidates=proposed_labels(p.candidates), model_version="m", memory_version="v",
-                             scoring=scoring_info(p.scoring, p.calibration), produced_at="2024-05-01T08:00:00Z")
+        return LabelProposal(article_id="q", **proposal_fields(p), model_version="m", memory_version="v",
+                             produced_at="2024-05-01T08:00:00Z")
 
     def why(p: LabelProposal) -> dict:
         return {x.label: (x.decided_by, x.threshold) for x in [*p.labels, *p.candidates]}
@@ -197,12 +196,13 @@ def test_the_wire_says_which_rule_proposed_each_label_and_its_threshold(memory_c
     assert why(plain) == {"a": ("threshold", 0.7), "k": (None, 0.7)} and [x.label for x in plain.labels] == ["a"]
     voted = propose(set_vote=0.6)  # the set {a, k} holds 8/13 of the weight
     assert why(voted) == {"a": ("set_vote", 0.7), "k": ("set_vote", 0.7)}
-    # written at the lowest version that carries it: the vote is a version-3 rule, the label count needs 4
-    assert voted.schema_version == 3 == LabelProposal.model_validate_json(voted.to_bytes()).schema_version
+    # the scoring's one shape (the record's components and rules) is version 6
+    assert voted.schema_version == 6 == LabelProposal.model_validate_json(voted.to_bytes()).schema_version
+    assert [r.name for r in voted.scoring.rules] == ["threshold", "set_vote"]
     # the label-count rule: the neighbours carry (8 * 2 + 5 * 1) / 13 = 1.6 labels -> the 2 best at >= 0.5
     counted = propose(label_count=0.5)
     assert why(counted) == {"a": ("label_count", 0.5), "k": ("label_count", 0.5)}
-    assert counted.scoring.label_count == 0.5 and counted.needs_version() == 4 == counted.schema_version
+    assert counted.scoring.rule("label_count").minimum == 0.5 and counted.needs_version() == 6 == counted.schema_version
     assert LabelProposal.model_validate_json(counted.to_bytes()).labels[1].decided_by == "label_count"
     console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(render_proposal(voted))
@@ -218,8 +218,8 @@ def test_the_head_model_is_fitted_from_the_memory_under_each_record_and_follows_
     so a house style that the random neighbours cannot show decides, and a rename carries it."""
     from test_head_model import house_style_corpus
 
-    from newsmon.shared.calibration import CalibrationRecord
-    from newsmon.shared.predictors.head_model import HeadModel
+    from newsmon.shared.scoring.records import CalibrationRecord
+    from newsmon.shared.scoring.components.head_model import HeadModel
 
     clf = memory_classifier
     clf.settings.memory.min_language_articles = 1
@@ -238,7 +238,8 @@ def test_the_head_model_is_fitted_from_the_memory_under_each_record_and_follows_
     for p, want, gold in zip(props, expected.probs, truth):
         got = {x.label: x.score for x in [*p.labels, *p.candidates]}
         assert got["agency"] == pytest.approx(float(want[0]), abs=1e-5)
-        assert ("agency" in p.label_set) == ("agency" in gold) and p.scoring.head_weight == 1.0
+        assert ("agency" in p.label_set) == ("agency" in gold)
+        assert p.resolved.params.component("head_model").weight == 1.0
     renamed, _ = clf.propose(queries[:1], ["sl"], vectors=_unit(rng, 1, clf.encoder.dim),
                              relabel=lambda t: tuple("press" if x == "agency" else x for x in t))
     assert "press" in renamed[0].label_set and "agency" not in renamed[0].label_set

@@ -9,13 +9,12 @@ import pytest
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
-from test_calibration import _r
+from test_calibration import Params, _r, newsmon_decide
 
-from newsmon.shared.predictors import LabelVocab, newsmon_decide
-from newsmon.shared.predictors.calibrate import calibrate
-from newsmon.shared.predictors.head_model import HeadModel, HeadScores, calibration_head_scores, out_of_fold
-from newsmon.shared.predictors.params import Params
-from newsmon.shared.predictors.rules import mix_head
+from newsmon.shared.scoring import LabelVocab, MemoryArticles, Queries
+from newsmon.shared.scoring.calibration import CalibrationSet, calibrate
+from newsmon.shared.scoring.components.head_model import (HeadModel, HeadModelComponent, HeadModelOptions,
+                                                          HeadScores, mix_head, out_of_fold)
 
 WORDS = ("vlada banka delnice stavka cena podjetje sindikat plača borza nafta evro odstotek uprava družba "
          "delavci sodišče stečaj minister poslanci trg").split()
@@ -75,7 +74,7 @@ def test_the_decision_reads_the_mixed_scores():
     assert scores[0, vocab.index["b"]] == pytest.approx(0.3)  # (1 - 0.5) * 0.5 + 0.5 * 0.1
     assert [vocab.labels[j] for j in np.flatnonzero(chosen[0])] == ["a"]
     off = newsmon_decide(r, LabelVocab(), Params(top_k=2, tau=1.0, threshold=0.4), head=head)[1]
-    assert off[0].tolist() == [True, True]  # head_weight 0: the neighbours alone
+    assert off[0].tolist() == [True, True]  # no head model among the components: the neighbours alone
 
 
 def test_out_of_fold_scores_come_from_models_fitted_without_the_article():
@@ -88,10 +87,14 @@ def test_out_of_fold_scores_come_from_models_fitted_without_the_article():
     assert np.allclose(oof.probs[::5], held.probs, atol=1e-6)
     full = HeadModel(10.0).fit(texts, labels).scores(texts[:5]).probs
     assert not np.allclose(oof.probs[:5], full)  # not the model that saw them
-    at = calibration_head_scores(texts[:200], labels[:200], texts[200:])
-    both = at(10.0)
-    assert both.probs.shape == (250, 2) and at(10.0) is both  # each C once
-    alone = calibration_head_scores(texts[:200], labels[:200], texts[200:], include_memory=False)(10.0)
+    memory, opts = MemoryArticles(None, texts[:200], labels[:200]), HeadModelOptions(c=10.0, weight=0.5)
+    cal = CalibrationSet(_r([[(0.9, ("x",))]] * 250), list(labels), memory=memory, held_out=200,
+                         validation=Queries(texts[200:]))
+    both = cal.evidence(HeadModelComponent(), opts)
+    assert both.probs.shape == (250, 2) and cal.evidence(HeadModelComponent(), opts) is both  # each C once
+    assert cal.evidence(HeadModelComponent(), HeadModelOptions(c=10.0, weight=1.0)) is both  # beta: the same model
+    alone = CalibrationSet(_r([[(0.9, ("x",))]] * 50), list(labels[200:]), memory=memory,
+                           validation=Queries(texts[200:])).evidence(HeadModelComponent(), opts)
     assert np.allclose(alone.probs, both.probs[200:])  # validation alone: the model fitted on the whole memory
 
 
@@ -110,20 +113,20 @@ def test_calibration_keeps_the_head_model_only_where_it_lifts():
     rows = [[(0.9, ("x",)), (0.9, ("y",))]] * 40  # the neighbours cannot tell x from y
     gold = [("x",), ("y",)] * 20
     good = HeadScores(["x", "y"], np.array([[0.9, 0.1], [0.1, 0.9]] * 20, dtype=np.float32))
-    cal = calibrate(_r(rows), gold, rules=(), new_labels=False, head=lambda c: good)
-    step = next(s for s in cal.steps if s["step"] == "+ head model")
+    cal = calibrate(CalibrationSet(_r(rows), gold, given={"head_model": lambda o: good}), rules=(), replay=False)
+    step = next(s for s in cal.steps if s["step"] == "+ head_model")
     assert step["kept"] and step["lift_interval"][0] > 0
-    assert cal.params.head_weight > 0 and cal.figures["subset_accuracy"] == 1.0
+    assert cal.params.component("head_model").weight > 0 and cal.figures["subset_accuracy"] == 1.0
     noise = HeadScores(["x", "y"], np.full((40, 2), 0.5, dtype=np.float32))
-    cal = calibrate(_r(rows), gold, rules=(), new_labels=False, head=lambda c: noise)
-    assert not next(s for s in cal.steps if s["step"] == "+ head model")["kept"] and cal.params.head_weight == 0
+    cal = calibrate(CalibrationSet(_r(rows), gold, given={"head_model": lambda o: noise}), rules=(), replay=False)
+    assert not next(s for s in cal.steps if s["step"] == "+ head_model")["kept"] and cal.params.components == []
 
 
 def test_term_rows_of_no_texts_are_empty_for_words_and_for_punctuation():
     """The one sublinear-TF hashing path (:func:`newsmon.shared.terms.term_rows`) serves the lexical vectors and
     the head model; no texts give ``(0, 2^20)`` rows for both (the hashing vectorizer alone raises
     StopIteration), and the head model's tokens add the punctuation marks the words drop."""
-    from newsmon.shared.predictors.head_model import style_rows
+    from newsmon.shared.scoring.components.head_model import style_rows
     from newsmon.shared.terms import N_FEATURES, sparse_terms, term_rows
 
     assert term_rows([]).shape == style_rows([]).shape == (0, N_FEATURES) and sparse_terms([]) == []

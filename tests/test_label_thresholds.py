@@ -7,13 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from newsmon.shared.config import RaeSettings
-from newsmon.shared.predictors import LabelVocab, newsmon_decide
-from newsmon.shared.predictors.calibrate import Params, calibrate
-from newsmon.shared.predictors.rules import column_thresholds
-from newsmon.shared.predictors.thresholds import (cross_fitted_label_thresholds, eligible_columns,
+from newsmon.schemas.scoring import ScoringParams
+from newsmon.shared.scoring import LabelVocab
+from newsmon.shared.scoring.rules.threshold import column_thresholds
+from newsmon.shared.scoring.calibration.thresholds import (cross_fitted_label_thresholds, eligible_columns,
                                                   label_threshold_ascent, micro_f1_acc, paired_lift_interval)
-from test_calibration import _r  # retrievals written by hand: rows of (similarity, labels)
+from test_calibration import Params, _calibrate as calibrate, _r, newsmon_decide  # noqa: I001
 
 
 S = np.array([[0.9, 0.8], [0.6, 0.7], [0.4, 0.2], [0.3, 0.1]])
@@ -71,10 +70,10 @@ def test_a_labels_own_threshold_replaces_its_bucket_threshold():
     assert column_thresholds(vocab, p, counts).tolist() == [0.25, 0.35, 0.25]
     assert sorted(vocab.labels[j] for j in np.flatnonzero(chosen[0])) == ["f", "r"]  # f: 0.3 > its own 0.25
     assert column_thresholds(vocab, p, None).tolist() == [0.5, 0.5, 0.25]  # without counts: threshold, then own
-    _, without = newsmon_decide(r, vocab, Params(**{**p.as_dict(), "label_thresholds": None}), label_counts=counts)
+    _, without = newsmon_decide(r, vocab, p.model_copy(update={"label_thresholds": None}), label_counts=counts)
     assert sorted(vocab.labels[j] for j in np.flatnonzero(without[0])) == ["r"]
     with pytest.raises(ValueError, match="label thresholds must lie in"):
-        RaeSettings(label_thresholds={"f": 1.5})
+        ScoringParams(label_thresholds={"f": 1.5})
 
 
 def _two_frequent_labels(n: int = 60):

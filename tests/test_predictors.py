@@ -8,8 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from newsmon.shared.predictors import MLKNN, LabelVocab, Retrieval, explain, neighbour_counts, one_nn_scores, rae_xmc_scores
-from newsmon.shared.predictors.retrieval import TITLE_CHARS, display_title
+from newsmon.schemas.scoring import ScoringParams
+from newsmon.shared.predictors import MLKNN, LabelVocab, Retrieval, neighbour_counts, one_nn_scores, rae_xmc_scores
+from newsmon.shared.scoring import decide, explain
+from newsmon.shared.scoring.retrieval import TITLE_CHARS, display_title
 
 
 @dataclass
@@ -55,13 +57,15 @@ def test_rae_xmc_k_lambda_and_threshold():
     p2 = rae_xmc_scores(r.sims, rows, k=3, tau=0.04, lam=2.0, n_labels=len(vocab))
     p3 = rae_xmc_scores(r.sims, rows, k=3, tau=0.04, lam=1.0, n_labels=len(vocab))
     assert np.allclose(p2, 2 * p3)
-    props = explain(r, p3, vocab, threshold=0.5, k=3)
+    d = decide(r, vocab, ScoringParams(top_k=3, tau=0.04, threshold=0.5))
+    assert np.array_equal(d.scores, p3)  # the scorer's base is RAE-XMC
+    props = explain(r, d, vocab, k=3)
     assert [x.label for x in props[0].labels] == ["a", "b"]
     assert props[0].labels[0].neighbours == [("n1", pytest.approx(0.9)), ("n2", pytest.approx(0.8))]
     assert props[1].labels[0].label == "c"
     assert props[0].candidates == [] and props[0].labels[0].titles == [None, None]  # hits without payloads
     # the best labels at or below the threshold, best first, with their neighbours; never a label above it
-    props = explain(r, p3, vocab, threshold=0.5, k=3, candidates=5)
+    props = explain(r, d, vocab, k=3, candidates=5)
     assert [x.label for x in props[0].labels] == ["a", "b"] and [x.label for x in props[0].candidates] == ["c"]
     assert props[0].candidates[0].neighbours == [("n3", pytest.approx(0.5))]
     assert [x.label for x in props[1].candidates] == ["b"]  # a (score 0) is no candidate
@@ -82,8 +86,8 @@ def test_neighbour_titles_come_from_the_payload():
                                     Stored("n2", 0.8, ("a",), {"title": None, "text": "  Brez\nnaslova.  "}),
                                     Stored("n3", 0.7, ("a",), {"title": long})]], top_k=3)
     vocab = LabelVocab()
-    p = rae_xmc_scores(r.sims, r.label_matrix(vocab), k=3, tau=0.04, lam=1.0, n_labels=len(vocab))
-    titles = explain(r, p, vocab, threshold=0.5, k=3)[0].labels[0].titles
+    d = decide(r, vocab, ScoringParams(top_k=3, tau=0.04, threshold=0.5))
+    titles = explain(r, d, vocab, k=3)[0].labels[0].titles
     assert titles[:2] == ["Krka raste", "Brez naslova."]  # no headline: the start of the text
     assert len(titles[2]) == TITLE_CHARS and titles[2].endswith("…")
     assert display_title(None) is None and display_title({"title": " ", "text": ""}) is None

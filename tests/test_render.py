@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from newsmon.render import render_proposal
-from newsmon.schemas import LabelProposal
+from newsmon.schemas import LabelProposal, ScoringInfo
 
 
 def _text(p: LabelProposal, **kw) -> str:
@@ -67,7 +67,7 @@ def test_each_label_says_the_rule_that_proposed_it_and_its_threshold():
     """A label the label-set vote proposed below its threshold, and a candidate, each with its own threshold (a
     newcomer saw labels at 0.208 proposed above a line 'below their thresholds (0.65 / ...)')."""
     voted = _examples()[-1]
-    assert voted.schema_version == 3
+    assert voted.schema_version == 6
     out = _text(voted, candidates=3).splitlines()
     assert out[1] == "  • odpuščanje  0.208  retrieval  label-set vote (below its threshold 0.65)"
     assert "  not proposed (thresholds by the label's frequency in the memory):" in out
@@ -79,8 +79,10 @@ def test_each_label_says_the_rule_that_proposed_it_and_its_threshold():
     out = _text(above)
     assert "odpuščanje  0.710  retrieval  above its threshold 0.65" in out
     assert "sindikat    0.300  retrieval  above its threshold 0.25, outside the label-set vote's set" in out
+    rules = [*voted.scoring.rules, {"name": "tail_support", "options": {"support": 3}}]
     tail = voted.model_copy(update={"labels": [voted.labels[0].model_copy(update={"decided_by": "tail_support"})],
-                                    "scoring": voted.scoring.model_copy(update={"tail_support": 3})})
+                                    "scoring": voted.scoring.model_copy(update={"rules": ScoringInfo(
+                                        rules=rules, source="defaults").rules})})
     assert "odpuščanje  0.208  retrieval  tail support: 3 close neighbours carry it (below its threshold 0.65)" \
         in _text(tail)
 
@@ -90,11 +92,11 @@ def test_the_label_count_rule_is_named_with_its_minimum():
     the rule's minimum that was not proposed is beyond the article's label count (not 'outside the label-set
     vote's set')."""
     voted = _examples()[-1]
+    rules = ScoringInfo(rules=[{"name": "label_count", "options": {"minimum": 0.2}}], source="defaults").rules
     counted = voted.model_copy(update={
-        "schema_version": 4,
         "labels": [voted.labels[0].model_copy(update={"decided_by": "label_count", "threshold": 0.2})],
         "candidates": [voted.candidates[0].model_copy(update={"score": 0.2, "threshold": 0.2})],
-        "scoring": voted.scoring.model_copy(update={"label_count": 0.2, "bucket_thresholds": None})})
+        "scoring": voted.scoring.model_copy(update={"rules": rules, "bucket_thresholds": None})})
     out = _text(counted, candidates=3)
     assert ("  • odpuščanje  0.208  retrieval  label count: among the article's best labels, as many as its "
             "neighbours carry (at or above 0.2)") in out.splitlines()

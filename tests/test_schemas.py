@@ -306,7 +306,7 @@ def test_label_proposal_v2_fields():
                               rule=RuleEvidence(kwe="krka OR krke", matched=["Krke"]))],
         candidates=[ProposedLabel(label="gospodarstvo", score=0.31,
                                   neighbours=[NeighbourRef(article_id="m1", similarity=0.9, title="Krka raste")])],
-        scoring=ScoringInfo(predictor="rae-xmc", top_k=50, tau=0.04, threshold=0.5),
+        scoring=ScoringInfo(predictor="newsmon", top_k=50, tau=0.04, threshold=0.5),
         produced_at=T0)
     back = _round_trip(ev)
     assert back.labels[0].rule.matched == ["Krke"] and back.candidates[0].neighbours[0].title == "Krka raste"
@@ -315,6 +315,8 @@ def test_label_proposal_v2_fields():
     assert "proposed twice" in reason(LabelProposal, dup)
     v1 = ev.model_dump(mode="json")
     v1["schema_version"] = 1
+    assert "needs schema_version 6" in reason(LabelProposal, v1)  # the scoring's one shape is version 6
+    v1["scoring"] = None
     assert "needs schema_version 2" in reason(LabelProposal, v1)
     long = "+".join(f"newsmon_{lang}_e5-small@{'a' * 40}" for lang in ("sl", "hr", "sr", "sq", "mk", "en"))
     assert LabelProposal(article_id="a3", labels=[], model_version="m", memory_version=long,
@@ -372,52 +374,58 @@ def test_schema_examples_are_consistent_with_each_other():
             parse_kwe(kwe)
 
 
-def test_proposal_version_3_carries_the_deciding_rule_and_refuses_a_lower_declaration():
-    """Per label ``decided_by`` and ``threshold`` and the calibrated rules in ``scoring`` need version 3; a
-    version-2 proposal without them is still read, and a version-2 declaration carrying them is refused."""
-    v3 = next(e for e in LabelProposal.json_examples if e["article_id"] == "dnevnik-2024-05-07-3301")
-    p = parse_event(LabelProposal, raw(v3))
-    assert p.labels[0].decided_by == "set_vote" and p.candidates[0].threshold == 0.25
-    assert "needs schema_version 3" in reason(LabelProposal, {**v3, "schema_version": 2})
-    only_label = {**v3, "schema_version": 2, "scoring": {**v3["scoring"], "set_vote": None, "new_label_support": 0,
-                                                           "bucket_thresholds": None}}
-    assert "needs schema_version 3" in reason(LabelProposal, only_label)  # decided_by alone needs 3
-    bare = [{k: v for k, v in x.items() if k not in ("decided_by", "threshold")} for x in v3["labels"]]
-    only_scoring = {**v3, "schema_version": 2, "labels": bare, "candidates": []}
-    assert "needs schema_version 3" in reason(LabelProposal, only_scoring)  # the calibrated rules alone need 3
-    v2 = parse_event(LabelProposal, raw({**only_scoring, "scoring": {**v3["scoring"], "set_vote": None,
-                                                                    "new_label_support": 0,
-                                                                    "bucket_thresholds": None}}))
-    assert v2.schema_version == 2 and v2.labels[0].decided_by is None and v2.needs_version() == 2
+#: A proposal as version 5 wrote it: the decision rules and the head model as flat fields of ``scoring``.
+_V5 = {"schema_version": 5, "article_id": "dnevnik-2024-05-07-3301", "revision": 0,
+       "labels": [{"label": "odpuščanje", "score": 0.208, "source": "retrieval", "decided_by": "set_vote",
+                   "threshold": 0.65, "neighbours": []}],
+       "candidates": [{"label": "sindikat", "score": 0.181, "source": "retrieval", "threshold": 0.25,
+                       "neighbours": []}],
+       "model_version": "m", "memory_version": "newsmon_sl_m",
+       "scoring": {"predictor": "newsmon", "top_k": 30, "tau": 0.02, "threshold": 0.25, "calibration": "r@1",
+                   "floor": None, "set_vote": 0.45, "tail_support": 0, "new_label_support": 2, "label_lambda": 0.1,
+                   "bucket_thresholds": [0.65, 0.65, 0.25, 0.4], "label_thresholds": 3, "label_count": None,
+                   "head_weight": 0.75},
+       "produced_at": "2024-05-07T09:12:30.004Z"}
+
+
+def test_proposals_of_versions_3_to_5_are_read_into_the_one_shape_and_written_as_version_6():
+    """Versions 3 to 5 carried the decision rules and the head model as flat fields of ``scoring``; they are still
+    read (a consumer's old messages), into the shape the settings and the calibration record share (components and
+    rules with their options), and a message re-written is version 6. A lower declaration than the flat content
+    needs is still refused."""
+    p = parse_event(LabelProposal, raw(_V5))
+    assert p.schema_version == 5 and p.needs_version() == 5
+    assert [(r.name, r.options) for r in p.scoring.rules] == [
+        ("threshold", {}), ("set_vote", {"share": 0.45}),
+        ("new_label_support", {"support": 2, "neighbours": 20, "similarity": 0.8})]
+    assert [(c.name, c.options["weight"]) for c in p.scoring.components] == [("label_keys", 0.1), ("head_model", 0.75)]
+    assert p.scoring.label_thresholds == 3 and p.labels[0].decided_by == "set_vote"
+    again = parse_event(LabelProposal, p.to_bytes())
+    assert again.schema_version == 6 and again.model_dump(exclude={"schema_version"}) == p.model_dump(
+        exclude={"schema_version"})
+    assert "needs schema_version 5" in reason(LabelProposal, {**_V5, "schema_version": 4})  # the head model's weight
+    counted = {**_V5, "scoring": {**_V5["scoring"], "head_weight": 0.0, "label_count": 0.3}}
+    assert "needs schema_version 4" in reason(LabelProposal, {**counted, "schema_version": 3})
+    assert parse_event(LabelProposal, raw({**counted, "schema_version": 4})).scoring.rules[0].name == "label_count"
+    flat = {**_V5, "scoring": {**_V5["scoring"], "head_weight": 0.0, "label_lambda": 0.0}}
+    assert "needs schema_version 3" in reason(LabelProposal, {**flat, "schema_version": 2})
+    v2 = {k: v for k, v in _V5.items() if k not in ("labels", "candidates")} | {"labels": [], "candidates": []}
+    v2["scoring"] = {k: _V5["scoring"][k] for k in ("predictor", "top_k", "tau", "threshold", "calibration")}
+    assert parse_event(LabelProposal, raw({**v2, "schema_version": 2})).needs_version() == 2
+
+
+def test_version_6_names_any_registered_rule_and_carries_an_abstention():
+    """``decided_by`` is a registered rule's name (the wire's enum is generated from the registry); a name that is
+    not snake case is refused; ``abstained`` needs version 6."""
     with pytest.raises(ValueError, match="decided_by"):
-        ProposedLabel(label="x", score=0.5, decided_by="kwe")
-
-
-def test_proposal_version_4_carries_the_label_count_rule_and_refuses_a_lower_declaration():
-    """The label-count rule (``decided_by`` ``label_count``, ``scoring.label_count``) needs version 4: a consumer of
-    version 3 knows five deciding rules, so a version-3 declaration carrying it is refused, and version 3 still
-    reads."""
-    v3 = next(e for e in LabelProposal.json_examples if e["article_id"] == "dnevnik-2024-05-07-3301")
-    assert parse_event(LabelProposal, raw(v3)).needs_version() == 3
-    counted = [{**x, "decided_by": "label_count"} for x in v3["labels"]]
-    for change in ({"labels": counted}, {"scoring": {**v3["scoring"], "label_count": 0.3}}):
-        assert "needs schema_version 4" in reason(LabelProposal, {**v3, **change})
-        p = parse_event(LabelProposal, raw({**v3, **change, "schema_version": 4}))
-        assert p.schema_version == 4 and p.needs_version() == 4
-    assert LabelProposal.model_fields["schema_version"].default == 5
-
-
-def test_proposal_version_5_carries_the_head_model_weight_and_refuses_a_lower_declaration():
-    """The head model's weight (``scoring.head_weight``) needs version 5; a proposal without it stays at the
-    version its other content needs, and a version-4 declaration carrying it is refused."""
-    v3 = next(e for e in LabelProposal.json_examples if e["article_id"] == "dnevnik-2024-05-07-3301")
-    headed = {**v3, "scoring": {**v3["scoring"], "head_weight": 0.75}}
-    assert "needs schema_version 5" in reason(LabelProposal, {**headed, "schema_version": 4})
-    p = parse_event(LabelProposal, raw({**headed, "schema_version": 5}))
-    assert p.schema_version == 5 and p.needs_version() == 5 and p.scoring.head_weight == 0.75
-    built = LabelProposal.model_validate({k: v for k, v in headed.items() if k != "schema_version"})
-    assert json.loads(built.to_bytes())["schema_version"] == 5
-    assert parse_event(LabelProposal, raw(v3)).scoring.head_weight == 0.0
+        ProposedLabel(label="x", score=0.5, decided_by="Threshold Rule")
+    enum = ProposedLabel.model_json_schema()["properties"]["decided_by"]["anyOf"][0]["enum"]
+    assert {"threshold", "set_vote", "tail_support", "new_label_support", "floor", "label_count"} <= set(enum)
+    v6 = next(e for e in LabelProposal.json_examples if e["article_id"] == "vecer-2024-118733")
+    quiet = {**v6, "labels": [], "candidates": [], "scoring": None, "abstained": "too few real words (2 < 5)"}
+    assert parse_event(LabelProposal, raw(quiet)).abstained.startswith("too few")
+    assert "needs schema_version 6" in reason(LabelProposal, {**quiet, "schema_version": 5})
+    assert LabelProposal.model_fields["schema_version"].default == 6
 
 
 @pytest.mark.parametrize("name", sorted(EVENT_MODELS))
@@ -433,8 +441,6 @@ def test_every_event_is_written_at_the_lowest_version_that_carries_it(name):
         assert written == built.needs_version() == example["schema_version"], example
         older = type("Older", (model,), {"schema_versions": tuple(v for v in model.schema_versions if v <= written)})
         assert parse_event(older, built.to_bytes()).schema_version == written
-    if name == "LabelProposal":
-        v3 = next(e for e in model.json_examples if e["schema_version"] == 3)
-        counted = model.model_validate({**{k: v for k, v in v3.items() if k != "schema_version"},
-                                        "labels": [{**x, "decided_by": "label_count"} for x in v3["labels"]]})
-        assert json.loads(counted.to_bytes())["schema_version"] == 4
+    if name == "LabelProposal":  # the near-copy's revision carries no scoring: version 2 carries it
+        copy = next(e for e in model.json_examples if e["duplicate_of"])
+        assert copy["schema_version"] == 2 and copy["scoring"] is None

@@ -48,13 +48,12 @@ def evaluate_model(settings: Settings, model: str, corpus: Corpus, progress: boo
 
     Args:
         rae: k / tau / lambda / threshold chosen for this model (``top_k``, ``tau``, ``lam``, ``threshold``;
-            e.g. from the nightly job's tuning on validation); None = ``settings.rae``. A model whose vectors
-            changed needs its own: the softmax temperature and threshold depend on the similarity scale.
+            e.g. from the nightly job's tuning on validation); None = ``settings.scoring``'s k, tau and threshold.
+            A model whose vectors changed needs its own: the softmax temperature and threshold depend on the
+            similarity scale.
     """
     s = settings_with_model(settings, model)
-    if rae:
-        s.rae = s.rae.model_copy(update={k: v for k, v in rae.items() if k in type(s.rae).model_fields})
-    report = run_eval(corpus, ["rae"], s, progress=progress)
+    report = run_eval(corpus, ["rae"], s, progress=progress, rae=rae)
     m = report["methods"]["rae"]["metrics"]
     return {**m["all"], **m.get("ranking", {}), "model_version": report["encoder"]["model"]}
 
@@ -82,7 +81,7 @@ def rollout(settings: Settings, candidate_path: str, corpus: Corpus, candidate_r
 
     Args:
         candidate_rae, current_rae: RAE-XMC parameters tuned for each model (see :func:`evaluate_model`);
-            None = ``settings.rae`` for that side.
+            None = ``settings.scoring``'s for that side.
     """
     tol = settings.training.tolerance
     current_enc = effective_encoder_settings(settings)

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from newsmon.schemas import LabelProposal, NeighbourRef, ProposedLabel, ScoringInfo
+from newsmon.schemas import LabelProposal, NeighbourRef, ProposedLabel
 from newsmon.shared.memory import MemoryPoint, MemoryRouter, SearchFilter
 
 
@@ -46,8 +46,8 @@ def duplicate_labels(original_id: str, labels: tuple[str, ...], jaccard: float) 
             for lb in labels]
 
 
-def revise_copies(router: MemoryRouter, lang: str, original: MemoryPoint, labels: tuple[str, ...], key: str,
-                  scoring: ScoringInfo) -> list[LabelProposal]:
+def revise_copies(router: MemoryRouter, lang: str, original: MemoryPoint, labels: tuple[str, ...], key: str
+                  ) -> list[LabelProposal]:
     """Revised proposals for the unmoderated near-copies of ``original`` (in ``lang``'s collection of
     ``router``) proposed with labels other than ``labels`` (what the original passes on now, mapped through the
     label registry); their points are updated (``proposed_labels``, ``revision`` + 1, ``revised_for = key``).
@@ -75,7 +75,7 @@ def revise_copies(router: MemoryRouter, lang: str, original: MemoryPoint, labels
             article_id=copy.article_id, revision=revision, labels=duplicate_labels(original.article_id, labels,
                                                                                    jaccard),
             duplicate_of=original.article_id, model_version=router.model_version,
-            memory_version=router.collection(lang), scoring=scoring, produced_at=datetime.now(timezone.utc)))
+            memory_version=router.collection(lang), produced_at=datetime.now(timezone.utc)))
     if changed:
         mem.upsert([c.article_id for c, _ in changed], np.stack([c.vector for c, _ in changed]),
                    [() for _ in changed], [p for _, p in changed])

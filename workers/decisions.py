@@ -42,7 +42,7 @@ from typing import Literal
 import structlog
 from confluent_kafka import Message
 
-from newsmon.schemas import InvalidEvent, LabelEvent, LabelProposal, ModeratorDecision, ScoringInfo, parse_event
+from newsmon.schemas import InvalidEvent, LabelEvent, LabelProposal, ModeratorDecision, parse_event
 from newsmon.shared.classifier import model_identity
 from newsmon.shared.config import Settings
 from newsmon.shared.memory import MemoryRouter, copy_missing, decision_time, replaced_router, shared_router
@@ -184,8 +184,6 @@ class DecisionService:
         """Revised proposals for the near-copies of the decided article that were proposed from its old state
         (see :func:`newsmon.workers.copies.revise_copies`), in the production and the replaced version; call it
         after :meth:`apply_decision` returned ``applied``."""
-        rae = self.settings.rae
-        scoring = ScoringInfo(predictor="rae-xmc", top_k=rae.top_k, tau=rae.tau, threshold=rae.threshold)
         snapshot = self.registry.snapshot()
         out: dict[str, LabelProposal] = {}
         for router in (self.router, self.previous):
@@ -197,6 +195,6 @@ class DecisionService:
                     continue
                 lang, original = found
                 labels = self.registry.apply(inherited_labels(original), snapshot)
-                for p in revise_copies(router, lang, original, labels, dec.decided_at.isoformat(), scoring):
+                for p in revise_copies(router, lang, original, labels, dec.decided_at.isoformat()):
                     out.setdefault(p.article_id, p)
         return list(out.values())

@@ -30,7 +30,8 @@ from confluent_kafka import Message
 
 from newsmon.schemas import (ArticleEvent, DeadLetterReason, DeadLetterStage, InvalidEvent, LabelProposal,
                              ProposedLabel, ScoringInfo, Timings, parse_event)
-from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS, Classifier, proposed_labels, scoring_info
+from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS, Classifier
+from newsmon.shared.scoring.wire import proposal_fields
 from newsmon.shared.config import Settings
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.memory import MemoryPoint, SearchFilter, catch_up, replaced_router
@@ -81,6 +82,7 @@ class ArticleItem:
     labels: list[ProposedLabel] = field(default_factory=list)
     candidates: list[ProposedLabel] = field(default_factory=list)
     scoring: ScoringInfo | None = None
+    abstained: str | None = None
     searched: tuple[str, ...] = ()
     rules: RuleOutcome | None = None
     revision: int = 0
@@ -259,8 +261,9 @@ class ArticlePipeline:
             batch.seconds["search_score"] = time.perf_counter() - t0
             for it, p in zip(fresh, props):
                 it.searched = p.searched
-                it.labels, it.candidates = proposed_labels(p.labels), proposed_labels(p.candidates)
-                it.scoring = scoring_info(p.scoring, p.calibration)
+                f = proposal_fields(p)
+                it.labels, it.candidates, it.scoring, it.abstained = (f[k] for k in ("labels", "candidates",
+                                                                                     "scoring", "abstained"))
         for it in batch.items:
             d = it.duplicate
             if d is not None:
@@ -282,7 +285,7 @@ class ArticlePipeline:
         def examples(names):
             return self.call("memory count", count_examples, router, names, enough)
 
-        thresholds = [it.scoring.threshold if it.scoring else self.settings.rae.threshold for it in fresh]
+        thresholds = [it.scoring.threshold for it in fresh]
         done = match_rules([(it.text, article_meta(it.event), it.labels) for it in fresh], state, index, examples,
                            enough, thresholds)
         for it, (labels, outcome) in zip(fresh, done):
@@ -359,7 +362,6 @@ class ArticlePipeline:
         now = datetime.now(timezone.utc)
         total_ms = 1000 * (time.perf_counter() - batch.started)
         sec = batch.seconds
-        scoring = scoring_info(self.settings.rae)
         out = []
         for it in batch.items:
             _ts_type, ts = it.msg.timestamp()
@@ -371,7 +373,8 @@ class ArticlePipeline:
                 duplicate_of=it.duplicate.original_id if it.duplicate else None,
                 model_version=self.classifier.model_version,
                 memory_version="+".join(searched) or self.classifier.collection(it.event.lang),
-                scoring=it.scoring or scoring, timings=Timings(batch_size=batch.size, queue_ms=queue_ms,
+                scoring=None if it.duplicate else it.scoring, abstained=None if it.duplicate else it.abstained,
+                timings=Timings(batch_size=batch.size, queue_ms=queue_ms,
                                 dedup_ms=1000 * sec["dedup"],
                                 embed_ms=1000 * sec["embed"], search_ms=1000 * sec["search_score"],
                                 score_ms=1000 * sec["rules"],

@@ -114,7 +114,7 @@ def suggest(
             check_article_id(article_id)  # the id policy of every path, before any model is loaded
         except ValueError as exc:
             fail(f"--id: {exc}")
-    s = settings_from_env(rae__top_k=top_k, rae__tau=tau, rae__threshold=threshold)
+    s = settings_from_env(scoring__top_k=top_k, scoring__tau=tau, scoring__threshold=threshold)
     proposal = _propose_one(s, text, lang, article_id or suggestion_id(text))
     if as_json:
         print(proposal.model_dump_json(indent=2))
@@ -122,9 +122,12 @@ def suggest(
     from newsmon.render import print_proposal, thresholds_in_words  # deferred: see the module docstring
 
     r, t = proposal.scoring, proposal.timings
+    source = f"calibration {r.calibration}" if r.calibration else f"{r.source}: {r.note}" if r.note else r.source
     print_proposal(console, proposal, neighbours=3, candidates=5, header=(
-        f"{proposal.article_id}: k={r.top_k}, tau={r.tau}, labels above {thresholds_in_words(proposal)}; "
-        f"{t.total_ms:.0f} ms; searched {proposal.memory_version}"))
+        f"{proposal.article_id}: k={r.top_k}, tau={r.tau}, labels above {thresholds_in_words(proposal)} "
+        f"({source}); {t.total_ms:.0f} ms; searched {proposal.memory_version}"))
+    if proposal.abstained:
+        console.print(f"(no label proposed: {proposal.abstained})", markup=False)
     if not proposal.labels and proposal.candidates:
         console.print("(lower the threshold with --threshold to propose the labels below it)")
 
@@ -163,13 +166,15 @@ def _propose_one(s: Settings, text: str, lang: str | None, article_id: str) -> L
     from datetime import datetime, timezone
 
     from newsmon.schemas import LabelProposal, Timings  # deferred: see the module docstring
-    from newsmon.shared.classifier import Classifier, proposed_labels, scoring_info
+    from newsmon.shared.classifier import Classifier
+    from newsmon.shared.scoring.wire import proposal_fields
 
     clf = Classifier(s)
     try:
         known = clf.languages()
         if not known:
             fail("the knowledge memory is empty for this model: run `newsmon memory build` first")
+        lang = clf.language_of([text], [lang])[0]
         if lang and lang not in known:
             err.print(f"[yellow]note:[/yellow] no {lang!r} memory; searching {', '.join(known)} (cross-lingual)")
         elif lang and clf.router.labelled_count(lang) < s.memory.min_language_articles:
@@ -185,8 +190,7 @@ def _propose_one(s: Settings, text: str, lang: str | None, article_id: str) -> L
     finally:
         clf.close()
     return LabelProposal(
-        article_id=article_id, labels=proposed_labels(p.labels), candidates=proposed_labels(p.candidates),
-        model_version=model_version, memory_version=memory_version, scoring=scoring_info(p.scoring, p.calibration),
+        article_id=article_id, **proposal_fields(p), model_version=model_version, memory_version=memory_version,
         timings=Timings(batch_size=1, embed_ms=1000 * (t1 - t0), search_ms=1000 * (t2 - t1),
                         total_ms=1000 * (t2 - t0)),
         produced_at=datetime.now(timezone.utc))

@@ -18,7 +18,7 @@ from newsmon.shared.config import Settings
 from newsmon.shared.data import Article
 from newsmon.shared.encoder import Encoder
 from newsmon.shared.memory import MemoryRouter, SearchFilter
-from newsmon.shared.predictors import Retrieval
+from newsmon.shared.scoring.retrieval import Retrieval
 
 
 #: Queries per search in :func:`search_by_language` (their hits, with texts, are turned into arrays per chunk).

@@ -22,7 +22,7 @@ from newsmon.shared.data import Article, Corpus
 from newsmon.shared.evaluation.neighbours import retrieve_neighbours
 from newsmon.shared.evaluation.report import ratios_to_svm, write_outputs
 from newsmon.shared.metrics import FREQUENT_MIN, RARE_MAX, evaluate, f1_by_frequency
-from newsmon.shared.predictors.calibrate import Params
+from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.predictors import LabelVocab, Predictor, QueryBatch, TrainingSet, available, predictor_class
 
 log = structlog.get_logger(__name__)
@@ -80,8 +80,10 @@ def _method_entry(name: str, labels: Labels, scores: np.ndarray, pred: np.ndarra
             "params": params, "f1_by_frequency": f1_by_frequency(labels.test, pred, labels.train_counts)}
 
 
-def _predictors(methods: Sequence[str], settings: Settings, mlknn_k: int) -> list[Predictor]:
-    """The requested predictors in registry order, with their parameters from ``settings``.
+def _predictors(methods: Sequence[str], settings: Settings, mlknn_k: int, rae: dict | None = None
+                ) -> list[Predictor]:
+    """The requested predictors in registry order, with their parameters from ``settings`` (``rae``: RAE-XMC's
+    ``top_k`` / ``tau`` / ``lam`` / ``threshold`` instead).
 
     Raises:
         EvalInputError: an unknown method.
@@ -89,7 +91,8 @@ def _predictors(methods: Sequence[str], settings: Settings, mlknn_k: int) -> lis
     unknown = set(methods) - set(available())
     if unknown:
         raise EvalInputError(f"unknown methods {sorted(unknown)}; choose from {','.join(available())}")
-    overrides = {"mlknn": {"k": mlknn_k}}
+    keys = ("top_k", "tau", "lam", "threshold")
+    overrides = {"mlknn": {"k": mlknn_k}, "rae": {k: v for k, v in (rae or {}).items() if k in keys}}
     return [predictor_class(n).from_settings(settings, **overrides.get(n, {})) for n in available() if n in methods]
 
 
@@ -104,19 +107,20 @@ def _splits(corpus: Corpus, tune: int) -> tuple[list[Article], list[Article], li
 
 def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: int = 0,
              mlknn_k: int = 10, out_dir: Path | None = None, progress: bool = True,
-             tune_storage: str | None = None, study_name: str | None = None) -> dict:
+             tune_storage: str | None = None, study_name: str | None = None, rae: dict | None = None) -> dict:
     """Evaluate ``methods`` (registered predictor names, see :func:`newsmon.shared.predictors.available`) on
     ``corpus``; returns the JSON-able report (``corpus``, ``methods``, ``timings``, ``encoder`` when a method
     retrieves, ``label_groups``, ``ratio_to_svm``).
 
     Args:
         tune: Optuna trials for each tunable method (0: off); its tuned copy is reported as ``<name>_tuned``.
-        mlknn_k: ML-KNN's k; tune_storage / study_name: Optuna storage URL and study name (None: in memory).
+        mlknn_k: ML-KNN's k; tune_storage / study_name: Optuna storage URL and study name (None: in memory);
+        rae: RAE-XMC's parameters (``top_k``, ``tau``, ``lam``, ``threshold``) instead of the settings'.
 
     Raises:
         EvalInputError: an unknown method, or a corpus without train or test articles.
     """
-    predictors = _predictors(methods, settings, mlknn_k)
+    predictors = _predictors(methods, settings, mlknn_k, rae)
     train, val, test = _splits(corpus, tune)
     started = time.perf_counter()
     labels = label_matrices(train, val, test)
@@ -160,11 +164,7 @@ def ablation_rows(p: Predictor, test_q: QueryBatch, labels: Labels) -> dict[str,
     out = {}
     for i, step in enumerate(steps):
         t0 = time.perf_counter()
-        fixed = type(p)(params=Params(**step["params"]))
-        fixed.vocab, fixed.known_labels, fixed.label_keys, fixed.label_counts = (p.vocab, p.known_labels,
-                                                                                 p.label_keys, p.label_counts)
-        fixed.head_models = p.head_models
-        scores, proposed = fixed.score_and_decide(test_q)
+        scores, proposed = p.with_params(ScoringParams(**step["params"])).score_and_decide(test_q)
         tag = "kept" if step["kept"] else "not kept"
         name = f"{p.display_name}: {step['step']}" + ("" if i == 0 else f" ({tag})")
         extra = {"new_label_replay": step["replay"]} if "replay" in step else {}

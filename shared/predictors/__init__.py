@@ -1,7 +1,7 @@
 """Label predictors behind one interface (:class:`Predictor`: ``fit``, ``scores``, ``decide``), found by name
-(:func:`get_predictor`): RAE-XMC (``rae``), zero-shot 1-NN (``zshot``), ML-KNN (``mlknn``) and the TF-IDF
-baselines (``svm``, ``logreg``), and the product's own ``newsmon`` (calibrated decision rules); plus the
-retrieval types and RAE-XMC scoring that the live classifier uses.
+(:func:`get_predictor`), for ``eval``: RAE-XMC (``rae``), zero-shot 1-NN (``zshot``), ML-KNN (``mlknn``) and the
+TF-IDF baselines (``svm``, ``logreg``), and the product's own ``newsmon`` (a thin adapter of the scorer,
+:mod:`newsmon.shared.scoring`).
 """
 
 # The method modules register their predictors on import; this order is the order of the eval report.
@@ -10,14 +10,11 @@ from newsmon.shared.predictors.one_nn import OneNnPredictor, one_nn_scores
 from newsmon.shared.predictors.mlknn import MLKNN, MlKnnPredictor, neighbour_counts
 from newsmon.shared.predictors.tfidf import TfidfLogRegPredictor, TfidfOneVsAll, TfidfSvmPredictor
 from newsmon.shared.predictors.newsmon import NewsmonPredictor
-from newsmon.shared.predictors.rules import Decision, newsmon_decide, newsmon_decision
 from newsmon.shared.predictors.base import (Predictor, QueryBatch, TrainingSet, available, get_predictor,
                                             predictor_class, register)
-from newsmon.shared.predictors.retrieval import DECIDING_RULES, LabelScore, LabelVocab, Proposal, Retrieval, explain
+from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
 
-__all__ = ["DECIDING_RULES", "Decision", "MLKNN", "LabelScore", "LabelVocab", "MlKnnPredictor", "NewsmonPredictor", "OneNnPredictor", "Predictor",
-           "Proposal",
-           "QueryBatch", "RaeXmcPredictor", "Retrieval", "TfidfLogRegPredictor", "TfidfOneVsAll",
-           "TfidfSvmPredictor", "TrainingSet", "available", "explain", "get_predictor", "neighbour_counts", "newsmon_decide",
-           "newsmon_decision",
-           "one_nn_scores", "predictor_class", "rae_xmc_scores", "register", "tune_rae"]
+__all__ = ["MLKNN", "LabelVocab", "MlKnnPredictor", "NewsmonPredictor", "OneNnPredictor", "Predictor", "QueryBatch",
+           "RaeXmcPredictor", "Retrieval", "TfidfLogRegPredictor", "TfidfOneVsAll", "TfidfSvmPredictor",
+           "TrainingSet", "available", "get_predictor", "neighbour_counts", "one_nn_scores", "predictor_class",
+           "rae_xmc_scores", "register", "tune_rae"]

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 
-from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval
+from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
 
 
 @dataclass
@@ -132,7 +132,7 @@ class Predictor(ABC):
     @classmethod
     def from_settings(cls, settings: Any, **params: Any) -> "Predictor":
         """A predictor with its parameters from ``settings`` (a :class:`newsmon.shared.config.Settings`;
-        only RAE-XMC reads it, from ``settings.rae``), overridden by ``params``."""
+        only RAE-XMC reads it, from ``settings.scoring``), overridden by ``params``."""
         return cls(**params)
 
     def tune(self, validation: QueryBatch, Y_val: sp.csr_matrix, n_trials: int, **study: Any

@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
-from newsmon.shared.predictors.retrieval import LabelVocab, aggregate
+from newsmon.shared.scoring.retrieval import LabelVocab, aggregate
 
 
 def neighbour_counts(label_rows: sp.csr_matrix, m: int, K: int, k: int, n_labels: int) -> np.ndarray:

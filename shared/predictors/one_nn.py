@@ -6,7 +6,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
-from newsmon.shared.predictors.retrieval import LabelVocab, aggregate
+from newsmon.shared.scoring.retrieval import LabelVocab, aggregate
 
 
 def one_nn_scores(sims: np.ndarray, label_rows: sp.csr_matrix, n_labels: int | None = None) -> np.ndarray:

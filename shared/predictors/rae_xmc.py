@@ -1,8 +1,7 @@
-"""Simplified RAE-XMC: ``p = softmax(s / tau) . (lambda * Y)`` over the top-k retrieved neighbours (RAE-XMC
-eq. 8), with an Optuna search of k, tau, lambda and the threshold (:func:`tune_rae`).
-
-:func:`rae_xmc_scores` is the one implementation: the live classifier
-(:meth:`newsmon.shared.classifier.Classifier.propose`) and the evaluation (:class:`RaeXmcPredictor`) both call it.
+"""The research baseline ``rae`` of ``eval``: simplified RAE-XMC, ``p = softmax(s / tau) . (lambda * Y)`` over the
+top-k retrieved neighbours (RAE-XMC eq. 8) with the research defaults, and an Optuna search of k, tau, lambda
+and the threshold (:func:`tune_rae`). The formula is :func:`newsmon.shared.scoring.rae_xmc.rae_xmc_scores`, the
+base of the product's scorer.
 """
 
 from __future__ import annotations
@@ -13,48 +12,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
-from newsmon.shared.predictors.retrieval import LabelVocab, Retrieval, aggregate
+from newsmon.shared.scoring.rae_xmc import neighbour_weights, rae_xmc_scores  # noqa: F401 - re-exported
+from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
 
 #: Research defaults (RAE-XMC): k neighbours, softmax temperature tau, lambda, proposal threshold.
 DEFAULTS = {"top_k": 50, "tau": 0.04, "lam": 1.0, "threshold": 0.5}
-
-
-def neighbour_weights(sims: np.ndarray, k: int, tau: float) -> np.ndarray:
-    """Row-wise ``softmax(s / tau)`` over the first ``k`` similarities, ``(m, k)`` float64 (missing -> 0)."""
-    s = sims[:, :k].astype(np.float64) / tau
-    finite = np.isfinite(s)
-    s = np.where(finite, s, -np.inf)
-    mx = np.max(np.where(finite, s, -1e300), axis=1, keepdims=True)
-    e = np.where(finite, np.exp(s - mx), 0.0)
-    z = e.sum(axis=1, keepdims=True)
-    return np.divide(e, z, out=np.zeros_like(e), where=z > 0)
-
-
-def rae_xmc_scores(sims: np.ndarray, label_rows: sp.csr_matrix, k: int = 50, tau: float = 0.04,
-                   lam: float = 1.0, n_labels: int | None = None) -> np.ndarray:
-    """Simplified RAE-XMC label scores: ``p = softmax(s / tau) . (lambda * Y)`` (RAE-XMC eq. 8).
-
-    Args:
-        sims: ``(m, K)`` similarities of each query's top-K neighbours, descending (``-inf`` = missing).
-        label_rows: ``(m * K, L)`` 0/1 label rows of those neighbours (:meth:`Retrieval.label_matrix`).
-        k: neighbours used (``k <= K``); tau: softmax temperature; lam: lambda, the weight of Y.
-        n_labels: number of columns of the output (default ``L``).
-
-    Returns:
-        ``(m, L)`` float32 scores; with ``lam = 1`` each is in [0, 1] (the softmax weight of the neighbours
-        carrying the label). A query without neighbours scores 0 everywhere.
-
-    Raises:
-        ValueError: ``k < 1``, ``tau <= 0`` or shapes that do not fit.
-    """
-    K = sims.shape[1]
-    if k < 1 or tau <= 0:
-        raise ValueError(f"need k >= 1 and tau > 0, got k={k}, tau={tau}")
-    if label_rows.shape[0] != sims.shape[0] * K:
-        raise ValueError(f"label_rows has {label_rows.shape[0]} rows, expected {sims.shape[0] * K}")
-    k = min(k, K)
-    w = neighbour_weights(sims, k, tau) * lam
-    return aggregate(w, label_rows, K, n_labels or label_rows.shape[1])
 
 
 @register
@@ -98,9 +60,9 @@ class RaeXmcPredictor(Predictor):
 
     @classmethod
     def from_settings(cls, settings: Any, **params: Any) -> "RaeXmcPredictor":
-        """k / tau / lambda / threshold from ``settings.rae`` (overridden by ``params``)."""
-        rs = settings.rae
-        return cls(**{"top_k": rs.top_k, "tau": rs.tau, "lam": rs.lam, "threshold": rs.threshold, **params})
+        """k / tau / threshold from ``settings.scoring`` (lambda 1), overridden by ``params``."""
+        sc = settings.scoring
+        return cls(**{"top_k": sc.top_k, "tau": sc.tau, "threshold": sc.threshold, **params})
 
     def tune(self, validation: QueryBatch, Y_val: sp.csr_matrix, n_trials: int, **study: Any
              ) -> tuple["RaeXmcPredictor", dict[str, Any]]:
@@ -127,7 +89,7 @@ def tune_rae(val_retrieval: Retrieval, Y_val, vocab: LabelVocab, n_trials: int, 
         study_name: name of the study in the storage (an existing one is continued).
 
     Returns:
-        (best params as RaeSettings fields, best subset accuracy, micro-F1 of the best trial).
+        (best params: top_k, tau, lam, threshold; best subset accuracy, micro-F1 of the best trial).
     """
     import optuna  # deferred: 0.5-1 s import, only --tune and the nightly job need it
     from sklearn.metrics import accuracy_score, f1_score  # deferred: scikit-learn takes 1-2 s; tuning only

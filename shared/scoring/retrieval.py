@@ -1,20 +1,16 @@
 """What every neighbour-based predictor works on: a growing label vocabulary, the top-K neighbours of a batch
-of articles (:class:`Retrieval`), and proposals that carry the neighbours behind each label (:func:`explain`).
-
-The live classifier and the offline evaluation both build a :class:`Retrieval` from the knowledge memory and
-score it with the same functions (:func:`~newsmon.shared.predictors.rae_xmc.rae_xmc_scores`).
+of articles (:class:`Retrieval`), and the proposals that carry the neighbours behind each label
+(:class:`Proposal`, made by :func:`newsmon.shared.scoring.decision.explain`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-
-from newsmon.schemas.proposals import DecidingRule
 
 
 class LabelVocab:
@@ -65,7 +61,7 @@ class Retrieval:
         titles: ``m`` lists of ``K`` neighbour titles for people (:func:`display_title`; None where missing or
             unknown); None when the search returned no payloads.
         texts: ``m`` lists of ``K`` neighbour texts (payload ``text``; ``""`` where missing), for the lexical
-            fusion of hybrid retrieval (:mod:`newsmon.shared.predictors.lexical`); None when not kept.
+            fusion of hybrid retrieval (:mod:`newsmon.shared.scoring.lexical`); None when not kept.
         cosines: ``(m, K)`` float32 dense cosine similarities when ``sims`` holds another ranking score (the
             fused score of hybrid retrieval); None when ``sims`` are the cosines. See :attr:`cosine`.
     """
@@ -129,6 +125,16 @@ class Retrieval:
         flat = [labels for row in self.labels for labels in row]
         return vocab.encode(flat)
 
+    def rows(self, idx: Sequence[int]) -> "Retrieval":
+        """The queries ``idx`` (positions), in that order."""
+        ix = np.asarray(idx, dtype=int)
+
+        def pick(x: list | None) -> list | None:
+            return None if x is None else [x[i] for i in ix]
+
+        return Retrieval(self.ids[ix], self.sims[ix], pick(self.labels), pick(self.titles), pick(self.texts),
+                         None if self.cosines is None else self.cosines[ix])
+
     def head(self, k: int) -> "Retrieval":
         """The first ``k`` neighbours of each query."""
         return Retrieval(self.ids[:, :k], self.sims[:, :k], [row[:k] for row in self.labels],
@@ -176,17 +182,11 @@ def aggregate(weights: np.ndarray, label_rows: sp.csr_matrix, K: int, n_labels: 
     return np.asarray((W @ Y).todense(), dtype=np.float32)
 
 
-#: The decision rules of the product's predictor (:func:`newsmon.shared.predictors.rules.newsmon_decision`), in
-#: the order its ``decided_by`` codes index them: the wire's names (:class:`newsmon.schemas.ProposedLabel`), read
-#: from the schema so that the two cannot drift.
-DECIDING_RULES: tuple[str, ...] = get_args(DecidingRule)
-
-
 @dataclass
 class LabelScore:
     """One label with its score and the neighbours (article id, cosine similarity) behind it; ``titles``: the
     same neighbours' titles for people (:func:`display_title`), in the same order (empty when unknown);
-    ``decided_by``: the rule of :data:`DECIDING_RULES` that proposed it (None: not proposed, or not known);
+    ``decided_by``: the name of the decision rule that proposed it (None: not proposed, or not known);
     ``threshold``: the label's own threshold (None: not known)."""
 
     label: str
@@ -200,64 +200,17 @@ class LabelScore:
 @dataclass
 class Proposal:
     """The labels proposed for one article, best first; ``candidates``: the best labels at or below the
-    threshold (score > 0) that were not proposed, best first; ``searched``: the knowledge-memory collections its
-    neighbours were retrieved from (set by the live classifier; empty offline); ``scoring``: the parameters it was
-    scored with (a :class:`newsmon.shared.config.RaeSettings`) and ``calibration`` the id of the calibration
-    record they came from (None: the settings), both set by the live classifier."""
+    threshold (score > 0) that were not proposed, best first; ``abstained``: why the rules proposed nothing on
+    purpose (None: they did not abstain); ``searched``: the knowledge-memory collections its neighbours were
+    retrieved from; ``resolved``: the parameters it was scored with and where they came from (a
+    :class:`newsmon.shared.scoring.scorer.Resolved`), both set by the scorer."""
 
     labels: list[LabelScore]
     searched: tuple[str, ...] = ()
     candidates: list[LabelScore] = field(default_factory=list)
-    scoring: Any = None
-    calibration: str | None = None
+    abstained: str | None = None
+    resolved: Any = None
 
     @property
     def label_set(self) -> set[str]:
         return {x.label for x in self.labels}
-
-
-def _label_score(retrieval: Retrieval, i: int, label: str, score: float, k: int, max_neighbours: int) -> LabelScore:
-    """Label ``label`` of query ``i`` with up to ``max_neighbours`` of its first ``k`` neighbours that carry it."""
-    js = [j for j in range(min(k, retrieval.k)) if label in retrieval.labels[i][j]][:max_neighbours]
-    titles = [retrieval.titles[i][j] for j in js] if retrieval.titles is not None else []
-    cos = retrieval.cosine  # the wire's `similarity` is the cosine, also after hybrid retrieval's fusion
-    return LabelScore(label, score, [(str(retrieval.ids[i, j]), float(cos[i, j])) for j in js], titles)
-
-
-def explain(retrieval: Retrieval, scores: np.ndarray, vocab: LabelVocab, threshold: float,
-            k: int | None = None, max_neighbours: int = 5, candidates: int = 0,
-            proposed: np.ndarray | None = None, decided_by: np.ndarray | None = None,
-            thresholds: np.ndarray | None = None) -> list[Proposal]:
-    """Turn ``(m, L)`` scores into :class:`Proposal` objects: the labels of ``proposed`` (``(m, L)`` bool, the
-    decision rules' choice; default ``score > threshold``), each with up to ``max_neighbours`` of the first ``k``
-    neighbours that carry it (most similar first), and the best ``candidates`` labels with a score > 0 that were
-    not proposed likewise (for the moderator; none by default). A neighbour's similarity is its dense cosine
-    (:attr:`Retrieval.cosine`), the neighbours are in the retrieval's (possibly fused) order.
-
-    Args:
-        decided_by: ``(m, L)`` int8 codes into :data:`DECIDING_RULES` (-1: none), the rule that proposed each
-            label (:attr:`newsmon.shared.predictors.rules.Decision.decided_by`); None: "threshold" for every
-            label proposed when ``proposed`` is None, else not known.
-        thresholds: ``(L,)`` each label's own threshold (frequency-bucket and per-label ones); None: ``threshold``
-            for every label.
-    """
-    k = k or retrieval.k
-    if proposed is None:
-        proposed = scores > threshold
-        decided_by = np.where(proposed, np.int8(0), np.int8(-1)) if decided_by is None else decided_by
-    own = np.full(scores.shape[1], threshold, dtype=np.float64) if thresholds is None else thresholds
-    out = []
-    for i in range(scores.shape[0]):
-        order = np.argsort(-scores[i], kind="stable")
-        above = [c for c in order if proposed[i, c]]
-        below = [c for c in order if not proposed[i, c] and scores[i, c] > 0][:candidates]
-        labels, rest = [], []
-        for cols, acc in ((above, labels), (below, rest)):
-            for c in cols:
-                x = _label_score(retrieval, i, vocab.labels[c], float(scores[i, c]), k, max_neighbours)
-                x.threshold = float(own[c])
-                if decided_by is not None and decided_by[i, c] >= 0:
-                    x.decided_by = DECIDING_RULES[decided_by[i, c]]
-                acc.append(x)
-        out.append(Proposal(labels, candidates=rest))
-    return out

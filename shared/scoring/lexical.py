@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from newsmon.shared.predictors.retrieval import Retrieval
+from newsmon.shared.scoring.retrieval import Retrieval
 from newsmon.shared.terms import N_FEATURES, term_rows
 
 

@@ -26,13 +26,19 @@ under a calibration record gets the model the calibration chose.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from pydantic import Field
 from sklearn.linear_model import LogisticRegression
 
+from newsmon.schemas.scoring import Options
+from newsmon.shared.scoring.components.base import MemoryArticles, Queries, ScoreComponent, register_component
+from newsmon.shared.scoring.retrieval import LabelVocab
 from newsmon.shared.terms import hashing_vectorizer, term_rows
 
 #: A head label has at least this many memory articles (the "100-499" and ">= 500" frequency buckets).
@@ -197,3 +203,62 @@ def calibration_head_scores(memory_texts: Sequence[str], memory_labels: Sequence
         return HeadScores.concat(parts) if parts else HeadScores([], np.zeros((0, 0), dtype=np.float32))
 
     return at
+
+
+def mix_head(scores: np.ndarray, vocab: LabelVocab, head: HeadScores | None, weight: float) -> np.ndarray:
+    """``(m, L)`` scores with the head model mixed in: ``(1 - weight) * s + weight * P`` in the head labels'
+    columns (the vocabulary grows by a head label no neighbour carries; ``scores`` is padded to it), unchanged
+    when ``head`` is None or ``weight`` is 0 (Annif's ensemble, a weighted average of two predictors' scores)."""
+    if head is None or not weight or not head.labels:
+        return scores
+    vocab.extend(head.labels)
+    L = len(vocab)
+    out = np.zeros((scores.shape[0], L), dtype=np.float32)
+    out[:, :scores.shape[1]] = scores
+    cols = [vocab.index[lb] for lb in head.labels]
+    out[:, cols] = (1.0 - weight) * out[:, cols] + weight * head.probs
+    return out
+
+
+class HeadModelOptions(Options):
+    """The head model's options: a head label's score = ``(1 - weight) * score + weight * P(label | article)``."""
+
+    weight: float = Field(0.5, gt=0, le=1, allow_inf_nan=False, description="beta: the head model's weight.")
+    c: float = Field(10.0, gt=0, allow_inf_nan=False, description="Inverse regularisation C of each logistic "
+                     "regression.")
+
+
+@register_component
+class HeadModelComponent(ScoreComponent):
+    """The head model (see the module docstring); its model is a :class:`HeadModel` fitted on the memory's stored
+    texts, one per C."""
+
+    name = "head_model"
+    Options = HeadModelOptions
+    NEEDS = ("texts",)
+    GRID = tuple({"c": c, "weight": beta} for c, beta in itertools.product((1.0, 10.0, 100.0), (0.25, 0.5, 0.75, 1.0)))
+
+    def model_key(self, options: HeadModelOptions) -> tuple:
+        return (options.c,)
+
+    def fit(self, memory: MemoryArticles, options: HeadModelOptions) -> HeadModel:
+        return HeadModel(options.c).fit(memory.texts, memory.labels)
+
+    def evidence(self, model: HeadModel, queries: Queries, options: Any) -> HeadScores:
+        return model.scores(queries.texts)
+
+    def held_out_evidence(self, model: HeadModel, memory: MemoryArticles, options: HeadModelOptions) -> HeadScores:
+        return out_of_fold(memory.texts, memory.labels, options.c, full=model)
+
+    def concat(self, parts: Sequence[HeadScores]) -> HeadScores:
+        return HeadScores.concat(parts)
+
+    def relabel(self, evidence: HeadScores, fn: Callable[[tuple[str, ...]], tuple[str, ...]]) -> HeadScores:
+        return evidence.relabel(fn)
+
+    def labels(self, evidence: HeadScores, options: Any) -> list[str]:
+        return list(evidence.labels)
+
+    def mix(self, scores: np.ndarray, vocab: LabelVocab, evidence: HeadScores, options: HeadModelOptions
+            ) -> np.ndarray:
+        return mix_head(scores, vocab, evidence, options.weight)

@@ -5,7 +5,7 @@ label's key here is its *prototype*: the L2-normalised sum of the embeddings of 
 it. lambda then has a role of its own (the weight of the label keys against the neighbours), unlike in the
 simplified formula where it only rescales the threshold.
 
-Scores (:func:`newsmon.shared.predictors.rules.newsmon_decide`): ``p = (softmax(s / tau) . Y + lambda *
+Scores (:class:`LabelKeysComponent`, mixed into the RAE-XMC scores): ``p = (softmax(s / tau) . Y + lambda *
 softmax(c / tau_L)) / (1 + lambda)`` where ``s`` are the top-k neighbours' ranking scores and ``c`` the cosines
 of the ``label_keys`` nearest label keys (two softmaxes: the neighbours' fused ranking score and a key's cosine
 are on different scales).
@@ -13,12 +13,18 @@ are on different scales).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from pydantic import Field
 
-from newsmon.shared.predictors.rae_xmc import neighbour_weights
+from newsmon.schemas.scoring import Options
+from newsmon.shared.scoring.components.base import MemoryArticles, Queries, ScoreComponent, register_component
+from newsmon.shared.scoring.rae_xmc import neighbour_weights
+from newsmon.shared.scoring.retrieval import LabelVocab
 
 #: Queries per matrix product in :meth:`LabelKeys.top` (bounds the ``(chunk, L)`` similarity block).
 CHUNK = 1024
@@ -147,3 +153,54 @@ def key_scores(hits: LabelHits, n: int, tau: float, index: dict[str, int], n_lab
             if col is not None and w[i, j] > 0:
                 out[i, col] += w[i, j]
     return out
+
+
+#: Label keys retrieved per article: the most any option of the calibration's grid reads (an option asking for more
+#: gets more).
+MAX_LABEL_KEYS = 10
+
+
+class LabelKeysOptions(Options):
+    """The label keys' options: ``p = (neighbours' score + weight * label keys' score) / (1 + weight)``."""
+
+    weight: float = Field(0.5, gt=0, le=10, allow_inf_nan=False, description="lambda: the weight of the label "
+                          "keys against the neighbours.")
+    keys: int = Field(10, ge=1, le=1000, description="Nearest label keys in the label keys' softmax.")
+    tau: float = Field(0.01, gt=0, allow_inf_nan=False, description="Temperature of the softmax over the label "
+                       "keys' cosines.")
+
+
+@register_component
+class LabelKeysComponent(ScoreComponent):
+    """RAE-XMC's label part of the memory (see the module docstring); its model is the memory's
+    :class:`LabelKeys`."""
+
+    name = "label_keys"
+    Options = LabelKeysOptions
+    NEEDS = ("vectors",)
+    GRID = tuple({"weight": lam, "keys": n, "tau": t}
+                 for lam, n, t in itertools.product((0.1, 0.25, 0.5, 1.0), (3, 10), (0.01, 0.02, 0.05)))
+
+    def fit(self, memory: MemoryArticles, options: Any) -> LabelKeys:
+        return LabelKeys(memory.vectors.shape[1]).add(memory.vectors, memory.labels)
+
+    def evidence(self, model: LabelKeys, queries: Queries, options: LabelKeysOptions) -> LabelHits:
+        return model.top(queries.vectors, max(options.keys, MAX_LABEL_KEYS))
+
+    def held_out_evidence(self, model: LabelKeys, memory: MemoryArticles, options: LabelKeysOptions) -> LabelHits:
+        return model.top(memory.vectors, max(options.keys, MAX_LABEL_KEYS), memory.vectors, memory.labels)
+
+    def concat(self, parts: Sequence[LabelHits]) -> LabelHits:
+        return LabelHits.concat(parts)
+
+    def relabel(self, evidence: LabelHits, fn: Callable[[tuple[str, ...]], tuple[str, ...]]) -> LabelHits:
+        return evidence.relabel(fn)
+
+    def labels(self, evidence: LabelHits, options: LabelKeysOptions) -> list[str]:
+        return [lb for row in evidence.labels for lb in row]
+
+    def mix(self, scores: np.ndarray, vocab: LabelVocab, evidence: LabelHits, options: LabelKeysOptions
+            ) -> np.ndarray:
+        L = len(vocab)
+        keys = key_scores(evidence, options.keys, options.tau, vocab.index, L)
+        return (scores + options.weight * keys) / (1 + options.weight)

@@ -1,6 +1,12 @@
-"""The new-label replay of the calibration (:func:`newsmon.shared.predictors.calibrate.calibrate`): how the
-new-label rule (:mod:`newsmon.shared.predictors.rules`) would have served labels that appear after a calibration,
-replayed on calibration articles whose label is hidden but for a few confirmations."""
+"""The new-label rule: a label the calibration never saw (one confirmed by moderators since, so no leave-one-out
+could weigh it) is proposed when at least ``support`` of the first ``neighbours`` neighbours carry it at cosine >=
+``similarity``. A memory of thousands of articles holding 2 of a new label's 3 confirmations among an article's 20
+nearest is strong evidence, which the softmax share of a label among k = 100 neighbours never shows.
+
+The calibration chooses its options by a replay of new labels on the calibration articles
+(:func:`new_label_replay`), not by the calibration objective: it
+changes nothing for the calibration articles themselves (every label of their memory is known).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,21 @@ import itertools
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
-from newsmon.shared.predictors.retrieval import Retrieval
+from newsmon.schemas.scoring import Options
+from newsmon.shared.scoring.retrieval import Retrieval
+from newsmon.shared.scoring.rules.base import DecisionRule, DecisionState, register_rule
+from newsmon.shared.scoring.rules.tail_support import tail_support
+
+
+class NewLabelOptions(Options):
+    """The new-label rule's options."""
+
+    support: int = Field(2, ge=1, le=100, description="Close neighbours that must carry the new label.")
+    neighbours: int = Field(20, ge=1, le=200, description="The first neighbours the rule looks at.")
+    similarity: float = Field(0.8, ge=-1, le=1, allow_inf_nan=False, description="Their minimum cosine.")
+
 
 #: The new-label rule's options (support, neighbours, minimum cosine), and the replay that chooses among them:
 #: labels with NEW_LABEL_ARTICLES memory articles, each hidden but for NEW_LABEL_CONFIRMATIONS of them.
@@ -65,3 +84,33 @@ def new_label_replay(retrieval: Retrieval, gold: list[tuple[str, ...]], options=
             t[1] += int((pred & ~g).sum())
             t[2] += int((~pred & g).sum())
     return {o: tuple(t) for o, t in tallies.items()}, replayed
+
+
+
+@register_rule
+class NewLabelSupport(DecisionRule):
+    """The new-label rule (see the module docstring); needs the calibration record's labels (without a record no
+    label counts as new and the rule proposes nothing)."""
+
+    name = "new_label_support"
+    Options = NewLabelOptions
+    ORDER = 40
+    CALIBRATE_AT = 60
+    #: Judged by the replay (``calibration.new_labels``), not by a grid of the objective.
+    REPLAY = True
+
+    def apply(self, state: DecisionState, options: NewLabelOptions) -> None:
+        if state.known_labels is None:
+            return
+        new = np.array([lb not in state.known_labels for lb in state.vocab.labels], dtype=bool)
+        if not new.any():
+            return
+        extra = tail_support(state.retrieval, state.vocab, options.support, options.neighbours,
+                             options.similarity) & new[None, :]
+        state.propose(extra, self.name)
+
+    def neighbours_needed(self, options: NewLabelOptions) -> int:
+        return options.neighbours
+
+    def grid(self, calibration: Any = None) -> list[Any]:
+        return [NewLabelOptions(support=s, neighbours=n, similarity=c) for s, n, c in NEW_LABEL_GRID]

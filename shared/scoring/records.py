@@ -1,14 +1,15 @@
 """Calibration records: the scoring parameters chosen for one language memory and one model version, stored
 next to the memory, and read by the workers, ``suggest`` and ``eval``.
 
-A record (:class:`CalibrationRecord`) says which parameters were chosen (the fields of
-:class:`~newsmon.shared.config.RaeSettings`), the figures behind the choice (micro-F1, subset accuracy and the
+A record (:class:`CalibrationRecord`) says which parameters were chosen (a
+:class:`~newsmon.schemas.scoring.ScoringParams`, the type of the settings' ``scoring`` too), the figures behind the
+choice (micro-F1, subset accuracy and the
 objective with a bootstrap interval), what they were fitted on (memory articles scored leave-one-out, validation
 articles) and when. Records live in one small collection of the knowledge memory itself, ``<prefix>_calibration``
 (server mode: one point per language collection, a 1-d vector and the record as payload), so every replica reads
 the same record from the Qdrant server; in embedded mode it is a JSON file beside the memory's collections.
 
-Precedence (:func:`effective_scoring`): a setting given explicitly (``NEWSMON_RAE__*`` or a CLI option) beats
+Precedence (:func:`effective_scoring`): a setting given explicitly (``NEWSMON_SCORING__*`` or a CLI option) beats
 the calibration record, which beats the defaults.
 """
 
@@ -24,12 +25,14 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from newsmon.shared.config import RaeSettings, Settings
+from newsmon.schemas.scoring import ScoringParams, legacy_params
+from newsmon.shared.config import Settings
 from newsmon.shared.memory.base import KnowledgeMemory
 from newsmon.shared.memory.router import open_memory
 
-#: Record layout version (bump when a field changes meaning).
-RECORD_VERSION = 1
+#: Record layout version (bump when a field changes meaning): 2 stores the components and rules as lists
+#: (version 1's flat rule fields are read into them).
+RECORD_VERSION = 2
 
 
 class CalibrationRecord(BaseModel):
@@ -38,7 +41,7 @@ class CalibrationRecord(BaseModel):
     Attributes:
         collection: the language collection it calibrates (``<prefix>_<lang>_<model version>``).
         language: ISO 639-1 code; model_version: the encoder's model id.
-        params: the chosen :class:`RaeSettings` fields (top_k, tau, threshold, and the decision rules).
+        params: the chosen :class:`ScoringParams` fields (k, tau, thresholds, components and decision rules).
         objective: what the search maximised (e.g. ``"micro_f1 + subset_accuracy"``).
         figures: the chosen parameters' figures on the calibration articles (fractions in [0, 1]):
             ``micro_f1``, ``subset_accuracy``, ``objective``, its bootstrap 90 % interval ``objective_lo`` /
@@ -47,7 +50,7 @@ class CalibrationRecord(BaseModel):
             ``corpus``), never the test split.
         written_by: ``tune``, ``memory build``, ``nightly`` or ``demo``; created_at: UTC time.
         labels: the labels of the memory it was fitted on, sorted; the new-label rule
-            (:func:`newsmon.shared.predictors.newsmon_decide`) serves every other label (confirmed since). None in
+            (:mod:`newsmon.shared.scoring.rules.new_label_support`) serves every other label (confirmed since). None in
             records written before this field: the rule is then off.
     """
 
@@ -68,32 +71,35 @@ class CalibrationRecord(BaseModel):
         """:attr:`labels` as a set (computed once per record read), None when the record does not list them."""
         return frozenset(self.labels) if self.labels is not None else None
 
-    def scoring(self) -> RaeSettings:
-        """The record's parameters as :class:`RaeSettings` (unknown fields of newer records are ignored).
+    def scoring(self) -> ScoringParams:
+        """The record's parameters (a version-1 record's flat rule fields read as rules and components).
 
         Raises:
-            pydantic.ValidationError: a parameter out of its range.
+            pydantic.ValidationError: a parameter out of its range, or a rule or component that is not registered.
         """
-        known = {k: v for k, v in self.params.items() if k in RaeSettings.model_fields}
-        return RaeSettings(**known)
+        params = legacy_params(self.params)  # flat rule fields (layout 1) as rules and components; lists kept
+        return ScoringParams(**{k: v for k, v in params.items() if k in ScoringParams.model_fields})
 
 
-def effective_scoring(settings: Settings, record: CalibrationRecord | None) -> tuple[RaeSettings, str]:
-    """The parameters that run: the record's, with every field set explicitly in ``settings.rae`` (environment,
+def effective_scoring(settings: Settings, record: CalibrationRecord | None) -> tuple[ScoringParams, str]:
+    """The parameters that run: the record's, with every field set explicitly in ``settings.scoring`` (environment,
     ``.env`` or a CLI override) taking precedence (an explicit ``threshold`` also replaces the record's
     ``bucket_thresholds``, and an explicit ``threshold`` or ``bucket_thresholds`` its ``label_thresholds`` and its
-    ``label_count``).
-    Returns (parameters, where they came from: ``"settings"``, ``"calibration"`` or ``"calibration+settings"``)."""
+    ``label_count`` rule, which replaces the thresholds).
+    Returns (parameters, where they came from: ``"defaults"``, ``"settings"``, ``"calibration"`` or
+    ``"calibration+settings"``)."""
+    explicit = {k: getattr(settings.scoring, k) for k in settings.scoring.model_fields_set}
     if record is None:
-        return settings.rae, "settings"
-    explicit = {k: getattr(settings.rae, k) for k in settings.rae.model_fields_set}
+        return settings.scoring, "settings" if explicit else "defaults"
+    base = record.scoring()
     if "threshold" in explicit and "bucket_thresholds" not in explicit:
         explicit["bucket_thresholds"] = None  # an explicit threshold replaces the record's per-bucket ones too
-    if {"threshold", "bucket_thresholds"} & set(explicit) and "label_thresholds" not in explicit:
-        explicit["label_thresholds"] = None  # ... and its per-label ones
-    if {"threshold", "bucket_thresholds"} & set(explicit) and "label_count" not in explicit:
-        explicit["label_count"] = None  # ... and its label-count rule, which replaces the thresholds
-    merged = RaeSettings(**{**record.scoring().model_dump(), **explicit})
+    if {"threshold", "bucket_thresholds"} & set(explicit):
+        explicit.setdefault("label_thresholds", None)  # ... and its per-label ones
+        if "rules" not in explicit and any(r.name == "label_count" for r in base.rules):
+            explicit["rules"] = [{"name": "threshold"}] + [r for r in base.rules if r.name not in ("label_count",
+                                                                                                  "threshold")]
+    merged = ScoringParams(**{**base.model_dump(), **{k: v for k, v in explicit.items()}})
     return merged, "calibration+settings" if explicit else "calibration"
 
 

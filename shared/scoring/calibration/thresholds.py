@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 #: A label carried by at least this many memory articles may get a threshold of its own (the two upper
-#: frequency buckets: :data:`newsmon.shared.predictors.rules.BUCKET_EDGES`).
+#: frequency buckets: :data:`newsmon.shared.scoring.rules.threshold.BUCKET_EDGES`).
 LABEL_THRESHOLD_MIN = 100
 
 

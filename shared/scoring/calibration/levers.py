@@ -1,0 +1,144 @@
+"""The calibration's steps on top of the base grid (:mod:`.search`): each score component's options, the bucket
+and per-label thresholds; and what every step shares (the state carried forward, recording a step, deciding on the
+calibration articles with given parameters)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from newsmon.schemas.scoring import ScoringParams
+from newsmon.shared.scoring.calibration.inputs import CalibrationSet
+from newsmon.shared.scoring.calibration.thresholds import (bucket_ascent, choose_label_thresholds, micro_f1_acc,
+                                                           paired_lift_interval)
+from newsmon.shared.scoring.components import ScoreComponent
+from newsmon.shared.scoring.decision import decide, mixed_scores
+from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
+from newsmon.shared.scoring.rules import get_rule, lifts
+from newsmon.shared.scoring.rules.threshold import BUCKET_EDGES, column_thresholds
+
+#: The grid of the base parameters (k is capped at the neighbours retrieved).
+GRID_K = (5, 10, 20, 30, 50, 75, 100, 150, 200)
+GRID_THRESHOLD = tuple(np.round(np.arange(0.10, 0.76, 0.05), 2))
+
+#: What a calibration step carries forward: the parameters, their micro-F1 and subset accuracy, and their
+#: ``(n, L)`` bool proposals on the calibration articles.
+State = tuple[ScoringParams, float, float, np.ndarray]
+#: A step's best: (objective, parameters, micro-F1, subset accuracy).
+Found = tuple[float, ScoringParams, float, float]
+
+
+def gold_matrix(label_sets: list[tuple[str, ...]], vocab: LabelVocab) -> np.ndarray:
+    """``(n, L)`` bool gold over ``vocab`` (labels the memory never saw get columns of their own)."""
+    return np.asarray(vocab.encode(label_sets).todense()).astype(bool)
+
+
+def pad(a: np.ndarray, L: int) -> np.ndarray:
+    """``(m, >= L)``: ``a`` with zero columns added up to ``L``."""
+    return a if a.shape[1] >= L else np.pad(a, ((0, 0), (0, L - a.shape[1])))
+
+
+def updated(params: ScoringParams, **fields: Any) -> ScoringParams:
+    """``params`` with ``fields`` replaced (validated)."""
+    return ScoringParams(**{**params.model_dump(), **fields})
+
+
+def with_rule(params: ScoringParams, name: str, options: Any) -> ScoringParams:
+    """``params`` with rule ``name`` (``options``) in place of its earlier options, the rules in the order they
+    run (each rule's ``ORDER``)."""
+    specs = [s for s in params.rules if s.name != name] + [{"name": name, "options": options.model_dump()}]
+    names = [s["name"] if isinstance(s, dict) else s.name for s in specs]
+    order = sorted(range(len(specs)), key=lambda i: (get_rule(names[i]).ORDER, i))
+    return updated(params, rules=[specs[i] for i in order])
+
+
+def with_component(params: ScoringParams, name: str, options: Any) -> ScoringParams:
+    """``params`` with component ``name`` (``options``) mixed in last (in place of its earlier options)."""
+    specs = [s for s in params.components if s.name != name] + [{"name": name, "options": options.model_dump()}]
+    return updated(params, components=specs)
+
+
+def decide_on(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], params: ScoringParams,
+              evidence: Mapping[str, Any], label_counts: Mapping[str, int] | None) -> np.ndarray:
+    """``(n, L)`` bool proposals of ``params`` over the columns of ``Yt`` (the scorer's decision)."""
+    P = decide(retrieval, LabelVocab(labels), params, evidence, label_counts).proposed
+    return pad(P, Yt.shape[1])[:, :Yt.shape[1]]
+
+
+def scores_on(retrieval: Retrieval, labels: list[str], L: int, params: ScoringParams,
+              evidence: Mapping[str, Any]) -> np.ndarray:
+    """``(n, L)`` float32 scores of ``params`` (RAE-XMC with its components mixed in)."""
+    return pad(mixed_scores(retrieval, LabelVocab(labels), params, evidence), L)[:, :L]
+
+
+def take(steps: list[dict[str, Any]], name: str, found: Found, state: State, trial: np.ndarray, Yt: np.ndarray,
+         keeps: Callable[[float, float, tuple[float, float]], bool] = lifts) -> tuple[State, bool]:
+    """Record step ``name`` in ``steps``: its best ``found``, whose ``(n, L)`` proposals are ``trial``, and the
+    paired bootstrap 90 % interval of their lift over ``state``'s. Kept by ``keeps``; returns the state after it
+    (``found``'s when kept, else ``state``) and whether it was kept."""
+    obj, tparams, tf1, tacc = found
+    params, f1, acc, current = state
+    lift = paired_lift_interval(Yt, trial, current)
+    kept = keeps(obj, f1 + acc, lift)
+    steps.append({"step": name, "params": tparams.model_dump(mode="json"), "micro_f1": tf1,
+                  "subset_accuracy": tacc, "objective": obj, "kept": kept, "lift_interval": list(lift)})
+    return ((tparams, tf1, tacc, trial) if kept else state), kept
+
+
+def component_step(steps: list[dict[str, Any]], comp: ScoreComponent, cal: CalibrationSet, retrieval: Retrieval,
+                   Yt: np.ndarray, labels: list[str], state: State, evidence: dict[str, Any]
+                   ) -> tuple[State, dict[str, Any]]:
+    """The best of ``comp``'s options (its grid, every threshold) on top of ``state``'s parameters, recorded as a
+    step and kept when it lifts; returns the state after it and the evidence of the components kept."""
+    L = Yt.shape[1]
+    before = scores_on(retrieval, labels, L, state[0], evidence)
+    vocab = LabelVocab(labels)
+    best = None
+    for opt in comp.grid():
+        ev = cal.evidence(comp, opt)
+        S = pad(comp.mix(before.copy(), vocab, ev, opt), L)[:, :L]
+        for thr in GRID_THRESHOLD:
+            f1, acc = micro_f1_acc(Yt, S > thr)
+            if best is None or f1 + acc > best[0][0] + 1e-12:
+                best = ((f1 + acc, (opt, float(thr)), f1, acc), ev)
+    (obj, (opt, thr), f1, acc), ev = best
+    trial = updated(with_component(state[0], comp.name, opt), threshold=thr)
+    tried = {**evidence, comp.name: ev}
+    state, kept = take(steps, f"+ {comp.name}", (obj, trial, f1, acc), state,
+                       decide_on(retrieval, Yt, labels, trial, tried, cal.label_counts), Yt)
+    return state, tried if kept else evidence
+
+
+def threshold_steps(steps: list[dict[str, Any]], cal: CalibrationSet, retrieval: Retrieval, Yt: np.ndarray,
+                    labels: list[str], state: State, evidence: dict[str, Any]) -> State:
+    """One threshold per label-frequency bucket (:data:`BUCKET_EDGES`, by coordinate ascent from the threshold
+    over :data:`GRID_THRESHOLD`, two rounds), kept when it lifts; then a threshold of its own for each label on at
+    least ``LABEL_THRESHOLD_MIN`` memory articles, kept when the paired bootstrap 90 % interval of its 2-fold
+    cross-fitted lift lies above 0 (hundreds of parameters fit their own articles, so the in-sample objective cannot
+    judge them); the kept thresholds are fitted on all the articles. Both on the same scores (the thresholds change
+    nothing else). Without label counts: no step."""
+    counts = cal.label_counts
+    if counts is None:
+        return state
+    L = Yt.shape[1]
+    S = scores_on(retrieval, labels, L, state[0], evidence)
+    bucket = np.searchsorted(BUCKET_EDGES, [counts.get(lb, 0) for lb in labels[:L]], side="left")
+    chosen, _ = bucket_ascent(S, Yt, bucket, state[0].threshold, GRID_THRESHOLD)
+    f1, acc = micro_f1_acc(Yt, S > np.asarray(chosen)[bucket][None, :])
+    trial = updated(state[0], bucket_thresholds=tuple(chosen))
+    state = take(steps, "+ bucket thresholds", (f1 + acc, trial, f1, acc), state,
+                 decide_on(retrieval, Yt, labels, trial, evidence, counts), Yt)[0]
+    params = state[0]
+    base = column_thresholds(LabelVocab(labels[:L]), params, counts)
+    got = choose_label_thresholds(S, Yt, base, labels[:L], counts, GRID_THRESHOLD)
+    trial = updated(params, label_thresholds=got.thresholds)
+    (tf1, tacc), kept = got.in_sample, got.holds
+    steps.append({"step": "+ label thresholds", "params": trial.model_dump(mode="json"), "micro_f1": tf1,
+                  "subset_accuracy": tacc, "objective": tf1 + tacc, "kept": kept,
+                  "cross_fitted_objective": sum(got.crossed), "cross_fitted_lift": list(got.lift),
+                  "labels": got.labels})
+    if kept:
+        return (trial, tf1, tacc, decide_on(retrieval, Yt, labels, trial, evidence, counts))
+    return state

@@ -1,0 +1,158 @@
+"""The score components' interface and registry: a component is a second predictor mixed into the RAE-XMC
+scores of the neighbours (RAE-XMC's label keys, the head model, ...). :attr:`ScoringParams.components
+<newsmon.schemas.scoring.ScoringCore.components>` lists the components mixed in, in order, each with its
+options.
+
+A component has three parts, so that the workers, ``eval`` and the calibration run the same code:
+
+* :meth:`ScoreComponent.fit`: its **model** of a knowledge memory (:class:`MemoryArticles`: the memory's
+  labelled articles), made once per calibration record and memory (the per-record model);
+* :meth:`ScoreComponent.evidence`: what the model says about ``m`` articles (:class:`Queries`), and
+  :meth:`ScoreComponent.held_out_evidence`, the same for the memory's own articles, each without itself (the
+  calibration's leave-one-out);
+* :meth:`ScoreComponent.mix`: the ``(m, L)`` scores with that evidence mixed in.
+
+A new component is one module: a subclass decorated with :func:`register_component` (its options are registered
+with the wire too) and one test; the calibration tries its :meth:`grid` after the components before it and keeps
+it when it lifts.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from newsmon.schemas.scoring import Options, register_options
+from newsmon.shared.scoring.retrieval import LabelVocab
+
+__all__ = ["MemoryArticles", "Queries", "ScoreComponent", "components", "get_component", "register_component"]
+
+Relabel = Callable[[tuple[str, ...]], tuple[str, ...]]
+
+
+@dataclass
+class MemoryArticles:
+    """The labelled articles of one knowledge memory that per-memory models are fitted on.
+
+    Attributes:
+        vectors: ``(n, d)`` float32 stored embeddings (None: not at hand); texts: ``n`` stored texts; labels: ``n``
+        label sets.
+    """
+
+    vectors: np.ndarray | None
+    texts: list[str]
+    labels: list[tuple[str, ...]]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def label_counts(self) -> dict[str, int]:
+        """Memory articles per label (the frequency buckets of ``bucket_thresholds``)."""
+        out: dict[str, int] = {}
+        for labels in self.labels:
+            for lb in labels:
+                out[lb] = out.get(lb, 0) + 1
+        return out
+
+
+@dataclass
+class Queries:
+    """``m`` articles to score: their texts and ``(m, d)`` float32 query embeddings (None for text-only use)."""
+
+    texts: Sequence[str]
+    vectors: np.ndarray | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ScoreComponent(ABC):
+    """A score component (see the module docstring).
+
+    Class attributes:
+        name: the registry name, also its name in the parameters and on the wire.
+        Options: its options model; GRID: the options the calibration tries, in order.
+        NEEDS: what its model and evidence read of the articles: ``"vectors"`` (embeddings), ``"texts"``.
+    """
+
+    name: ClassVar[str] = ""
+    Options: ClassVar[type[Options]] = Options
+    GRID: ClassVar[tuple[dict[str, Any], ...]] = ()
+    NEEDS: ClassVar[tuple[str, ...]] = ()
+
+    def model_key(self, options: Any) -> tuple:
+        """The options the model depends on (the others only change the mix): one model is fitted per key."""
+        return ()
+
+    @abstractmethod
+    def fit(self, memory: MemoryArticles, options: Any) -> Any:
+        """The component's model of ``memory``."""
+
+    @abstractmethod
+    def evidence(self, model: Any, queries: Queries, options: Any) -> Any:
+        """What ``model`` says about ``queries`` (an object :meth:`mix` reads)."""
+
+    @abstractmethod
+    def held_out_evidence(self, model: Any, memory: MemoryArticles, options: Any) -> Any:
+        """:meth:`evidence` for the memory's own ``n`` articles, each from a model without it (leave-one-out or
+        out of fold)."""
+
+    @abstractmethod
+    def concat(self, parts: Sequence[Any]) -> Any:
+        """The evidence of several query sets, stacked in order."""
+
+    @abstractmethod
+    def relabel(self, evidence: Any, fn: Relabel) -> Any:
+        """The evidence under the label registry's names (``fn`` maps a label tuple to its current names: a
+        renamed label keeps its evidence, a retired one loses it)."""
+
+    @abstractmethod
+    def labels(self, evidence: Any, options: Any) -> list[str]:
+        """The labels the evidence may add to the vocabulary (those not among the neighbours)."""
+
+    @abstractmethod
+    def mix(self, scores: np.ndarray, vocab: LabelVocab, evidence: Any, options: Any) -> np.ndarray:
+        """``(m, L)`` float32 scores with the evidence mixed in (``L = len(vocab)``; the vocabulary already holds
+        :meth:`labels`)."""
+
+    def grid(self) -> list[Any]:
+        """The options the calibration tries."""
+        return [self.Options(**g) for g in self.GRID]
+
+
+_COMPONENTS: dict[str, ScoreComponent] = {}
+
+
+def register_component(cls: type[ScoreComponent]) -> type[ScoreComponent]:
+    """Class decorator: register a component (and its options with the wire) under ``cls.name``.
+
+    Raises:
+        ValueError: no name, a name taken by another class, or not snake case.
+    """
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    taken = _COMPONENTS.get(cls.name)
+    if taken is not None and type(taken) is not cls:
+        raise ValueError(f"component {cls.name!r} is already registered by {type(taken).__name__}")
+    register_options("component", cls.name, cls.Options)
+    _COMPONENTS[cls.name] = cls()
+    return cls
+
+
+def get_component(name: str) -> ScoreComponent:
+    """The registered component ``name``.
+
+    Raises:
+        KeyError: unknown name (the message lists the registered ones).
+    """
+    try:
+        return _COMPONENTS[name]
+    except KeyError:
+        raise KeyError(f"unknown score component {name!r}; registered: {', '.join(_COMPONENTS)}") from None
+
+
+def components() -> tuple[ScoreComponent, ...]:
+    """Every registered component, in registration order (the order the calibration tries them in)."""
+    return tuple(_COMPONENTS.values())

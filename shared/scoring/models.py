@@ -1,0 +1,109 @@
+"""Where the scorer gets the score components' per-memory models (:class:`ModelCache`): fitted on a knowledge
+memory's labelled articles once per calibration record and memory, and kept until another record is read (the
+models follow each calibration; the neighbours carry every later decision at once).
+
+* :class:`FittedModels`: the articles are in memory already (``eval``: the train split is the memory);
+* :class:`MemoryModels`: the articles are read from a language memory by one scroll, on first use under a
+  record (the workers, ``suggest``, the API).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from newsmon.schemas.scoring import ScoringCore
+from newsmon.shared.scoring.components import MemoryArticles, get_component
+
+log = structlog.get_logger(__name__)
+
+
+class ModelCache:
+    """The models of one memory under one record, by (component, model key), and its label counts."""
+
+    def __init__(self, record: str | None) -> None:
+        self.record = record
+        self.models: dict[tuple[str, tuple], Any] = {}
+        self.counts: dict[str, int] | None = None
+
+    def missing(self, params: ScoringCore, counts: bool) -> list[tuple[str, Any]]:
+        """The (component, options) of ``params`` without a model yet (and a ``("", None)`` when the label counts
+        are wanted and missing)."""
+        out = [(s.name, s.parsed()) for s in params.components
+               if (s.name, get_component(s.name).model_key(s.parsed())) not in self.models]
+        return out + ([("", None)] if counts and self.counts is None else [])
+
+    def fill(self, memory: MemoryArticles, missing: list[tuple[str, Any]]) -> dict[str, Any]:
+        """Fit the missing models on ``memory``; returns what to log."""
+        for name, opts in missing:
+            if not name:
+                self.counts = memory.label_counts()
+                continue
+            comp = get_component(name)
+            self.models[(name, comp.model_key(opts))] = comp.fit(memory, opts)
+        return {"articles": len(memory), "fitted": [n or "label counts" for n, _ in missing]}
+
+    def get(self, params: ScoringCore) -> dict[str, Any]:
+        """The models of ``params``' components, by component name."""
+        return {s.name: self.models[(s.name, get_component(s.name).model_key(s.parsed()))] for s in params.components}
+
+
+class FittedModels:
+    """Models of one memory whose labelled articles are at hand (every language and record alike).
+
+    Args:
+        memory: the articles (``eval``: the train split, with its embeddings and texts).
+    """
+
+    def __init__(self, memory: MemoryArticles) -> None:
+        self.memory = memory
+        self._cache = ModelCache(None)
+
+    def get(self, lang: str | None, record: str | None, params: ScoringCore, counts: bool
+            ) -> tuple[dict[str, Any], dict[str, int] | None]:
+        """(the models of ``params``' components by name, the memory's label counts when ``counts``)."""
+        missing = self._cache.missing(params, counts)
+        if missing:
+            self._cache.fill(self.memory, missing)
+        return self._cache.get(params), self._cache.counts if counts else None
+
+
+class MemoryModels:
+    """Models of each language memory, fitted from its labelled articles read by ``articles(lang)`` (one scroll
+    for every model missing under a record), kept until another record is asked for. Thread-safe.
+
+    Args:
+        articles: a language -> that memory's labelled articles (:class:`MemoryArticles`).
+        describe: a language -> its collection name (for the log line).
+    """
+
+    def __init__(self, articles: Callable[[str], MemoryArticles], describe: Callable[[str], str] = str) -> None:
+        self.articles = articles
+        self.describe = describe
+        self._caches: dict[str | None, ModelCache] = {}
+        self._lock = threading.Lock()
+
+    def get(self, lang: str | None, record: str | None, params: ScoringCore, counts: bool
+            ) -> tuple[dict[str, Any], dict[str, int] | None]:
+        """As :meth:`FittedModels.get`, for ``lang``'s memory under ``record``.
+
+        Raises:
+            ValueError: models are needed for articles without a language.
+        """
+        with self._lock:
+            cache = self._caches.get(lang)
+            if cache is None or cache.record != record:
+                cache = self._caches[lang] = ModelCache(record)
+            missing = cache.missing(params, counts)
+            if missing:
+                if lang is None:
+                    raise ValueError("score components need a language memory; the article has no language")
+                t0 = time.perf_counter()
+                fields = cache.fill(self.articles(lang), missing)
+                log.info("per-record models fitted", collection=self.describe(lang), record=record, **fields,
+                         seconds=round(time.perf_counter() - t0, 2))
+            return cache.get(params), cache.counts if counts else None

@@ -1,0 +1,163 @@
+"""The decision rules' interface and registry: a rule is a small class (name, options, ``apply``) registered by
+name; :attr:`ScoringParams.rules <newsmon.schemas.scoring.ScoringCore.rules>` lists the rules that run, in
+order, each with its options. A rule reads the scores and the neighbours of ``m`` articles and changes what is
+proposed (:class:`DecisionState`); the calibration tries each registered rule's options (:meth:`DecisionRule.grid`)
+and keeps it where it lifts (:meth:`DecisionRule.keeps`).
+
+A new rule is one module: a subclass of :class:`DecisionRule` decorated with :func:`register_rule` (its options
+model is registered with the wire too, so it is stored in calibration records and written in proposals' ``scoring``
+and ``decided_by`` without a new message version), plus one test. Rules outside the package register the same way
+when their module is imported; a deployment names its modules in the entry-point group ``newsmon.scoring``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from newsmon.schemas.scoring import Options, ScoringParams, register_options, registered
+from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
+
+__all__ = ["DecisionRule", "DecisionState", "code_of", "get_rule", "lifts", "register_rule", "rules"]
+
+
+@dataclass
+class DecisionState:
+    """What the rules decide for ``m`` articles over ``L`` labels, changed in place by each rule in turn.
+
+    Attributes:
+        retrieval: the articles' neighbours (after hybrid retrieval's fusion); vocab: the ``L`` labels.
+        scores: ``(m, L)`` float32 scores (RAE-XMC with the components mixed in).
+        params: the parameters the rules run under (k, tau, thresholds).
+        proposed: ``(m, L)`` bool, the proposals so far (all False before the first rule).
+        thresholds: ``(L,)`` float64, each label's threshold (the threshold rule sets them; 1.0 before).
+        why: ``(m, L)`` int8 code of the rule that proposed each label (:func:`code_of`; -1: none), None when the
+            caller wants no reasons.
+        label_counts: memory articles per label (None: unknown); known_labels: the labels the calibration saw
+            (None: no record, every label counts as known).
+        texts: the ``m`` article texts (None offline where a rule needs none).
+        abstained: per article, why the rules proposed nothing on purpose (None: they did not abstain).
+    """
+
+    retrieval: Retrieval
+    vocab: LabelVocab
+    scores: np.ndarray
+    params: ScoringParams
+    proposed: np.ndarray
+    thresholds: np.ndarray
+    why: np.ndarray | None = None
+    label_counts: Mapping[str, int] | None = None
+    known_labels: Collection[str] | None = None
+    texts: Sequence[str] | None = None
+    abstained: list[str | None] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, retrieval: Retrieval, vocab: LabelVocab, scores: np.ndarray, params: ScoringParams,
+              reasons: bool = False, **context: Any) -> "DecisionState":
+        """The state before the first rule: nothing proposed."""
+        m, L = scores.shape
+        return cls(retrieval, vocab, scores, params, np.zeros((m, L), dtype=bool), np.ones(L, dtype=np.float64),
+                   np.full((m, L), -1, dtype=np.int8) if reasons else None, abstained=[None] * m, **context)
+
+    def propose(self, extra: np.ndarray, rule: str) -> None:
+        """Add the ``(m, L)`` bool proposals ``extra`` of ``rule`` (a label already proposed keeps its rule)."""
+        if self.why is not None:
+            self.why[extra & ~self.proposed] = code_of(rule)
+        self.proposed |= extra
+
+    def replace_rows(self, rows: np.ndarray, chosen: np.ndarray, rule: str) -> None:
+        """In the articles ``rows`` (int indices), ``chosen`` ``(len(rows), L)`` bool replaces the proposals, all
+        by ``rule``."""
+        self.proposed[rows] = chosen
+        if self.why is not None:
+            self.why[rows] = np.where(chosen, code_of(rule), np.int8(-1))
+
+
+class DecisionRule(ABC):
+    """A decision rule (see the module docstring).
+
+    Class attributes:
+        name: the registry name, also the rule's code on the wire (``decided_by``).
+        Options: its options model (a subclass of :class:`newsmon.schemas.scoring.Options`).
+        GRID: the options the calibration tries, in order (empty: the calibration does not try the rule).
+    """
+
+    name: ClassVar[str] = ""
+    Options: ClassVar[type[Options]] = Options
+    GRID: ClassVar[tuple[dict[str, Any], ...]] = ()
+    #: Where the rule runs among the rules a calibration keeps (ascending; a rule that replaces proposals runs
+    #: before the rules that add to them): threshold 0, label_count 10, set_vote 20, tail_support 30,
+    #: new_label_support 40, floor 50, abstain 90; others 60 unless they say.
+    ORDER: ClassVar[int] = 60
+    #: When the calibration tries the rule (ascending): floor 10, set_vote 20, label_count 30, tail_support 40,
+    #: others 50, new_label_support 60, abstain 70.
+    CALIBRATE_AT: ClassVar[int] = 50
+
+    @abstractmethod
+    def apply(self, state: DecisionState, options: Any) -> None:
+        """Change ``state`` (proposals, thresholds, reasons, abstentions) by this rule with ``options``."""
+
+    def neighbours_needed(self, options: Any) -> int:
+        """Neighbours per article the rule reads (beyond ``top_k``); 1 for none."""
+        return 1
+
+    def grid(self, calibration: Any = None) -> list[Any]:
+        """The options the calibration tries (``calibration``: the calibration set, for rules whose options
+        depend on the data)."""
+        return [self.Options(**g) for g in self.GRID]
+
+    def keeps(self, trial: float, current: float, lift: tuple[float, float]) -> bool:
+        """Whether the calibration keeps the rule: by default when it lifts (:func:`lifts`)."""
+        return lifts(trial, current, lift)
+
+
+def lifts(trial: float, current: float, lift: tuple[float, float]) -> bool:
+    """Whether a lever is kept: it lifts the calibration objective and the paired bootstrap 90 % interval of the
+    lift lies above 0. A lift inside the noise of the calibration articles is not kept: re-embedding the same
+    articles (cosine 0.997) turned such levers on and off."""
+    return trial > current + 1e-9 and lift[0] > 0
+
+
+_RULES: dict[str, DecisionRule] = {}
+
+
+def register_rule(cls: type[DecisionRule]) -> type[DecisionRule]:
+    """Class decorator: register a rule (and its options with the wire) under ``cls.name``.
+
+    Raises:
+        ValueError: no name, a name taken by another class, or not snake case.
+    """
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    taken = _RULES.get(cls.name)
+    if taken is not None and type(taken) is not cls:
+        raise ValueError(f"rule {cls.name!r} is already registered by {type(taken).__name__}")
+    register_options("rule", cls.name, cls.Options)
+    _RULES[cls.name] = cls()
+    return cls
+
+
+def get_rule(name: str) -> DecisionRule:
+    """The registered rule ``name``.
+
+    Raises:
+        KeyError: unknown name (the message lists the registered ones).
+    """
+    try:
+        return _RULES[name]
+    except KeyError:
+        raise KeyError(f"unknown decision rule {name!r}; registered: {', '.join(_RULES)}") from None
+
+
+def rules() -> tuple[DecisionRule, ...]:
+    """Every registered rule, in registration order (the built-ins first)."""
+    return tuple(_RULES.values())
+
+
+def code_of(name: str) -> np.int8:
+    """A rule's code in :attr:`DecisionState.why`: its index among the registered rule names."""
+    return np.int8(registered("rule").index(name))

@@ -1,0 +1,210 @@
+"""The scorer: one object turns ``m`` articles (texts, languages, embeddings) into scored proposals with their
+evidence, from one parameter model (:class:`~newsmon.schemas.scoring.ScoringParams`). Every path that proposes or
+measures calls it: the classifier worker and ``POST /v1/suggest`` (through the article pipeline), ``newsmon
+suggest``, the demo, ``eval``'s ``newsmon`` row (:class:`newsmon.shared.predictors.newsmon.NewsmonPredictor`, a thin
+adapter) and the benchmarks.
+
+Per article: the parameters of its language (:class:`Resolved`: a calibration record's, or the defaults and why),
+the neighbours (searched in the knowledge memory by a :class:`NeighbourSource`, or given, offline), hybrid
+retrieval's fusion (:func:`newsmon.shared.scoring.lexical.fuse`), the label registry's names (``relabel``), each
+component's evidence from its per-memory model (a :class:`ModelSource`), then
+:func:`newsmon.shared.scoring.decision.decide` and :func:`~newsmon.shared.scoring.decision.explain`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from newsmon.schemas.scoring import ScoringInfo, ScoringParams
+from newsmon.shared.scoring.components import Queries, get_component
+from newsmon.shared.scoring.decision import Decision, decide, explain, neighbours_needed, retrieval_size
+from newsmon.shared.scoring.lexical import TermVectors, fuse
+from newsmon.shared.scoring.retrieval import LabelVocab, Proposal, Retrieval
+
+Relabel = Callable[[tuple[str, ...]], tuple[str, ...]]
+
+#: Labels below the threshold a proposal carries as ``candidates`` for the moderator (the wire allows 20).
+CANDIDATES = 20
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The parameters articles of one language are scored with, and where they came from.
+
+    Attributes:
+        params: the parameters; record: the id of the calibration record they came from (None: none);
+        known_labels: the labels that record saw (None: no record; the new-label rule is then off);
+        source: ``calibration``, ``calibration+settings``, ``settings`` or ``defaults``; note: why, when it is not
+        a calibration record alone (e.g. no record for the language's collection); memory: the language whose
+        memory the record calibrates (the score components' models are that memory's; None: the article's own).
+    """
+
+    params: ScoringParams
+    record: str | None = None
+    known_labels: frozenset[str] | None = None
+    source: str = "defaults"
+    note: str | None = None
+    memory: str | None = None
+
+    def wire(self) -> ScoringInfo:
+        """The wire form (``LabelProposal.scoring``)."""
+        return self.params.to_wire(self.record, self.source, self.note)
+
+
+class NeighbourSource(Protocol):
+    """Where the neighbours come from (the knowledge memory, routed by language)."""
+
+    def search(self, vectors: np.ndarray, langs: Sequence[str | None], top_k: int, exclude: Sequence[str],
+               texts: Sequence[str] | None, lexical_k: int) -> tuple[Retrieval, list[tuple[str, ...]]]:
+        """The top-``top_k`` labelled neighbours of ``(m, d)`` vectors (hybrid with ``texts`` and ``lexical_k``),
+        and per article the collections searched."""
+
+
+class ModelSource(Protocol):
+    """The per-memory models of the score components, and the memory's label counts
+    (:mod:`newsmon.shared.scoring.models`)."""
+
+    def get(self, lang: str | None, record: str | None, params: ScoringParams, counts: bool
+            ) -> tuple[dict[str, Any], dict[str, int] | None]:
+        """(the models of ``params``' components of ``lang``'s memory under calibration record ``record``, by
+        component name; memory articles per label when ``counts``)."""
+
+
+@dataclass
+class Scored:
+    """The decision for some articles of a batch (those at ``idx``), with what it was made from."""
+
+    idx: list[int]
+    decision: Decision
+    vocab: LabelVocab
+    retrieval: Retrieval
+    searched: list[tuple[str, ...]]
+    resolved: Resolved
+
+
+class Scorer:
+    """One assembly (see the module docstring).
+
+    Args:
+        models: the components' per-memory models; resolve: the parameters of a language (None: unknown);
+        neighbours: the knowledge memory's search (None: the neighbours must be given to each call);
+        terms: the term-vector cache of hybrid retrieval.
+    """
+
+    def __init__(self, models: ModelSource, resolve: Callable[[str | None], Resolved],
+                 neighbours: NeighbourSource | None = None, terms: TermVectors | None = None) -> None:
+        self.models = models
+        self.resolve = resolve
+        self.neighbours = neighbours
+        self.terms = terms if terms is not None else TermVectors()
+
+    def score(self, texts: Sequence[str], langs: Sequence[str | None], vectors: np.ndarray | None,
+              exclude: Sequence[str] = (), relabel: Relabel | None = None, retrieval: Retrieval | None = None,
+              resolved: Resolved | None = None, vocab: LabelVocab | None = None) -> list[Scored]:
+        """Score ``m`` articles, grouped by language and parameters.
+
+        Args:
+            texts / langs: the articles; vectors: their ``(m, d)`` float32 query embeddings (needed by the search
+                and by components that read embeddings); exclude: article ids never used as neighbours;
+            relabel: the label registry's names applied to everything the memory says (renames, retired labels);
+            retrieval: the articles' neighbours when already retrieved (offline; at least what the parameters
+                read); resolved: parameters for every article instead of each language's; vocab: the vocabulary
+                every group starts from (offline: the training labels first, so columns line up).
+
+        Raises:
+            ValueError: no neighbour source and no ``retrieval``.
+        """
+        groups: dict[tuple, tuple[str | None, Resolved, list[int]]] = {}
+        for i, lang in enumerate(langs):
+            res = resolved if resolved is not None else self.resolve(lang)
+            groups.setdefault((lang, id(res), res.record), (lang, res, []))[2].append(i)
+        return [self._group(lang, res, idx, texts, vectors, exclude, relabel, retrieval, vocab)
+                for lang, res, idx in groups.values()]
+
+    def propose(self, texts: Sequence[str], langs: Sequence[str | None], vectors: np.ndarray | None,
+                exclude: Sequence[str] = (), relabel: Relabel | None = None, candidates: int = CANDIDATES,
+                retrieval: Retrieval | None = None, resolved: Resolved | None = None) -> list[Proposal]:
+        """The :class:`Proposal` of each article (:meth:`score`, then
+        :func:`~newsmon.shared.scoring.decision.explain`), with ``searched`` and ``resolved`` set."""
+        out: list[Proposal | None] = [None] * len(texts)
+        for g in self.score(texts, langs, vectors, exclude, relabel, retrieval, resolved):
+            props = explain(g.retrieval, g.decision, g.vocab, g.resolved.params.top_k, candidates=candidates)
+            for i, p, names in zip(g.idx, props, g.searched):
+                p.searched, p.resolved = names, g.resolved
+                out[i] = p
+        return out
+
+    def matrix(self, texts: Sequence[str], langs: Sequence[str | None], vectors: np.ndarray | None,
+               retrieval: Retrieval, resolved: Resolved, vocab: LabelVocab) -> tuple[np.ndarray, np.ndarray]:
+        """``(m, L)`` float32 scores and ``(m, L)`` bool proposals over ``vocab``'s first ``L`` labels (``eval``)."""
+        L = len(vocab)
+        S, P = np.zeros((len(texts), L), dtype=np.float32), np.zeros((len(texts), L), dtype=bool)
+        for g in self.score(texts, langs, vectors, retrieval=retrieval, resolved=resolved, vocab=vocab):
+            S[g.idx], P[g.idx] = g.decision.scores[:, :L], g.decision.proposed[:, :L]
+        return S, P
+
+    def _group(self, lang: str | None, res: Resolved, idx: list[int], texts: Sequence[str],
+               vectors: np.ndarray | None, exclude: Sequence[str], relabel: Relabel | None,
+               retrieval: Retrieval | None, vocab: LabelVocab | None) -> Scored:
+        params, known = res.params, res.known_labels
+        k = neighbours_needed(params)
+        gtexts = [texts[i] for i in idx]
+        gvecs = vectors[idx] if vectors is not None else None
+        r, searched = self._neighbours(params, idx, gtexts, gvecs, [lang] * len(idx), exclude, retrieval)
+        r = fuse(r, gtexts, params.lexical_weight, k, self.terms)
+        if relabel is not None:
+            known, params = relabelled(r, known, params, relabel)
+        models, counts = self.models.get(res.memory or lang, res.record, params, params.bucket_thresholds is not None)
+        evidence = {}
+        for spec in params.components:
+            comp, opts = get_component(spec.name), spec.parsed()
+            ev = comp.evidence(models[spec.name], Queries(gtexts, gvecs), opts)
+            evidence[spec.name] = comp.relabel(ev, relabel) if relabel is not None else ev
+        if counts is not None and relabel is not None:
+            counts = relabel_counts(counts, relabel)
+        v = LabelVocab(vocab.labels) if vocab is not None else LabelVocab()
+        d = decide(r, v, params, evidence, counts, known, gtexts, reasons=True)
+        return Scored(idx, d, v, r, searched, res)
+
+    def _neighbours(self, params: ScoringParams, idx: list[int], texts: list[str], vectors: np.ndarray | None,
+                    langs: list[str | None], exclude: Sequence[str], given: Retrieval | None
+                    ) -> tuple[Retrieval, list[tuple[str, ...]]]:
+        n, lexical_k = retrieval_size(params)
+        if given is not None:  # retrieved with what the parameters read, or all the memory holds
+            return given.rows(idx), [()] * len(idx)
+        if self.neighbours is None or vectors is None:
+            raise ValueError("no neighbours: give a retrieval, or a neighbour source and the articles' vectors")
+        return self.neighbours.search(vectors, langs, n, exclude, texts if lexical_k else None, lexical_k)
+
+
+def relabelled(r: Retrieval, known: frozenset[str] | None, params: ScoringParams, relabel: Relabel
+               ) -> tuple[frozenset[str] | None, ScoringParams]:
+    """Apply the label registry to the neighbours' labels of ``r`` (in place) and return (the known labels under
+    their new names, ``params`` with its ``label_thresholds`` under the new names). A renamed label keeps counting
+    as known and keeps its own threshold (two labels merged under one name: the lower of theirs); a retired
+    label's threshold goes."""
+    if known is not None:
+        seen = {lb for row in r.labels for lbs in row for lb in lbs}
+        known = frozenset(x for lb in seen if lb in known for x in relabel((lb,)))
+    r.labels = [[relabel(lbs) for lbs in row] for row in r.labels]
+    if not params.label_thresholds:
+        return known, params
+    own: dict[str, float] = {}
+    for lb, t in params.label_thresholds.items():
+        for x in relabel((lb,)):
+            own[x] = min(t, own.get(x, t))
+    return known, params.model_copy(update={"label_thresholds": own})
+
+
+def relabel_counts(counts: dict[str, int], relabel: Relabel) -> dict[str, int]:
+    """Memory articles per label under the label registry's names (a renamed label's articles count for the new
+    name, a retired label's for none)."""
+    out: dict[str, int] = {}
+    for lb, c in counts.items():
+        for x in relabel((lb,)):
+            out[x] = out.get(x, 0) + c
+    return out
