@@ -20,7 +20,7 @@ import pytest
 from newsmon.broker import free_port
 from newsmon.demo import article_event
 from newsmon.schemas import LabelEvent, LabelProposal, parse_event
-from newsmon.shared.predictors.retrieval import DECIDING_RULES
+from newsmon.schemas.scoring import registered
 from test_stream import REPO, Collector, corpus, publish, stream_settings  # noqa: F401 (fixtures)
 
 LABEL = "client:mercator"
@@ -134,7 +134,7 @@ def test_define_a_label_over_http_then_propose_rename_and_retire(api, corpus):
         assert by_source["rule"].decided_by is None and by_source["rule"].rule.kwe == KWE
         for x in proposal.labels:
             if x.source == "retrieval":
-                assert x.decided_by in DECIDING_RULES and x.threshold == proposal.scoring.threshold, x
+                assert x.decided_by in registered("rule") and x.threshold == proposal.scoring.threshold, x
                 assert x.decided_by != "threshold" or x.score > x.threshold, x
 
         # the rule tested on a posted text and on the latest articles of the topic

@@ -60,9 +60,9 @@ def test_a_bad_setting_or_override_is_one_line_without_a_traceback(tmp_path):
     res = _newsmon("suggest", "Vlada je sprejela proračun.", "--top-k", "0", env=env)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip() == "error: --top-k 0: Input should be greater than or equal to 1"
-    res = _newsmon("settings", env={**env, "NEWSMON_RAE__TAU": "0"})
+    res = _newsmon("settings", env={**env, "NEWSMON_SCORING__TAU": "0"})
     assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert res.stderr.strip() == "error: NEWSMON_RAE__TAU: Input should be greater than 0"
+    assert res.stderr.strip() == "error: NEWSMON_SCORING__TAU: Input should be greater than 0"
     res = _newsmon("eval", "--limit", "0", env=env)
     assert res.returncode == 2 and "Traceback" not in res.stderr and "--limit" in res.stderr
 

@@ -73,8 +73,8 @@ def test_article_stages_in_order_with_few_memory_calls(memory_classifier, corpus
         assert proposal.timings.batch_size == 4 and proposal.timings.embed_ms > 0
         # what a moderator needs to see why: the neighbours' titles, and the best labels below the threshold
         assert all(n.title for x in proposal.labels + proposal.candidates for n in x.neighbours)
-        assert proposal.candidates and all(0 < x.score <= settings.rae.threshold for x in proposal.candidates)
-        assert proposal.scoring.threshold == settings.rae.threshold
+        assert proposal.candidates and all(0 < x.score <= settings.scoring.threshold for x in proposal.candidates)
+        assert proposal.scoring.threshold == settings.scoring.threshold
     # one batched search, no count (the language has labelled articles), one get + one upsert for pending points
     assert sl.calls == {"search": 1, "get": 1, "upsert": 1}
     pending = classifier.memory("sl").get([e.article_id for e in events])

@@ -69,9 +69,9 @@ def test_rae_xmc_through_the_interface_equals_the_scoring_function():
 
 def test_rae_xmc_reads_its_settings():
     s = Settings()
-    s.rae.top_k, s.rae.threshold = 7, 0.3
+    s.scoring.top_k, s.scoring.threshold = 7, 0.3
     p = RaeXmcPredictor.from_settings(s)
-    assert (p.top_k, p.tau, p.threshold) == (7, s.rae.tau, 0.3)
+    assert (p.top_k, p.tau, p.threshold) == (7, s.scoring.tau, 0.3)
     assert RaeXmcPredictor.from_settings(s, top_k=3).top_k == 3
 
 

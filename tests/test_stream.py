@@ -253,7 +253,7 @@ def test_feedback_new_label_rename_and_retire(runtime_factory, corpus, encoder):
     # alone cannot carry a label confirmed on three articles at the calibrated k; the new-label rule (a label the
     # calibration never saw) or the tail-support rule does.
     s, rt = runtime_factory(memory, calibrate=True)
-    assert "top_k" not in s.rae.model_fields_set
+    assert "top_k" not in s.scoring.model_fields_set
     rt.start()
     out = Collector(s, s.kafka.topic_proposals)
     updater = next(w for w in rt.workers if w.name == "memory-updater")

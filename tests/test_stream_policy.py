@@ -46,7 +46,7 @@ def headers_of(m) -> dict[str, str]:
 def test_a_stored_point_failing_the_output_schema_costs_one_message_at_most(runtime_factory, corpus, encoder):
     memory = corpus.split("train")[:60]
     s, rt = runtime_factory(memory)
-    s.rae.top_k = 3
+    s.scoring.top_k = 3
     poisoned = corpus.split("train")[60]
     v = encoder.encode([poisoned.text], role="passage")
     # a point written before ids were checked on the way in (the memory refuses such ids now, and reads them)

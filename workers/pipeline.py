@@ -374,11 +374,9 @@ class ArticlePipeline:
                 model_version=self.classifier.model_version,
                 memory_version="+".join(searched) or self.classifier.collection(it.event.lang),
                 scoring=None if it.duplicate else it.scoring, abstained=None if it.duplicate else it.abstained,
-                timings=Timings(batch_size=batch.size, queue_ms=queue_ms,
-                                dedup_ms=1000 * sec["dedup"],
+                timings=Timings(batch_size=batch.size, queue_ms=queue_ms, dedup_ms=1000 * sec["dedup"],
                                 embed_ms=1000 * sec["embed"], search_ms=1000 * sec["search_score"],
-                                score_ms=1000 * sec["rules"],
-                                total_ms=total_ms),
+                                score_ms=1000 * sec["rules"], total_ms=total_ms),
                 produced_at=now)))
         return out
 
