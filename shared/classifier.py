@@ -63,6 +63,36 @@ def model_identity(settings: Settings) -> tuple[str, int]:
     return encoder_identity(path, enc) + suffix, int(AutoConfig.from_pretrained(path).hidden_size)
 
 
+def scoring_by_language(settings: Settings) -> dict[str, dict]:
+    """The scoring each language memory of the production model version runs with, without loading a model or
+    opening a memory (``newsmon settings``): per language its collection, where the parameters come from
+    (``calibration``, ``calibration+settings``, ``settings``, ``defaults``), the record's id and the parameters.
+    A language too small to stand alone is scored with the record of the largest memory searched with it
+    (:meth:`Classifier.resolved`), which this does not count."""
+    from newsmon.shared.memory import stored_collections
+    from newsmon.shared.memory.base import collection_name
+
+    names = stored_collections(settings)
+    if not names:
+        return {}
+    version, _dim = model_identity(settings)
+    prefix = settings.memory.collection_prefix
+    store = CalibrationStore(settings)
+    out = {}
+    try:
+        for name in names:
+            lang = name[len(prefix) + 1:].split("_", 1)[0]
+            if collection_name(prefix, lang, version) != name:
+                continue  # another model version's collection
+            record = store.read(name)
+            params, source = effective_scoring(settings, record)
+            out[lang] = {"collection": name, "source": source, "calibration": record_id(record) if record else None,
+                         "scoring": params.model_dump(mode="json")}
+    finally:
+        store.close()
+    return out
+
+
 class Classifier:
     """Proposes labels for articles from the knowledge memory: its :attr:`scorer` searches the language memories
     (:meth:`search`), fits the score components' models on them under each calibration record

@@ -147,10 +147,22 @@ def test_calibration_reaches_suggest_and_explicit_options_win(cli_env, sentinews
     assert res.exit_code == 0, res.output
     got = parse_event(LabelProposal, res.stdout.encode("utf-8"))
     assert got.scoring.calibration is not None and got.scoring.calibration.startswith("newsmon_sl_")
-    calibrated_k = got.scoring.top_k
+    calibrated, calibrated_k = got.scoring, got.scoring.top_k
+    # without --lang: the memory's one language, and its record (never the defaults while a calibration exists)
+    res = runner.invoke(app, ["suggest", text, "--json"])
+    assert res.exit_code == 0, res.output
+    got = parse_event(LabelProposal, res.stdout.encode("utf-8"))
+    assert got.scoring == calibrated and got.scoring.source == "calibration" and got.scoring.note is None
+    res = runner.invoke(app, ["suggest", text])  # the header names the record too
+    assert f"calibration {calibrated.calibration}" in " ".join(res.output.split()), res.output
     res = runner.invoke(app, ["suggest", text, "--lang", "sl", "--json", "--threshold", "0.99"])
     got = parse_event(LabelProposal, res.stdout.encode("utf-8"))
     assert got.scoring.threshold == 0.99 and got.scoring.top_k == calibrated_k
+    assert got.scoring.source == "calibration+settings" and "settings" in got.scoring.note
+    res = runner.invoke(app, ["settings"])  # the effective scoring per language memory
+    sl = json.loads(res.stdout)["effective_scoring"]["sl"]
+    assert (sl["calibration"], sl["source"], sl["scoring"]["top_k"]) == (calibrated.calibration, "calibration",
+                                                                         calibrated_k)
 
 
 def test_eval_reports_bad_lines(cli_env, sentinews_slice):

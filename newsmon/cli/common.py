@@ -23,7 +23,7 @@ def settings_from_env(**overrides: Any) -> Settings:
     None is ignored), logging configured.
 
     Overrides are validated exactly like the environment (the same field constraints: ``--tau 0``, ``--top-k 0``
-    and ``--threshold 1.5`` are refused as ``NEWSMON_RAE__TAU=0`` is). Either way a bad value ends the command
+    and ``--threshold 1.5`` are refused as ``NEWSMON_SCORING__TAU=0`` is). Either way a bad value ends the command
     with one error line naming the option or variable and the reason, exit status 2, no traceback; the value of a
     secret is never shown.
     """

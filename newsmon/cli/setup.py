@@ -19,13 +19,21 @@ from newsmon.shared.config import settings_reference
 def show_settings(
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the settings reference table instead.")] = False,
 ) -> None:
-    """Print the effective settings (environment + defaults) as JSON, or the reference table."""
+    """Print the effective settings (environment + defaults) as JSON, with the scoring each language memory runs
+    with (its calibration record, or the defaults; a field set in the settings replaces the record's), or the
+    reference table."""
+    import json
+
+    from newsmon.shared.classifier import scoring_by_language  # deferred: see the module docstring
+
     if markdown:
         print(settings_reference())
         return
     s = settings_from_env()
     s.memory.path = s.memory_path  # show the effective directory
-    print(s.model_dump_json(indent=2))
+    out = json.loads(s.model_dump_json())
+    out["effective_scoring"] = scoring_by_language(s)
+    print(json.dumps(out, indent=2, ensure_ascii=False))
 
 
 def import_e5_small_cmd(
