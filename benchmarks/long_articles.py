@@ -20,11 +20,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from eval_inputs import build, pad
-from newsmon.shared.predictors import LabelVocab
-from newsmon.shared.predictors.calibrate import _lifts
-from newsmon.shared.predictors.rules import newsmon_decision
-from newsmon.shared.predictors.thresholds import micro_f1_acc, paired_lift_interval
+from eval_inputs import build
+from newsmon.shared.scoring.calibration.thresholds import micro_f1_acc, paired_lift_interval
+from newsmon.shared.scoring.rules import lifts
 
 
 def calibrated(data: str, max_chunks: int) -> dict:
@@ -35,13 +33,10 @@ def calibrated(data: str, max_chunks: int) -> dict:
     cal = x.calibrate()
     p = cal.params
     vocab, Y_cal, Y_te = x.gold_matrices()
-    L = len(vocab)
-    r_cal, r_te, cal_hits, te_hits = x.scored_with(p)
-    h_cal, h_te = x.heads(p)
-    P_cal = newsmon_decision(r_cal, LabelVocab(vocab.labels), p, None, cal_hits, x.counts, head=h_cal).proposed
-    P_te = newsmon_decision(r_te, LabelVocab(vocab.labels), p, x.known, te_hits, x.counts, head=h_te).proposed
-    return {"params": p.as_dict(), "n_validation": x.n_validation, "Y_cal": Y_cal, "Y_te": Y_te,
-            "P_cal": pad(P_cal, L), "P_te": pad(P_te, L), "labels": vocab.labels, "seconds": time.perf_counter() - t0}
+    P_cal, P_te = x.proposals(p, vocab)
+    return {"params": p.model_dump(mode="json", exclude_defaults=True), "n_validation": x.n_validation,
+            "Y_cal": Y_cal, "Y_te": Y_te, "P_cal": P_cal, "P_te": P_te, "labels": vocab.labels,
+            "seconds": time.perf_counter() - t0}
 
 
 def main() -> None:
@@ -60,10 +55,10 @@ def main() -> None:
     for n, r in runs.items():
         f1, acc = micro_f1_acc(r["Y_cal"], r["P_cal"])
         lo, hi = paired_lift_interval(r["Y_cal"], r["P_cal"], base["P_cal"])
-        kept = "-" if n == 1 else ("yes" if _lifts(f1 + acc, f1_0 + acc_0, (lo, hi)) else "no")
+        kept = "-" if n == 1 else ("yes" if lifts(f1 + acc, f1_0 + acc_0, (lo, hi)) else "no")
         tf1, tacc = micro_f1_acc(r["Y_te"], r["P_te"])
         p = r["params"]
-        short = ", ".join(f"{k} {v}" for k, v in p.items() if v not in (None, 0, 0.0) and k != "calibration")
+        short = ", ".join(f"{k} {v}" for k, v in p.items())
         name = "truncation (max_chunks 1)" if n == 1 else f"windows (max_chunks {n})"
         print(f"| {name} | {short} | {100 * f1:.1f} | {100 * acc:.1f} | {f1 + acc:.4f} | {lo:+.4f} .. {hi:+.4f} | "
               f"{kept} | {100 * tf1:.1f} | {100 * tacc:.1f} | {r['seconds']:.0f} |")

@@ -27,13 +27,13 @@ from newsmon.shared.config import Settings
 from newsmon.shared.data import load_corpus
 from newsmon.shared.encoder import Encoder
 from newsmon.shared.memory.edge import EdgeMemory
-from newsmon.shared.predictors import LabelVocab, Retrieval, newsmon_decide
-from newsmon.shared.predictors.calibrate import LEXICAL_CANDIDATES, Params, calibrate
-from newsmon.shared.predictors.head_model import calibration_head_scores
-from newsmon.shared.predictors.label_keys import LabelHits, LabelKeys
-from newsmon.shared.predictors.lexical import TermVectors, fuse
-from newsmon.shared.predictors.newsmon import MAX_LABEL_KEYS
-from newsmon.shared.predictors.rules import neighbours_needed
+from newsmon.schemas.scoring import ScoringParams
+from newsmon.shared.scoring import LabelVocab, MemoryArticles, Queries, Retrieval, decide, get_component
+from newsmon.shared.scoring.calibration import LEXICAL_CANDIDATES, calibrate, calibration_set
+from newsmon.shared.scoring.calibration.levers import with_rule
+from newsmon.shared.scoring.decision import neighbours_needed
+from newsmon.shared.scoring.lexical import TermVectors, fuse
+from newsmon.shared.scoring.rules.tail_support import SupportOptions
 
 #: Variants on top of the calibrated parameters: None = as calibrated; "no new-label rule"; tail-support settings.
 VARIANTS = [None, "no new-label rule", (2, 5, 0.88), (1, 1, 0.9)]
@@ -75,23 +75,21 @@ def main() -> None:
     n = max(100, LEXICAL_CANDIDATES)
     terms = TermVectors()
     # the calibration eval would choose: train leave-one-out + validation
-    cal_r = Retrieval.concat([neighbours(Q, P, ids, texts, labels, tr, tr, n, True),
-                    neighbours(Q, P, ids, texts, labels, va, tr, n, False)])
     own = [labels[i] for i in tr]
-    keys = LabelKeys(P.shape[1]).add(P[tr], own)  # label keys of the train memory, leave-one-out for train
-    cal = calibrate(cal_r, own + [labels[i] for i in va],
-                    query_texts=[texts[i] for i in tr] + [texts[i] for i in va], terms=terms,
-                    memory_labels={lb for i in tr for lb in labels[i]},
-                    label_hits=LabelHits.concat([keys.top(Q[tr], MAX_LABEL_KEYS, P[tr], own),
-                                                 keys.top(Q[va], MAX_LABEL_KEYS)]),
-                    label_counts=keys.label_counts(),
-                    head=calibration_head_scores([texts[i] for i in tr], own, [texts[i] for i in va]))
-    params = cal.params  # the head model, where kept, mixes into head labels only (100+ articles): not replayed
+    memory = MemoryArticles(P[tr], [texts[i] for i in tr], own)
+    cal = calibrate(calibration_set(memory, neighbours(Q, P, ids, texts, labels, tr, tr, n, True),
+                                    neighbours(Q, P, ids, texts, labels, va, tr, n, False), [labels[i] for i in va],
+                                    Queries([texts[i] for i in va], Q[va])), terms)
+    # the head model, where kept, mixes into head labels only (100+ articles): not replayed
+    params = ScoringParams(**{**cal.params.model_dump(), "components": [
+        c for c in cal.params.components if c.name != "head_model"]})
     everyone = np.arange(len(arts))
     # the workers' label keys: the whole memory's, each article's own vector taken out (it is the query); the
     # replayed label has none (its keys are built at the calibration, before its confirmations)
-    all_keys = LabelKeys(P.shape[1]).add(P, labels)
-    all_hits = all_keys.top(Q, params.label_keys, P, labels)
+    whole = MemoryArticles(P, texts, labels)
+    keys = params.component("label_keys")
+    lk = get_component("label_keys")
+    all_hits = lk.held_out_evidence(lk.fit(whole, keys), whole, keys) if keys is not None else None
     dense = neighbours(Q, P, ids, texts, labels, everyone, everyone, n, True)
     r = fuse(dense, texts, params.lexical_weight, max(neighbours_needed(params), 10), terms)
     counts: dict[str, list[int]] = {}
@@ -109,9 +107,12 @@ def main() -> None:
                                             for nid, row_lbs in zip(r.ids[i], r.labels[i])]
                                            for i in range(len(arts))], None, r.texts, r.cosines)
         queries = np.array([i for i in everyone if i not in confirmed])
-        hits = LabelHits([all_hits.labels[i] for i in queries], all_hits.cosines[queries]).relabel(
-            lambda t, lb=lb: () if t[0] == lb else t)
-        counts = {k: c for k, c in all_keys.label_counts().items() if k != lb}  # new: the rare bucket
+        evidence = {}
+        if all_hits is not None:
+            evidence["label_keys"] = type(all_hits)([all_hits.labels[i] for i in queries],
+                                                    all_hits.cosines[queries]).relabel(
+                lambda t, lb=lb: () if t[0] == lb else t)
+        counts = {k: c for k, c in whole.label_counts().items() if k != lb}  # new: the rare bucket
         gold = np.array([lb in labels[i] for i in queries])
         sub = Retrieval(hidden.ids[queries], hidden.sims[queries], [hidden.labels[i] for i in queries], None, None,
                         None if hidden.cosines is None else hidden.cosines[queries])
@@ -120,11 +121,12 @@ def main() -> None:
         known = set(cal.known_labels) - {lb}  # the label is new: confirmed after the calibration
         for name, p in variants.items():
             vocab = LabelVocab()
-            _, chosen = newsmon_decide(sub, vocab, p, known, hits, counts)
+            chosen = decide(sub, vocab, p, evidence, counts, known).proposed
             got = chosen[:, vocab.index[lb]] if lb in vocab.index else np.zeros(len(queries), bool)
             _tally(tallies[name], got, gold)
     print(f"{args.data}: {len(new)} labels with {args.min_articles}-{args.max_articles} articles, 3 confirmations "
-          f"each, scored on the other {len(arts) - 3} articles; calibrated {params.as_dict()}; "
+          f"each, scored on the other {len(arts) - 3} articles; calibrated "
+          f"{params.model_dump(mode='json', exclude_defaults=True)}; "
           f"{time.perf_counter() - t0:.0f} s")
     print("| rule | micro precision | micro recall | micro F1 | proposed |\n|---|---|---|---|---|")
     for name, (tp, fp, fn) in tallies.items():
@@ -140,13 +142,14 @@ def _name(v) -> str:
     return f"newsmon, {v}" if isinstance(v, str) else f"newsmon + tail {v[0]} of {v[1]} >= {v[2]}"
 
 
-def _variant(params: Params, v) -> Params:
+def _variant(params: ScoringParams, v) -> ScoringParams:
     """The calibrated parameters changed as ``v`` says (see :data:`VARIANTS`)."""
     if v is None:
         return params
     if isinstance(v, str):
-        return Params(**{**params.as_dict(), "new_label_support": 0})
-    return Params(**{**params.as_dict(), "tail_support": v[0], "tail_neighbours": v[1], "tail_similarity": v[2]})
+        return ScoringParams(**{**params.model_dump(), "rules": [r for r in params.rules
+                                                                 if r.name != "new_label_support"]})
+    return with_rule(params, "tail_support", SupportOptions(support=v[0], neighbours=v[1], similarity=v[2]))
 
 
 def _tally(t: list[int], pred: np.ndarray, gold: np.ndarray) -> None:

@@ -72,7 +72,10 @@ def scoring_by_language(settings: Settings) -> dict[str, dict]:
     from newsmon.shared.memory import stored_collections
     from newsmon.shared.memory.base import collection_name
 
-    names = stored_collections(settings)
+    try:
+        names = stored_collections(settings)
+    except Exception as exc:  # noqa: BLE001 - a server that does not answer: say so, show the rest of the settings
+        return {"unavailable": f"the knowledge memory ({settings.memory_mode()}) did not answer: {type(exc).__name__}"}
     if not names:
         return {}
     version, _dim = model_identity(settings)

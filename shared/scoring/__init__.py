@@ -15,8 +15,9 @@ from importlib.metadata import entry_points
 
 from newsmon.schemas.scoring import ScoringInfo, ScoringParams  # noqa: I001
 from newsmon.shared.scoring.retrieval import LabelScore, LabelVocab, Proposal, Retrieval
-from newsmon.shared.scoring.components import MemoryArticles, Queries, ScoreComponent, register_component
-from newsmon.shared.scoring.rules import DecisionRule, DecisionState, register_rule
+from newsmon.shared.scoring.components import (MemoryArticles, Queries, ScoreComponent, get_component,
+                                               register_component)
+from newsmon.shared.scoring.rules import DecisionRule, DecisionState, get_rule, register_rule
 from newsmon.shared.scoring.decision import Decision, decide, explain, neighbours_needed, retrieval_size
 from newsmon.shared.scoring.scorer import CANDIDATES, Resolved, Scorer
 from newsmon.shared.scoring.models import FittedModels, MemoryModels
@@ -27,5 +28,5 @@ for _ep in entry_points(group="newsmon.scoring"):  # a deployment's components a
 
 __all__ = ["CANDIDATES", "Decision", "DecisionRule", "DecisionState", "FittedModels", "LabelScore", "LabelVocab",
            "MemoryArticles", "MemoryModels", "Proposal", "Queries", "Resolved", "Retrieval", "ScoreComponent",
-           "Scorer", "ScoringInfo", "ScoringParams", "decide", "explain", "neighbours_needed", "register_component",
-           "register_rule", "retrieval_size"]
+           "Scorer", "ScoringInfo", "ScoringParams", "decide", "explain", "get_component", "get_rule",
+           "neighbours_needed", "register_component", "register_rule", "retrieval_size"]
