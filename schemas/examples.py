@@ -86,7 +86,7 @@ _CROSS_LINGUAL = {**_CALIBRATED, "note": f"no calibration record for {_collectio
                                          f"the record of {_collection('sl')}, the largest memory searched"}
 _DEFAULTS = {"predictor": "newsmon", "top_k": 50, "tau": 0.04, "threshold": 0.5, "bucket_thresholds": None,
              "lexical_weight": 0.0, "lexical_candidates": 200, "components": [],
-             "rules": [{"name": "threshold", "options": {}}], "calibration": None, "source": "defaults",
+             "rules": [{"name": "threshold", "options": {}}, {"name": "too_few_words", "options": {"min_words": 2}}], "calibration": None, "source": "defaults",
              "note": f"no calibration record for {_collection('sl')}: run `newsmon tune` or `newsmon memory build "
                      "--calibrate`", "label_thresholds": 0}
 

@@ -69,6 +69,11 @@ def register_options(kind: Kind, name: str, options: type[Options]) -> None:
     _REGISTRY[kind][name] = options
 
 
+def unregister_options(kind: Kind, name: str) -> None:
+    """Forget ``name`` (a test's own rule or component, after the test)."""
+    _REGISTRY[kind].pop(name, None)
+
+
 def registered(kind: Kind) -> tuple[str, ...]:
     """The registered names of ``kind``, in registration order."""
     _load()
@@ -171,9 +176,11 @@ class ScoringCore(Part):
     components: list[ComponentSpec] = Field(default_factory=list, description="Score components mixed into the "
                                             "RAE-XMC scores, in order (e.g. label_keys, head_model). Environment: a "
                                             "JSON list of {name, options}.")
-    rules: list[RuleSpec] = Field(default_factory=lambda: [RuleSpec(name="threshold")], description=(
+    rules: list[RuleSpec] = Field(default_factory=lambda: [RuleSpec(name="threshold"), RuleSpec(name="too_few_words")],
+                                  description=(
         "Decision rules, applied in order (e.g. threshold, label_count, set_vote, tail_support, "
-        "new_label_support, floor, abstain). Environment: a JSON list of names or {name, options}."))
+        "new_label_support, floor, too_few_words, far_from_memory). Environment: a JSON list of names or "
+        "{name, options}."))
 
     @field_validator("bucket_thresholds")
     @classmethod

@@ -263,10 +263,10 @@ def test_calibration_is_deterministic_and_keeps_only_rules_that_lift():
     assert one.figures["subset_accuracy"] > 0.9 and one.figures["objective_lo"] <= one.figures["objective"]
     assert one.steps[0]["kept"] and [s["step"] for s in one.steps][1:] == ["+ floor", "+ set_vote",
                                                                          "+ label_count", "+ tail_support",
-                                                                         "+ new_label_support"]
+                                                                         "+ far_from_memory", "+ new_label_support"]
     for s in one.steps[1:-1]:
         best = max(t["objective"] for t in one.steps[:one.steps.index(s)] if t["kept"])
-        if s["step"] == "+ tail_support":  # the new-label lever: kept unless it lowers the objective
+        if s["step"] in ("+ tail_support", "+ far_from_memory"):  # kept unless they lower the objective
             assert s["kept"] == (s["objective"] >= best - 1e-9)
         else:
             assert s["kept"] == (s["objective"] > best + 1e-9)
@@ -287,7 +287,8 @@ def test_newsmon_predictor_calibrates_on_memory_and_validation_only():
     train = TrainingSet(["x"] * 10, vocab.encode([("a",), ("b",)] * 5), vocab, retrieval=loo)
     p = get_predictor("newsmon").fit(train)
     assert p.calibration is not None and p.calibration.figures["n"] == 10
-    s, d = p.score_and_decide(QueryBatch(["q"], ["sl"], retrieval=_r([[(0.9, ("b",)), (0.85, ("b",))]])))
+    s, d = p.score_and_decide(QueryBatch(["Vlada sprejela proračun"], ["sl"],
+                                         retrieval=_r([[(0.9, ("b",)), (0.85, ("b",))]])))
     assert s.shape == (1, 2) and d[0].tolist() == [False, True]
 
 
@@ -329,7 +330,8 @@ def test_calibration_record_round_trip_and_explicit_settings_win(tmp_path, monke
     monkeypatch.delenv("NEWSMON_SCORING__LABEL_THRESHOLDS")
     assert effective_scoring(explicit, None) == (explicit.scoring, "settings")
     assert effective_scoring(s, None) == (s.scoring, "defaults")
-    assert [r.name for r in ScoringParams().rules] == ["threshold"] and ScoringParams().components == []
+    assert [r.name for r in ScoringParams().rules] == ["threshold", "too_few_words"]
+    assert ScoringParams().components == []
     assert again.known_labels is None  # a record without a label list: the new-label rule stays off
     listed = rec.model_copy(update={"labels": ["a", "b"]})
     CalibrationStore(s).write(listed)
@@ -392,7 +394,7 @@ def test_calibration_keeps_tail_support_when_it_does_not_lower_the_objective():
         rows.append([(0.80 - 0.001 * j, mine) for j in range(10)])
         gold.append(mine)
     result = _calibrate(_r(rows), gold)
-    tail = result.steps[-2]
+    tail = next(s for s in result.steps if s["step"] == "+ tail_support")
     assert tail["step"] == "+ tail_support" and tail["kept"] and result.params.rule("tail_support").support > 0
     assert tail["objective"] == pytest.approx(result.steps[0]["objective"])
 

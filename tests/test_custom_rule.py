@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 from pydantic import Field
 
 from newsmon.schemas import LabelProposal, parse_event
@@ -17,6 +18,7 @@ from newsmon.shared.scoring import (DecisionRule, DecisionState, FittedModels, M
                                     Scorer, register_rule)
 from newsmon.shared.scoring.calibration import CalibrationSet, calibrate
 from newsmon.shared.scoring.records import CalibrationRecord, CalibrationStore
+from newsmon.shared.scoring.rules import unregister_rule
 from newsmon.shared.scoring.wire import proposal_fields
 
 
@@ -24,7 +26,6 @@ class TopOneOptions(Options):
     minimum: float = Field(0.0, ge=0, le=1, description="The best label's lowest score.")
 
 
-@register_rule
 class TopOne(DecisionRule):
     """Each article gets exactly its best label (when its score reaches ``minimum``), whatever came before."""
 
@@ -63,6 +64,15 @@ def _retrieval() -> tuple[Retrieval, list[tuple[str, ...]]]:
     return Retrieval.from_neighbours(rows), gold
 
 
+@pytest.fixture(autouse=True)
+def top_one():
+    """The rule registered as a deployment's module would register it (and forgotten after the test, so that the
+    other modules of a test run see the package's rules only)."""
+    register_rule(TopOne)
+    yield
+    unregister_rule("top_one")
+
+
 def test_a_rule_from_outside_the_package_is_calibrated_applied_stored_and_written(tmp_path):
     assert "top_one" in registered("rule")
     r, gold = _retrieval()
@@ -70,7 +80,7 @@ def test_a_rule_from_outside_the_package_is_calibrated_applied_stored_and_writte
     step = result.steps[-1]
     assert step["step"] == "+ top_one" and step["kept"] and step["subset_accuracy"] == 1.0
     params = result.params
-    assert [s.name for s in params.rules] == ["threshold", "top_one"]
+    assert [s.name for s in params.rules] == ["threshold", "top_one", "too_few_words"]
     # stored in a calibration record and read back by another process
     s = Settings(home=tmp_path)
     CalibrationStore(s).write(CalibrationRecord(collection="newsmon_sl_m", language="sl", model_version="m",
@@ -79,7 +89,7 @@ def test_a_rule_from_outside_the_package_is_calibrated_applied_stored_and_writte
     # applied by the scorer, and on the wire
     res = Resolved(params, "newsmon_sl_m@1", None, "calibration")
     memory = MemoryArticles(None, [], [])
-    props = Scorer(FittedModels(memory), lambda _lang: res).propose(["q"] * 4, ["sl"] * 4, None,
+    props = Scorer(FittedModels(memory), lambda _lang: res).propose(["Vlada sprejela proračun"] * 4, ["sl"] * 4, None,
                                                                      retrieval=r.rows(range(4)), resolved=res)
     assert [[x.label for x in p.labels] for p in props] == [[g[0]] for g in gold[:4]]
     assert {x.decided_by for p in props for x in p.labels} == {"top_one"}

@@ -80,6 +80,8 @@ OPTIONS = {
     ("rule", "new_label_support"): {"support": 8, "neighbours": 1, "similarity": 0.99},
     ("rule", "floor"): {"score": 0.99},
     ("rule", "label_count"): {"minimum": 0.9},
+    ("rule", "too_few_words"): {"min_words": 40},
+    ("rule", "far_from_memory"): {"similarity": 0.99},
 }
 
 
@@ -91,7 +93,7 @@ def _outcome(fixture, params: dict) -> tuple:
     d, v = g.decision, g.vocab
     order = np.argsort(v.labels)
     return (np.round(d.scores[:, order], 6).tobytes(), d.proposed[:, order].tobytes(),
-            d.decided_by[:, order].tobytes(), np.round(d.thresholds[order], 6).tobytes())
+            d.decided_by[:, order].tobytes(), np.round(d.thresholds[order], 6).tobytes(), tuple(d.abstained))
 
 
 def test_every_field_is_listed():
@@ -118,7 +120,8 @@ def test_every_option_of_every_registered_step_is_listed():
 #: The options of each rule on its own base (:func:`rule_base`).
 RULE_STEPS = {"set_vote": {"share": 0.3}, "tail_support": {"support": 2, "neighbours": 6, "similarity": 0.3},
               "new_label_support": {"support": 1, "neighbours": 8, "similarity": 0.2}, "floor": {"score": 0.1},
-              "label_count": {"minimum": 0.2}}
+              "label_count": {"minimum": 0.2}, "too_few_words": {"min_words": 2},
+              "far_from_memory": {"similarity": -1.0}}
 
 
 @pytest.mark.parametrize("kind, step, option", [(k, s, o) for (k, s), opts in OPTIONS.items() for o in opts])

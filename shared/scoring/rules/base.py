@@ -141,6 +141,14 @@ def register_rule(cls: type[DecisionRule]) -> type[DecisionRule]:
     return cls
 
 
+def unregister_rule(name: str) -> None:
+    """Remove rule ``name`` from the registry and from the wire's names (a test that registered its own)."""
+    from newsmon.schemas.scoring import unregister_options
+
+    _RULES.pop(name, None)
+    unregister_options("rule", name)
+
+
 def get_rule(name: str) -> DecisionRule:
     """The registered rule ``name``.
 
