@@ -192,7 +192,7 @@ class Classifier:
                             "knowledge memory none to detect it from")
         collection = self.collection(lang)
         record, note = self.calibrations.read(collection), None
-        if record is None and self._cross_lingual(lang):
+        if record is None and len(self.languages()) > 1 and self._cross_lingual(lang):
             record = self._largest_record(lang)
             if record is not None:
                 note = (f"no calibration record for {collection} (searched cross-lingually): the record of "

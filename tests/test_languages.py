@@ -138,3 +138,20 @@ def test_eval_retrieves_like_the_live_classifier_for_a_language_without_memory(m
     for eval_row, live_row in zip(nb.test.ids.tolist(), live.ids.tolist()):
         assert eval_row[0] == live_row[0] and len(set(eval_row) & set(live_row)) >= 9
     np.testing.assert_allclose(nb.test.sims, live.sims, atol=5e-3)
+
+
+def test_an_article_without_a_language_is_given_one_of_the_memorys():
+    """``suggest`` or the API without a language: the identifier chooses among the languages that have a memory
+    (a language without one is never chosen, so an article is always scored with a memory's parameters)."""
+    from newsmon.shared.languages import detect
+
+    six = ["sl", "hr", "sr", "sq", "mk", "en"]
+    said = {"sl": "Vlada je danes sprejela nov zakon o davkih na dohodek in pokojninah.",
+            "hr": "Vlada je danas usvojila novi zakon o porezu na dohodak i mirovinama.",
+            "sr": "Влада је данас усвојила нови закон о порезу на доходак и пензијама.",
+            "mk": "Владата денеска донесе нов закон за данокот на доход и пензиите.",
+            "sq": "Qeveria miratoi sot një ligj të ri për tatimin mbi të ardhurat dhe pensionet.",
+            "en": "THE GOVERNMENT TODAY ADOPTED A NEW LAW ON INCOME TAX AND PENSIONS."}
+    assert {lang: detect(text, six) for lang, text in said.items()} == {lang: lang for lang in said}
+    assert detect(said["hr"], ["sl", "en"]) == "sl"  # no Croatian memory: the closest memory's language
+    assert detect("anything", ["sl"]) == "sl"

@@ -98,3 +98,23 @@ def test_article_stages_in_order_with_few_memory_calls(memory_classifier, corpus
     original = classifier.memory("sl").get([events[0].article_id], with_vectors=True)[0]
     assert stored.payload["duplicate_of"] == events[0].article_id
     np.testing.assert_allclose(stored.vector, original.vector, atol=1e-6)
+
+
+def test_a_meaningless_text_gets_no_label_and_the_reason(memory_classifier, corpus):
+    """1 MB of one letter was proposed the corpus's majority label at 0.413: now the pipeline proposes nothing
+    from retrieval for it and says why, and a real article of the same batch is proposed as before."""
+    from newsmon.schemas import ArticleEvent
+
+    classifier, settings = memory_classifier, memory_classifier.settings
+    classifier.add_articles(corpus.split("train")[:60])
+    p = ArticlePipeline(settings, classifier, NearDuplicateIndex(), LabelRegistry())
+    real = article_event(corpus.split("test")[0])
+    junk = ArticleEvent(**{**real.model_dump(), "article_id": "junk-1", "title": None, "body": "a" * 1_000_000})
+    msgs = [message(e.to_bytes(), i, e.kafka_key()) for i, e in enumerate([junk, real])]
+    batch, rejected = p.validate(msgs)
+    assert not rejected
+    p.propose(batch)
+    (_, got_junk), (_, got_real) = p.emit(batch)
+    assert got_junk.labels == [] and got_junk.abstained == "too few real words (0 < 2)"
+    assert got_junk.candidates  # the moderator still sees the best labels below
+    assert got_real.abstained is None and got_real.candidates

@@ -118,10 +118,12 @@ class Scorer:
         Raises:
             ValueError: no neighbour source and no ``retrieval``.
         """
-        groups: dict[tuple, tuple[str | None, Resolved, list[int]]] = {}
+        by_lang: dict[str | None, Resolved] = {}
+        groups: dict[str | None, tuple[str | None, Resolved, list[int]]] = {}
         for i, lang in enumerate(langs):
-            res = resolved if resolved is not None else self.resolve(lang)
-            groups.setdefault((lang, id(res), res.record), (lang, res, []))[2].append(i)
+            if lang not in by_lang:  # resolved once per language and call
+                by_lang[lang] = resolved if resolved is not None else self.resolve(lang)
+            groups.setdefault(lang, (lang, by_lang[lang], []))[2].append(i)
         return [self._group(lang, res, idx, texts, vectors, exclude, relabel, retrieval, vocab)
                 for lang, res, idx in groups.values()]
 
