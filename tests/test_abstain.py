@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 
 from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.scoring import LabelVocab, Retrieval, decide, explain
@@ -63,3 +64,11 @@ def test_far_from_memory_is_calibrated_to_cut_only_what_the_calibration_never_sa
                  texts=["Vlada je sprejela proračun", "Vlada je sprejela proračun"], reasons=True)
     assert far.abstained[0].startswith("the nearest memory article is too far (cosine 0.300 <")
     assert far.proposed.sum(axis=1).tolist() == [0, 1] and far.abstained[1] is None
+
+
+def test_the_nearest_memory_article_is_the_highest_cosine_also_after_fusion():
+    from newsmon.shared.scoring.rules.abstain import nearest_cosine
+
+    cos = np.array([[0.5, 0.9, 0.7], [-np.inf, -np.inf, -np.inf]], dtype=np.float32)  # fused order, then none
+    assert nearest_cosine(cos).tolist() == pytest.approx([0.9, -1.0])
+    assert nearest_cosine(np.zeros((2, 0), dtype=np.float32)).tolist() == [-1.0, -1.0]

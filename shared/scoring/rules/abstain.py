@@ -69,6 +69,14 @@ class TooFewWords(DecisionRule):
         _abstain(state, rows, [f"too few real words ({counts[i]} < {options.min_words})" for i in rows])
 
 
+def nearest_cosine(cosines: np.ndarray) -> np.ndarray:
+    """``(m,)`` float64: each article's highest neighbour cosine (``(m, K)`` dense cosines; after hybrid retrieval's
+    fusion the first neighbour need not be the nearest), -1 without neighbours."""
+    if cosines.shape[1] == 0:
+        return np.full(cosines.shape[0], -1.0)
+    return np.nan_to_num(cosines.astype(np.float64), neginf=-1.0).max(axis=1)
+
+
 class DistanceOptions(Options):
     similarity: float = Field(0.7, ge=-1, le=1, allow_inf_nan=False, description="The lowest cosine of the "
                               "nearest memory article.")
@@ -85,8 +93,7 @@ class FarFromMemory(DecisionRule):
     CALIBRATE_AT = 70
 
     def apply(self, state: DecisionState, options: DistanceOptions) -> None:
-        cos = state.retrieval.cosine
-        nearest = np.nan_to_num(cos[:, 0], neginf=-1.0) if cos.shape[1] else np.full(len(cos), -1.0)
+        nearest = nearest_cosine(state.retrieval.cosine)
         rows = np.flatnonzero(nearest < options.similarity)
         _abstain(state, rows, [f"the nearest memory article is too far (cosine {nearest[i]:.3f} < "
                                f"{options.similarity:g})" for i in rows])
@@ -96,7 +103,7 @@ class FarFromMemory(DecisionRule):
         5 %, 2 %, 1 % and 0.5 % quantiles and just below its minimum (which abstains on none of them)."""
         if calibration is None or calibration.retrieval.k == 0:
             return []
-        nearest = np.nan_to_num(calibration.retrieval.cosine[:, 0].astype(np.float64), neginf=-1.0)
+        nearest = nearest_cosine(calibration.retrieval.cosine)
         cuts = [float(np.quantile(nearest, q)) for q in (0.05, 0.02, 0.01, 0.005)] + [float(nearest.min()) - 0.005]
         # rounded down to 3 decimals: an article at the quantile itself is not cut (float32 cosines)
         return [DistanceOptions(similarity=max(-1.0, math.floor(c * 1000) / 1000)) for c in sorted(set(cuts),
