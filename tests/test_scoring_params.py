@@ -50,7 +50,8 @@ def fixture():
 
 BASE = {"top_k": 12, "tau": 0.05, "threshold": 0.35, "lexical_weight": 0.3, "lexical_candidates": 200,
         "components": [{"name": "label_keys", "options": {"weight": 0.5, "keys": 3, "tau": 0.02}},
-                       {"name": "head_model", "options": {"weight": 0.5, "c": 1.0}}],
+                       {"name": "head_model", "options": {"weight": 0.5, "c": 1.0}},
+                       {"name": "label_tree", "options": {"weight": 0.3, "tree": "parabel"}}],
         "rules": [{"name": "threshold"}, {"name": "set_vote", "options": {"share": 0.3}},
                   {"name": "tail_support", "options": {"support": 2, "neighbours": 6, "similarity": 0.3}},
                   {"name": "new_label_support", "options": {"support": 1, "neighbours": 8, "similarity": 0.2}},
@@ -75,6 +76,7 @@ INERT = {"lexical_candidates": "how many neighbours hybrid retrieval asks the kn
 OPTIONS = {
     ("component", "label_keys"): {"weight": 5.0, "keys": 1, "tau": 1.0},
     ("component", "head_model"): {"weight": 1.0, "c": 100.0},
+    ("component", "label_tree"): {"weight": 1.0, "tree": "bonsai"},
     ("rule", "set_vote"): {"share": 0.99},
     ("rule", "tail_support"): {"support": 7, "neighbours": 1, "similarity": 0.99},
     ("rule", "new_label_support"): {"support": 8, "neighbours": 1, "similarity": 0.99},
