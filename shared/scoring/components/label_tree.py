@@ -12,8 +12,9 @@ retrieval part follows every moderator's decision at once; the tree is the model
 it, refitted with each calibration.
 
 Features: the memory's words (the lexical vectors' tokens, hashed: no vocabulary to keep in step), sublinear TF,
-smooth IDF of the memory, unit rows; only the columns in at least 2 memory articles. Deterministic given the data
-(Omikuji's clustering is seeded).
+smooth IDF of the memory, unit rows; only the columns in at least 2 memory articles. Omikuji's clustering is not
+seeded, so two trainings on the same data differ a little: the tree the calibration judged is the one that runs (a
+per-record model, stored with the calibration record and loaded by the workers).
 """
 
 from __future__ import annotations
