@@ -24,7 +24,9 @@ from newsmon.shared.memory import KnowledgeMemory, MemoryRouter, SearchFilter, s
 from newsmon.shared.promotion import effective_encoder_settings
 from newsmon.shared.scoring import CANDIDATES, MemoryArticles, MemoryModels, Proposal, Resolved, Retrieval, Scorer
 from newsmon.shared.scoring.lexical import TermVectors
+from newsmon.shared.scoring.models import ModelCache
 from newsmon.shared.scoring.records import CalibrationRecord, CalibrationStore, effective_scoring, record_id
+from newsmon.shared.scoring.stored import ModelStore
 
 Relabel = Callable[[tuple[str, ...]], tuple[str, ...]]
 
@@ -121,7 +123,8 @@ class Classifier:
         self.router = router or shared_router(settings, self.model_version, self.encoder.dim)
         self.terms = TermVectors()  # hybrid retrieval's term vectors of memory articles, by id
         self.calibrations = CalibrationStore(settings, self.router.server_client() if settings.memory.url else None)
-        self.models = MemoryModels(self.memory_articles, self.collection)
+        self.model_store = ModelStore(settings, self.router.server_client() if settings.memory.url else None)
+        self.models = MemoryModels(self.memory_articles, self.collection, self.stored_models)
         self.scorer = Scorer(self.models, self.resolved, self, self.terms)
 
     # -- memory -------------------------------------------------------------------------------------
@@ -255,6 +258,13 @@ class Classifier:
         props = self.scorer.propose(texts, langs, vectors, exclude, relabel, candidates, resolved=resolved)
         return props, vectors
 
+    def stored_models(self, record: str) -> ModelCache | None:
+        """The models stored with calibration record ``record`` (None when the record names none)."""
+        rec = self.calibrations.read(record.rsplit("@", 1)[0])
+        if rec is None or record_id(rec) != record or rec.models is None:
+            return None
+        return self.model_store.read(record, rec.models)
+
     def memory_articles(self, lang: str) -> MemoryArticles:
         """The labelled articles of ``lang``'s memory (one scroll: stored vectors, texts, labels), what the score
         components' per-memory models are fitted on."""
@@ -270,5 +280,6 @@ class Classifier:
         """Close the memories and the embedding cache."""
         self.router.close()
         self.calibrations.close()
+        self.model_store.close()
         self.encoder.close()
 

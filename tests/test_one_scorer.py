@@ -18,7 +18,8 @@ from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.evaluation.neighbours import retrieve_neighbours
 from newsmon.shared.evaluation.run import label_matrices
 from newsmon.shared.predictors import NewsmonPredictor, QueryBatch, TrainingSet
-from newsmon.shared.scoring.records import CalibrationRecord
+from newsmon.shared.scoring.models import ModelCache
+from newsmon.shared.scoring.records import CalibrationRecord, record_id
 from newsmon.workers.labels import LabelRegistry
 from newsmon.workers.pipeline import ArticlePipeline
 
@@ -49,12 +50,18 @@ def test_the_worker_proposes_what_the_eval_row_measures(memory_classifier, split
     p, S, P, vocab = _eval_row(clf.settings.model_copy(update={"home": newsmon_home}), train, val, test)
     params = p.resolved.params
     assert params.components or len(params.rules) > 1, "the calibration kept no lever: the test would show little"
-    # the worker's memory: the same train articles; the calibration record: what eval's calibration chose
+    # the worker's memory: the same train articles; the calibration record: what eval's calibration chose, with
+    # the models it judged (as the calibration job stores them)
     clf.add_articles(train)
-    clf.calibrations.write(CalibrationRecord(collection=clf.collection("sl"), language="sl",
-                                             model_version=clf.model_version, params=params.model_dump(mode="json"),
-                                             objective="micro_f1 + subset_accuracy",
-                                             labels=sorted(p.resolved.known_labels)))
+    record = CalibrationRecord(collection=clf.collection("sl"), language="sl", model_version=clf.model_version,
+                               params=params.model_dump(mode="json"), objective="micro_f1 + subset_accuracy",
+                               labels=sorted(p.resolved.known_labels))
+    judged = p.scorer.models.cache
+    stored = ModelCache(record_id(record))
+    stored.models, stored.counts = dict(judged.models), p.scorer.models.memory.label_counts()
+    record.models = clf.model_store.write(stored)
+    clf.calibrations.write(record)
+    clf.models.articles = lambda lang: pytest.fail("the worker fitted a model from the memory instead of loading it")
     pipeline = ArticlePipeline(clf.settings, clf, NearDuplicateIndex(), LabelRegistry())
     events = [article_event(a) for a in test]
     assert [e.text for e in events] == [a.text for a in test]

@@ -22,10 +22,11 @@ from newsmon.shared.classifier import Classifier
 from newsmon.shared.data import Article
 from newsmon.shared.evaluation.neighbours import search_by_language
 from newsmon.shared.memory import SearchFilter
-from newsmon.shared.scoring import MemoryArticles, Queries, Retrieval
-from newsmon.shared.scoring.calibration import (GRID_K, LEXICAL_CANDIDATES, OBJECTIVE, CalibrationResult, calibrate,
-                                                calibration_set)
-from newsmon.shared.scoring.records import CalibrationRecord
+from newsmon.shared.scoring import MemoryArticles, Queries, Retrieval, get_component
+from newsmon.shared.scoring.calibration import (GRID_K, LEXICAL_CANDIDATES, OBJECTIVE, CalibrationResult,
+                                                CalibrationSet, calibrate, calibration_set)
+from newsmon.shared.scoring.models import ModelCache
+from newsmon.shared.scoring.records import CalibrationRecord, record_id
 
 log = structlog.get_logger(__name__)
 
@@ -59,14 +60,32 @@ def _leave_one_out(clf: Classifier, lang: str, k: int, limit: int | None) -> tup
     return memory, loo
 
 
-def _write_record(clf: Classifier, lang: str, result: CalibrationResult, fit_on: dict, written_by: str
-                  ) -> CalibrationRecord:
-    """Store the calibration record of ``lang``'s collection (what ``result`` chose, fitted on ``fit_on``)."""
+def _write_record(clf: Classifier, lang: str, result: CalibrationResult, cal: CalibrationSet, fit_on: dict,
+                  written_by: str) -> CalibrationRecord:
+    """Store the calibration record of ``lang``'s collection (what ``result`` chose, fitted on ``fit_on``) after the
+    models it judged (the chosen components' models and the label counts, :mod:`newsmon.shared.scoring.stored`), so
+    a worker never reads a record without its models."""
     record = CalibrationRecord(collection=clf.collection(lang), language=lang, model_version=clf.model_version,
                                params=result.params.model_dump(mode="json"), objective=OBJECTIVE, figures=result.figures,
                                fit_on=fit_on, written_by=written_by, labels=result.known_labels)
+    cache = ModelCache(record_id(record))
+    for spec in result.params.components:
+        key = (spec.name, get_component(spec.name).model_key(spec.parsed()))
+        cache.models[key] = cal.models[key] if key in cal.models else get_component(spec.name).fit(
+            cal.memory, spec.parsed())
+    cache.counts = cal.label_counts
+    record.models = clf.model_store.write(cache)
     clf.calibrations.write(record)
     return record
+
+
+def label_counts(clf: Classifier, lang: str) -> dict[str, int]:
+    """Labelled articles per label in ``lang``'s whole memory (one scroll of the labels)."""
+    out: dict[str, int] = {}
+    for p in clf.memory(lang).scroll(SearchFilter(labelled=True)):
+        for lb in p.labels:
+            out[lb] = out.get(lb, 0) + 1
+    return out
 
 
 def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), written_by: str = "tune",
@@ -101,9 +120,12 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
             queries = Queries([a.text for a in val], clf.encoder.encode([a.text for a in val], role="query"))
             val_r = clf.search(queries.vectors, [lang] * len(val), k, (), queries.texts, LEXICAL_CANDIDATES)[0]
         cal = calibration_set(memory, loo, val_r, [a.labels for a in val], queries, held_out=not (adapted and val))
+        if max_memory_articles is not None and len(memory) >= max_memory_articles:
+            cal.label_counts = label_counts(clf, lang)  # a sample of the memory: the buckets count the whole
         result = calibrate(cal, clf.terms)
-        record = _write_record(clf, lang, result, {"memory_articles_leave_one_out": cal.held_out,
-                                                   "validation_articles": len(val), "corpus": corpus}, written_by)
+        record = _write_record(clf, lang, result, cal, {"memory_articles_leave_one_out": cal.held_out,
+                                                        "validation_articles": len(val), "corpus": corpus},
+                               written_by)
         out[lang] = LanguageCalibration(record, result.steps, time.perf_counter() - t0)
         log.info("calibrated", collection=record.collection, params=record.params,
                  micro_f1=round(result.figures["micro_f1"], 4),

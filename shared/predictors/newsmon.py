@@ -54,17 +54,17 @@ class NewsmonPredictor(Predictor):
         own = _label_sets(train.labels, train.vocab)
         texts = list(train.texts or [])
         memory = MemoryArticles(train.vectors, texts if len(texts) == len(own) else [""] * len(own), own)
-        params = self.fixed
+        params, judged = self.fixed, {}
         if params is None:
             val = train.validation
             val_gold = _label_sets(train.validation_labels, train.vocab) if val is not None else []
             queries = Queries(list(train.validation_texts or [""] * len(val_gold)), train.validation_vectors)
             cal = calibration_set(memory, train.retrieval, val, val_gold, queries)
             self.calibration = calibrate(cal, self.terms)
-            params = self.calibration.params
+            params, judged = self.calibration.params, cal.models  # the models the calibration judged run
         known = frozenset(lb for labels in own for lb in labels)
         self.resolved = Resolved(params, EVAL_RECORD, known, "calibration" if self.fixed is None else "settings")
-        self.scorer = Scorer(FittedModels(memory), lambda _lang: self.resolved, None, self.terms)
+        self.scorer = Scorer(FittedModels(memory, judged), lambda _lang: self.resolved, None, self.terms)
         return self
 
     def with_params(self, params: ScoringParams) -> "NewsmonPredictor":

@@ -57,11 +57,19 @@ class FittedModels:
 
     Args:
         memory: the articles (``eval``: the train split, with its embeddings and texts).
+        models: models already fitted on ``memory``, by (component, model key) (``eval``: the calibration's, the
+            ones it judged), used instead of fitting them again.
     """
 
-    def __init__(self, memory: MemoryArticles) -> None:
+    def __init__(self, memory: MemoryArticles, models: dict[tuple[str, tuple], Any] | None = None) -> None:
         self.memory = memory
         self._cache = ModelCache(None)
+        self._cache.models.update(models or {})
+
+    @property
+    def cache(self) -> ModelCache:
+        """The models fitted (or given) so far and the label counts once computed."""
+        return self._cache
 
     def get(self, lang: str | None, record: str | None, params: ScoringCore, counts: bool
             ) -> tuple[dict[str, Any], dict[str, int] | None]:
@@ -73,17 +81,23 @@ class FittedModels:
 
 
 class MemoryModels:
-    """Models of each language memory, fitted from its labelled articles read by ``articles(lang)`` (one scroll
-    for every model missing under a record), kept until another record is asked for. Thread-safe.
+    """Models of each language memory under a calibration record: the ones stored with the record
+    (``stored(record)``, :class:`newsmon.shared.scoring.stored.ModelStore`), else, for a record without them (older
+    records, or components the settings add), fitted from the memory's labelled articles read by
+    ``articles(lang)`` (one scroll for every model missing), and said so. Kept until another record is asked for.
+    Thread-safe.
 
     Args:
         articles: a language -> that memory's labelled articles (:class:`MemoryArticles`).
-        describe: a language -> its collection name (for the log line).
+        describe: a language -> its collection name (for the log lines).
+        stored: a record id -> its stored models (None: none stored).
     """
 
-    def __init__(self, articles: Callable[[str], MemoryArticles], describe: Callable[[str], str] = str) -> None:
+    def __init__(self, articles: Callable[[str], MemoryArticles], describe: Callable[[str], str] = str,
+                 stored: Callable[[str], ModelCache | None] | None = None) -> None:
         self.articles = articles
         self.describe = describe
+        self.stored = stored
         self._caches: dict[str | None, ModelCache] = {}
         self._lock = threading.Lock()
 
@@ -97,13 +111,26 @@ class MemoryModels:
         with self._lock:
             cache = self._caches.get(lang)
             if cache is None or cache.record != record:
-                cache = self._caches[lang] = ModelCache(record)
+                cache = self._caches[lang] = self._load(lang, record)
             missing = cache.missing(params, counts)
             if missing:
                 if lang is None:
                     raise ValueError("score components need a language memory; the article has no language")
                 t0 = time.perf_counter()
                 fields = cache.fill(self.articles(lang), missing)
-                log.info("per-record models fitted", collection=self.describe(lang), record=record, **fields,
-                         seconds=round(time.perf_counter() - t0, 2))
+                log.warning("per-record models fitted from the memory (not stored with the record)",
+                            collection=self.describe(lang), record=record, **fields,
+                            seconds=round(time.perf_counter() - t0, 2))
             return cache.get(params), cache.counts if counts else None
+
+    def _load(self, lang: str | None, record: str | None) -> ModelCache:
+        """The models stored with ``record`` (an empty cache when none are)."""
+        if record is None or self.stored is None:
+            return ModelCache(record)
+        t0 = time.perf_counter()
+        found = self.stored(record)
+        if found is None:
+            return ModelCache(record)
+        log.info("per-record models loaded", collection=self.describe(lang) if lang else None, record=record,
+                 models=[n for n, _k in found.models], seconds=round(time.perf_counter() - t0, 2))
+        return found

@@ -49,6 +49,9 @@ class CalibrationRecord(BaseModel):
         fit_on: what it was fitted on (``memory_articles`` scored leave-one-out, ``validation_articles``,
             ``corpus``), never the test split.
         written_by: ``tune``, ``memory build``, ``nightly`` or ``demo``; created_at: UTC time.
+        models: the sha256 of the per-record models stored with it (:mod:`newsmon.shared.scoring.stored`: the score
+            components' models it judged and the memory's label counts); None in records written before them (the
+            workers then fit the models from the memory).
         labels: the labels of the memory it was fitted on, sorted; the new-label rule
             (:mod:`newsmon.shared.scoring.rules.new_label_support`) serves every other label (confirmed since). None in
             records written before this field: the rule is then off.
@@ -65,6 +68,7 @@ class CalibrationRecord(BaseModel):
     written_by: str = "tune"
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     labels: list[str] | None = None
+    models: str | None = None
 
     @cached_property
     def known_labels(self) -> frozenset[str] | None:

@@ -32,6 +32,8 @@ class CalibrationSet:
         known_labels: the memory's labels (the calibration record's ``labels``).
         given: per component name, its evidence for the ``n`` articles as a function of the options, instead of
             models fitted on ``memory`` (the component is then tried whether or not there is a memory).
+        models: the components' models fitted on ``memory`` so far, by (component, model key): the ones the
+            calibration judged, which the workers and ``eval`` then use.
     """
 
     retrieval: Retrieval
@@ -43,7 +45,7 @@ class CalibrationSet:
     label_counts: dict[str, int] | None = None
     known_labels: set[str] | None = None
     given: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
-    _models: dict[tuple, Any] = field(default_factory=dict, repr=False)
+    models: dict[tuple, Any] = field(default_factory=dict, repr=False)
     _evidence: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     def components(self) -> list[Any]:
@@ -65,9 +67,9 @@ class CalibrationSet:
             return self.given[component.name](options)
         key = (component.name, component.model_key(options))
         if key not in self._evidence:
-            model = self._models.get(key)
+            model = self.models.get(key)
             if model is None:
-                model = self._models[key] = component.fit(self.memory, options)
+                model = self.models[key] = component.fit(self.memory, options)
             parts = []
             if self.held_out:
                 parts.append(component.held_out_evidence(model, self._held_out_memory(), options))

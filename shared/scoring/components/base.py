@@ -22,6 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -120,6 +121,19 @@ class ScoreComponent(ABC):
     def grid(self) -> list[Any]:
         """The options the calibration tries."""
         return [self.Options(**g) for g in self.GRID]
+
+    @abstractmethod
+    def save(self, model: Any, folder: Path) -> None:
+        """Write ``model`` into the empty ``folder`` (the calibration stores the models it judged with its
+        record)."""
+
+    @abstractmethod
+    def load(self, folder: Path) -> Any:
+        """The model :meth:`save` wrote into ``folder``.
+
+        Raises:
+            OSError, ValueError: a missing or unreadable model.
+        """
 
 
 _COMPONENTS: dict[str, ScoreComponent] = {}

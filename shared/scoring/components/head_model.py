@@ -29,6 +29,7 @@ import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -262,3 +263,16 @@ class HeadModelComponent(ScoreComponent):
     def mix(self, scores: np.ndarray, vocab: LabelVocab, evidence: HeadScores, options: HeadModelOptions
             ) -> np.ndarray:
         return mix_head(scores, vocab, evidence, options.weight)
+
+    def save(self, model: HeadModel, folder: Path) -> None:
+        np.savez(folder / "head_model.npz", labels=np.array(model.labels, dtype=str), columns=model.columns,
+                 idf=model.idf, coef=model.coef, intercept=model.intercept,
+                 c=np.array(model.c), min_articles=np.array(model.min_articles))
+
+    def load(self, folder: Path) -> HeadModel:
+        with np.load(folder / "head_model.npz", allow_pickle=False) as z:
+            model = HeadModel(float(z["c"]), int(z["min_articles"]))
+            model.labels = [str(x) for x in z["labels"]]
+            model.columns, model.idf, model.coef, model.intercept = (z["columns"], z["idf"], z["coef"],
+                                                                     z["intercept"])
+        return model

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -198,6 +199,20 @@ class LabelKeysComponent(ScoreComponent):
 
     def labels(self, evidence: LabelHits, options: LabelKeysOptions) -> list[str]:
         return [lb for row in evidence.labels for lb in row]
+
+    def save(self, model: LabelKeys, folder: Path) -> None:
+        sums = np.stack(model._sums) if model._sums else np.zeros((0, model.dim))
+        np.savez(folder / "label_keys.npz", labels=np.array(model.labels, dtype=str), sums=sums,
+                 counts=np.array(model.counts, dtype=np.int64), dim=np.array(model.dim))
+
+    def load(self, folder: Path) -> LabelKeys:
+        with np.load(folder / "label_keys.npz", allow_pickle=False) as z:
+            keys = LabelKeys(int(z["dim"]))
+            keys.labels = [str(x) for x in z["labels"]]
+            keys.index = {lb: j for j, lb in enumerate(keys.labels)}
+            keys._sums = list(z["sums"].astype(np.float64))
+            keys.counts = [int(c) for c in z["counts"]]
+        return keys
 
     def mix(self, scores: np.ndarray, vocab: LabelVocab, evidence: LabelHits, options: LabelKeysOptions
             ) -> np.ndarray:

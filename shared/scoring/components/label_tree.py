@@ -237,3 +237,18 @@ class LabelTreeComponent(ScoreComponent):
         out = np.zeros_like(tree)
         out[:, :scores.shape[1]] = scores
         return (1.0 - options.weight) * out + options.weight * tree
+
+    def save(self, model: LabelTree, folder: Path) -> None:
+        np.savez(folder / "label_tree.npz", labels=np.array(model.labels, dtype=str), columns=model.columns,
+                 idf=model.idf)
+        if model.model is not None:
+            (folder / "omikuji").mkdir()
+            model.model.save(str(folder / "omikuji"))
+
+    def load(self, folder: Path) -> LabelTree:
+        import omikuji  # deferred: the native library loads on first use
+
+        with np.load(folder / "label_tree.npz", allow_pickle=False) as z:
+            labels, columns, idf = [str(x) for x in z["labels"]], z["columns"], z["idf"]
+        model = omikuji.Model.load(str(folder / "omikuji")) if (folder / "omikuji").is_dir() else None
+        return LabelTree(model, labels, columns, idf)
