@@ -27,6 +27,7 @@ from collections import Counter
 import numpy as np
 
 from eval_inputs import build, pad
+from record import BenchmarkRecord, run_name
 from newsmon.shared.predictors import LabelVocab
 from newsmon.shared.predictors.calibrate import GRID_K, GRID_LEXICAL, GRID_TAU, GRID_THRESHOLD
 from newsmon.shared.predictors.lexical import fuse
@@ -53,11 +54,14 @@ def surface(x, vocab: LabelVocab, Y_cal: np.ndarray, Y_te: np.ndarray, n_val: in
     return rows
 
 
-def _line(r: dict) -> str:
+COLUMNS = ["lexical weight", "k", "tau", "threshold", "calibration objective", "validation objective",
+           "test micro-F1", "test subset accuracy"]
+
+
+def _row(r: dict) -> list:
     w, k, tau, thr = r["params"]
     (cf, ca), (vf, va), (tf, ta) = r["cal"], r["val"], r["test"]
-    return (f"| {w} | {k} | {tau} | {thr:.2f} | {cf + ca:.4f} | {vf + va:.4f} | {100 * tf:.1f} | "
-            f"{100 * ta:.1f} |")
+    return [w, k, tau, round(thr, 2), round(cf + ca, 4), round(vf + va, 4), round(100 * tf, 1), round(100 * ta, 1)]
 
 
 def main() -> None:
@@ -65,30 +69,38 @@ def main() -> None:
     ap.add_argument("--data", default="../shared/data/sentinews_sl")
     ap.add_argument("--top", type=int, default=10)
     args = ap.parse_args()
+    with BenchmarkRecord(run_name("calibration_surface", args.data)) as rec:
+        measure(args.data, args.top, rec)
+
+
+def measure(data: str, top: int, rec: BenchmarkRecord) -> None:
+    """The grid's surface, its flat top and the label-set shares, into ``rec``."""
     t0 = time.perf_counter()
-    x = build(args.data)
+    x = build(data)
     vocab, Y_cal, Y_te = x.gold_matrices()
     n_val = x.n_validation
     rows = surface(x, vocab, Y_cal, Y_te, n_val)
     rows.sort(key=lambda r: -sum(r["cal"]))
     best = rows[0]
     tied = [r for r in rows if paired_lift_interval(Y_cal, best["P"], r["P"])[0] <= 0]
-    head = ("| lexical weight | k | tau | threshold | calibration objective | validation objective | test micro-F1 | "
-            "test subset accuracy |\n|---|---|---|---|---|---|---|---|")
-    print(f"{args.data}: {len(rows)} grid points, {len(x.cal_gold)} calibration articles ({n_val} validation), "
-          f"{len(x.test_gold)} test; {time.perf_counter() - t0:.0f} s\n\nbest {args.top} on the calibration articles:")
-    print(head)
-    for r in rows[:args.top]:
-        print(_line(r))
+    print(f"{data}: {len(rows)} grid points, {len(x.cal_gold)} calibration articles ({n_val} validation), "
+          f"{len(x.test_gold)} test; {time.perf_counter() - t0:.0f} s")
+    rec.data.update(grid_points=len(rows), calibration_articles=len(x.cal_gold), validation_articles=n_val,
+                    test_articles=len(x.test_gold))
+    rec.table(f"Best {top} grid points on the calibration articles ({data})", COLUMNS,
+              [_row(r) for r in rows[:top]])
     tf = [100 * r["test"][0] for r in tied]
     ta = [100 * r["test"][1] for r in tied]
     print(f"\n{len(tied)} points the calibration cannot tell from its best (the paired 90 % interval of the best's "
           f"lift over them reaches 0; objectives {sum(tied[-1]['cal']):.4f}-{sum(best['cal']):.4f}): test micro-F1 "
           f"{min(tf):.1f}-{max(tf):.1f}, test subset accuracy {min(ta):.1f}-{max(ta):.1f}")
+    rec.data["indistinguishable_from_best"] = {
+        "points": len(tied), "objectives": [round(sum(tied[-1]["cal"]), 4), round(sum(best["cal"]), 4)],
+        "test_micro_f1": [round(min(tf), 1), round(max(tf), 1)], "test_subset_accuracy": [round(min(ta), 1),
+                                                                                          round(max(ta), 1)]}
     for name, key in (("the validation split alone", "val"), ("test alone (for the record)", "test")):
-        print(f"\nbest 3 on {name}:\n{head}")
-        for r in sorted(rows, key=lambda r: -sum(r[key]))[:3]:
-            print(_line(r))
+        rec.table(f"Best 3 grid points on {name} ({data})", COLUMNS,
+                  [_row(r) for r in sorted(rows, key=lambda r: -sum(r[key]))[:3]])
     common = [s for s, _ in Counter(tuple(sorted(g)) for g in x.cal_gold[:len(x.cal_gold) - n_val]).most_common(2)]
     print("\nshare of articles whose label set is one of the memory's 2 most common sets "
           f"({' / '.join(str(list(s)) for s in common)}):")
@@ -96,6 +108,7 @@ def main() -> None:
                        ("validation", x.cal_gold[len(x.cal_gold) - n_val:]), ("test", x.test_gold)):
         share = np.mean([tuple(sorted(g)) in common for g in gold]) if gold else float("nan")
         print(f"- {name}: {100 * share:.1f} % of {len(gold)}")
+        rec.data.setdefault("common_label_sets_share", {})[name] = round(100 * float(share), 1)
 
 
 if __name__ == "__main__":

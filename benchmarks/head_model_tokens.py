@@ -15,6 +15,7 @@ import time
 
 import newsmon.shared.predictors.head_model as head_model
 from eval_inputs import build, pad
+from record import BenchmarkRecord, run_name
 from newsmon.shared.predictors import LabelVocab
 from newsmon.shared.predictors.calibrate import GRID_THRESHOLD, HEAD_GRID, Params
 from newsmon.shared.predictors.rules import mix_head, newsmon_decision
@@ -28,8 +29,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="../shared/data/sentinews_sl")
     args = ap.parse_args()
+    with BenchmarkRecord(run_name("head_model_tokens", args.data)) as rec:
+        measure(args.data, rec)
+
+
+def measure(data: str, rec: BenchmarkRecord) -> None:
+    """The step's best objective per tokenisation, into ``rec``."""
     t0 = time.perf_counter()
-    x = build(args.data)
+    x = build(data)
     cal = x.calibrate()
     before, c = None, None
     for step in cal.steps:  # the parameters the step started from, and the C it chose
@@ -45,9 +52,11 @@ def main() -> None:
     P0 = S0 > before.threshold
     f1, acc = micro_f1_acc(Y, P0)
     n_train = len(x.cal_gold) - x.n_validation
-    print(f"{args.data}: {len(x.cal_gold)} calibration articles; before the step {before.as_dict()}; "
+    print(f"{data}: {len(x.cal_gold)} calibration articles; before the step {before.as_dict()}; "
           f"objective {f1 + acc:.4f}; the calibration's C {c}")
-    print("| tokens | best objective | beta | threshold | lift 90 % interval | seconds |\n|---|---|---|---|---|---|")
+    rec.data.update(calibration_articles=len(x.cal_gold), before=before.as_dict(), objective_before=f1 + acc,
+                    head_c=c)
+    rows = [["none (the parameters before the step)", round(f1 + acc, 4), "", "", "", ""]]
     for name, pattern in TOKENS.items():
         head_model._VECTORIZER = hashing_vectorizer(pattern)
         t1 = time.perf_counter()
@@ -61,8 +70,12 @@ def main() -> None:
                 if best is None or f1 + acc > best[0]:
                     best = (f1 + acc, beta, float(thr), S > thr)
         lo, hi = paired_lift_interval(Y, best[3], P0)
-        print(f"| {name} | {best[0]:.4f} | {best[1]} | {best[2]} | {lo:+.4f} .. {hi:+.4f} | "
-              f"{time.perf_counter() - t1:.0f} |")
+        rows.append([name, round(best[0], 4), best[1], best[2], f"{lo:+.4f} .. {hi:+.4f}",
+                     round(time.perf_counter() - t1)])
+    rec.table(f"The head model's step by its tokens ({data}, C {c})",
+              ["tokens", "best objective", "beta", "threshold", "lift 90 % interval", "seconds"], rows,
+              note=f"Objective: micro-F1 + subset accuracy on {len(x.cal_gold):,} calibration articles; the interval "
+                   "is the paired bootstrap 90 % interval of the lift over the proposals before the step.")
     print(f"{time.perf_counter() - t0:.0f} s")
 
 

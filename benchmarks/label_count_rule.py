@@ -32,6 +32,7 @@ import time
 import numpy as np
 
 from eval_inputs import build, pad
+from record import BenchmarkRecord, run_name
 from newsmon.shared.predictors import DECIDING_RULES, LabelVocab, Retrieval
 from newsmon.shared.predictors.calibrate import RULE_GRID, Params, _lifts
 from newsmon.shared.predictors.head_model import HeadScores
@@ -63,8 +64,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="../shared/data/sentinews_sl")
     args = ap.parse_args()
+    with BenchmarkRecord(run_name("label_count_rule", args.data)) as rec:
+        measure(args.data, rec)
+
+
+def measure(data: str, rec: BenchmarkRecord) -> None:
+    """Each variant on the calibration articles (and test, for the record), into ``rec``."""
     t0 = time.perf_counter()
-    x = build(args.data)
+    x = build(data)
     without = tuple(r for r in RULE_GRID if r != "label_count")  # the calibration without the rule itself
     cal = x.calibrate(rules=without)
     p = cal.params
@@ -74,19 +81,24 @@ def main() -> None:
     h_cal, h_te = x.heads(p)
     on_cal = variants(r_cal, vocab.labels, L, p, cal_hits, x.counts, None, h_cal)
     on_te = variants(r_te, vocab.labels, L, p, te_hits, x.counts, x.known, h_te)
-    print(f"{args.data}: calibration {len(x.cal_gold)} articles (train leave-one-out + validation), "
+    print(f"{data}: calibration {len(x.cal_gold)} articles (train leave-one-out + validation), "
           f"test {len(x.test_gold)}; "
           f"calibrated {p.as_dict()}; {time.perf_counter() - t0:.0f} s")
-    print("| variant | calibration micro-F1 | subset accuracy | objective | lift 90 % interval | kept | "
-          "test micro-F1 | test subset accuracy |\n|---|---|---|---|---|---|---|---|")
+    rec.data.update(calibration_articles=len(x.cal_gold), test_articles=len(x.test_gold), calibrated=p.as_dict())
+    rows = []
     f1_0, acc_0 = micro_f1_acc(Y_cal, on_cal["calibrated"])
     for name, prop in on_cal.items():
         f1, acc = micro_f1_acc(Y_cal, prop)
         lo, hi = paired_lift_interval(Y_cal, prop, on_cal["calibrated"])
         kept = "-" if name == "calibrated" else ("yes" if _lifts(f1 + acc, f1_0 + acc_0, (lo, hi)) else "no")
         tf1, tacc = micro_f1_acc(Y_te, on_te[name])
-        print(f"| {name} | {100 * f1:.1f} | {100 * acc:.1f} | {f1 + acc:.4f} | {lo:+.4f} .. {hi:+.4f} | {kept} | "
-              f"{100 * tf1:.1f} | {100 * tacc:.1f} |")
+        rows.append([name, round(100 * f1, 1), round(100 * acc, 1), round(f1 + acc, 4), f"{lo:+.4f} .. {hi:+.4f}",
+                     kept, round(100 * tf1, 1), round(100 * tacc, 1)])
+    rec.table(f"The label-count rule on top of the calibrated parameters ({data})",
+              ["variant", "calibration micro-F1", "subset accuracy", "objective", "lift 90 % interval", "kept",
+               "test micro-F1", "test subset accuracy"], rows,
+              note="Judged on the calibration articles by the calibration's keep rule; the test columns are for the "
+                   "record only.")
 
 
 if __name__ == "__main__":

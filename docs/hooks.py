@@ -174,7 +174,7 @@ def _record_module():
 
 def _purpose(name: str) -> str:
     """The first paragraph of ``benchmarks/<name>.py``'s docstring (what it measures), or ''."""
-    path = ROOT / "benchmarks" / f"{name}.py"
+    path = ROOT / "benchmarks" / f"{name.split('.')[0]}.py"  # <benchmark>.<corpus> (record.run_name)
     if not path.is_file():
         return ""
     doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
