@@ -1,5 +1,5 @@
 """The nightly job's CPU budget measured: a linear adapter on the stored e5 vectors, before and after, on the
-test split (not in CI; the README's "Nightly training job" quotes its output).
+test split (not in CI; its record is on the docs' measurements page).
 
 For each mining variant (the research's: nearest positive sharing a label, 15 negatives from the top 500 sharing
 none; positive by label overlap; negatives from ranks 30-200; both; 8 positives weighted by label Jaccard), the adapter is trained on the train split

@@ -34,7 +34,7 @@ examples of the 20 labels enter the memory as they arrive. Two phases of a label
   *within* it, so it is measured by a second replay that starts with 3 confirmed examples per label in the memory
   (the first 3 train articles carrying it keep the label; the other train articles still have it hidden), over
   the whole test split. Run once per ``--top-k``: the default k = 50, and a small k (5), at which 3 confirmed
-  neighbours can carry a label past the threshold (see "Choosing k for new labels" in the README). A KwE match
+  neighbours can carry a label past the threshold (see docs/explanation/method.md, "Decide"). A KwE match
   of such a label that retrieval did not propose is listed among the proposal's candidates (counted apart), and
   one more replay (k = 5) keeps proposing every KwE match (``labels.min_examples`` above any count): rule and
   retrieval together.
