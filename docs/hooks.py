@@ -197,15 +197,24 @@ def _run_table(rec: dict) -> str:
     return "| run | |\n|---|---|\n" + "\n".join(f"| {k} | {str(v).replace('|', chr(92) + '|')} |" for k, v in rows)
 
 
+def _anchor(name: str) -> str:
+    """The section id of a benchmark on the measurements page (``dedup_quality.sentinews_sl`` ->
+    ``dedup_quality-sentinews_sl``)."""
+    return re.sub(r"[^\w-]", "-", name)
+
+
 def measurements() -> str:
-    """One section per benchmark with a record: what it measures, the run, its tables and its other figures."""
+    """One section per benchmark with a record (what it measures, the run, its tables, its other figures), after
+    a table of them all."""
     record = _record_module()
     latest = record.all_latest()
     if not latest:
         return "No benchmark has written a record yet."
-    parts = []
+    index = [[f"[{name}](#{_anchor(name)})", rec.get("date", "")[:10], _purpose(name).split(". ")[0]]
+             for name, rec in latest.items()]
+    parts = [record.markdown_table(["benchmark", "date", "what it measures"], index) + "\n"]
     for name, rec in latest.items():
-        parts.append(f"## {name}\n\n{_purpose(name)}\n\n{_run_table(rec)}\n")
+        parts.append(f"## {name} {{#{_anchor(name)}}}\n\n{_purpose(name)}\n\n{_run_table(rec)}\n")
         for t in rec.get("tables", []):
             parts.append(f"### {t['title']}\n\n{record.markdown_table(t['columns'], t['rows'])}\n"
                          + (f"\n{t['note']}\n" if t.get("note") else ""))

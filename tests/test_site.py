@@ -127,7 +127,8 @@ def test_measurements_come_from_the_latest_record_of_each_benchmark(tmp_path, mo
     (tmp_path / "gamma").mkdir()  # a folder without a record
 
     page = hooks.measurements()
-    assert "## alpha" in page and "## beta" in page and "gamma" not in page
+    assert "## alpha {#alpha}" in page and "## beta {#beta}" in page and "gamma" not in page
+    assert "| [alpha](#alpha) |" in page
     assert "Alpha now" in page and "Alpha before" not in page
     assert "| articles/s | 6.25 |" in page and "2 cores" in page and '"points": 1000' in page
     assert "`python benchmarks/alpha.py --n 3`" in page
