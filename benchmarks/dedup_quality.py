@@ -1,4 +1,4 @@
-"""Quality and speed of the near-duplicate detector (shared/dedup.py) on a real corpus.
+"""Quality and speed of the near-duplicate detector (shared/dedup/) on a real corpus.
 
 The sampled articles (exact duplicates of the corpus dropped first) are split in two halves:
 
