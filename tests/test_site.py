@@ -104,6 +104,7 @@ def test_a_pipe_in_a_setting_stays_in_its_cell(site):
 def test_measurements_page_shows_every_benchmark_with_a_record(site):
     page = page_text(site, "measurements")
     with_record = [d for d in RESULTS.iterdir() if d.is_dir() and any(d.glob("*.json"))] if RESULTS.is_dir() else []
+    assert with_record, "benchmarks/results holds no record"
     for folder in with_record:
         latest = json.loads(sorted(folder.glob("*.json"))[-1].read_text(encoding="utf-8"))
         assert folder.name in page
