@@ -174,8 +174,8 @@ def tables(result: dict, rec: BenchmarkRecord) -> None:
     rows.append(["(base model)", *figures(result["base"]), "", ""])
     n = result["articles"]
     rec.table(f"Mining variants ({n['train']:,} train, {n['validation']:,} validation, {n['test']:,} test articles)",
-              ["mining variant", "val overlap@10", "test 1-NN micro-F1",
-                                                          "test overlap@10", "best epoch", "training seconds"], rows,
+              ["mining variant", "val overlap@10", "test 1-NN micro-F1", "test overlap@10", "best epoch",
+               "training seconds"], rows,
               note=f"Kept: {result['kept']} (the best validation overlap@10; test is reported, not used to choose).")
     if "rae_base" in result:
         rows = [[f"{name} {metric}", round(100 * result["rae_base"][name][metric], 1),
