@@ -10,12 +10,11 @@ bootstrap 90 % interval of its lift over the proposals before the step.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import newsmon.shared.predictors.head_model as head_model
 from eval_inputs import build, pad
-from record import BenchmarkRecord, run_name
+from record import BenchmarkRecord, run_on_corpus
 from newsmon.shared.predictors import LabelVocab
 from newsmon.shared.predictors.calibrate import GRID_THRESHOLD, HEAD_GRID, Params
 from newsmon.shared.predictors.rules import mix_head, newsmon_decision
@@ -26,11 +25,7 @@ TOKENS = {"word tokens only": r"(?u)\b\w\w+\b", "words and punctuation marks (sh
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default="../shared/data/sentinews_sl")
-    args = ap.parse_args()
-    with BenchmarkRecord(run_name("head_model_tokens", args.data)) as rec:
-        measure(args.data, rec)
+    run_on_corpus("head_model_tokens", __doc__.splitlines()[0], measure)
 
 
 def measure(data: str, rec: BenchmarkRecord) -> None:

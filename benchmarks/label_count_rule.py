@@ -26,13 +26,12 @@ from the encoder's cache under NEWSMON_HOME when it has them; about 4 minutes wa
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
 
 from eval_inputs import build, pad
-from record import BenchmarkRecord, run_name
+from record import BenchmarkRecord, run_on_corpus
 from newsmon.shared.predictors import DECIDING_RULES, LabelVocab, Retrieval
 from newsmon.shared.predictors.calibrate import RULE_GRID, Params, _lifts
 from newsmon.shared.predictors.head_model import HeadScores
@@ -61,11 +60,7 @@ def variants(r: Retrieval, labels: list[str], L: int, p: Params, hits: LabelHits
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default="../shared/data/sentinews_sl")
-    args = ap.parse_args()
-    with BenchmarkRecord(run_name("label_count_rule", args.data)) as rec:
-        measure(args.data, rec)
+    run_on_corpus("label_count_rule", __doc__.splitlines()[0], measure)
 
 
 def measure(data: str, rec: BenchmarkRecord) -> None:

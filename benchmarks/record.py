@@ -149,6 +149,18 @@ def run_name(benchmark: str, data: str | os.PathLike) -> str:
     return f"{benchmark}.{corpus}"
 
 
+def run_on_corpus(benchmark: str, description: str, measure, default: str = "../shared/data/sentinews_sl") -> None:
+    """The command line of a benchmark whose only option is ``--data``: ``measure(data, rec)`` inside the record
+    ``<benchmark>.<corpus>`` (:func:`run_name`)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--data", default=default)
+    args = ap.parse_args()
+    with BenchmarkRecord(run_name(benchmark, args.data)) as rec:
+        measure(args.data, rec)
+
+
 def latest(name: str) -> dict[str, Any] | None:
     """The newest record of benchmark ``name`` (None when it never ran)."""
     files = sorted((results_dir() / name).glob("*.json"))
