@@ -1,5 +1,5 @@
 """The nightly job's CPU budget measured: a linear adapter on the stored e5 vectors, before and after, on the
-test split (not in CI; the README's "Nightly training job" quotes its output).
+test split (not in CI; its record is on the docs' measurements page).
 
 For each mining variant (the research's: nearest positive sharing a label, 15 negatives from the top 500 sharing
 none; positive by label overlap; negatives from ranks 30-200; both; 8 positives weighted by label Jaccard), the adapter is trained on the train split
@@ -25,6 +25,8 @@ import resource
 import tempfile
 import time
 from pathlib import Path
+
+from record import BenchmarkRecord, run_name
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -101,7 +103,12 @@ def main() -> None:
     p.add_argument("--variants", default="all", help="comma-separated variant numbers (1-5) or all")
     p.add_argument("--out", default=None, help="write the figures as JSON here")
     args = p.parse_args()
+    with BenchmarkRecord(run_name("adapter_epoch", args.data)) as rec:
+        measure(args, rec)
 
+
+def measure(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
+    """Each mining variant's adapter, then base against the kept one on test, into ``rec``."""
     import torch
 
     from newsmon.shared.config import Settings
@@ -151,8 +158,31 @@ def main() -> None:
         result["rae_adapted"] = _rae(s, corpus, result["variants"][best]["model_path"], args.trials)
     result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({k: v for k, v in result.items() if k != "variants"}, indent=2, default=float))
+    tables(result, rec)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2, default=float))
+
+
+def tables(result: dict, rec: BenchmarkRecord) -> None:
+    """The variants (validation and test) and base against the kept adapter, as tables of ``rec``."""
+    def figures(f: dict) -> list[float]:
+        return [round(100 * f["validation"]["overlap10"], 1), round(100 * f["test"]["1nn_uF1"], 1),
+                round(100 * f["test"]["overlap10"], 1)]
+
+    rows = [[name, *figures(v["figures"]), v["training"]["best_epoch"], round(v["training"]["seconds"], 1)]
+            for name, v in result["variants"].items()]
+    rows.append(["(base model)", *figures(result["base"]), "", ""])
+    n = result["articles"]
+    rec.table(f"Mining variants ({n['train']:,} train, {n['validation']:,} validation, {n['test']:,} test articles)",
+              ["mining variant", "val overlap@10", "test 1-NN micro-F1", "test overlap@10", "best epoch",
+               "training seconds"], rows,
+              note=f"Kept: {result['kept']} (the best validation overlap@10; test is reported, not used to choose).")
+    if "rae_base" in result:
+        rows = [[f"{name} {metric}", round(100 * result["rae_base"][name][metric], 1),
+                 round(100 * result["rae_adapted"][name][metric], 1)]
+                for name in ("rae_tuned", "newsmon") for metric in ("uF1", "Acc")]
+        rec.table("Test split, base against the kept adapter", ["figure", "base", "adapted"], rows)
+    rec.data.update({k: v for k, v in result.items() if k not in ("variants", "rae_base", "rae_adapted")})
 
 
 if __name__ == "__main__":

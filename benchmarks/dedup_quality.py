@@ -1,4 +1,4 @@
-"""Quality and speed of the near-duplicate detector (shared/dedup.py) on a real corpus.
+"""Quality and speed of the near-duplicate detector (shared/dedup/) on a real corpus.
 
 The sampled articles (exact duplicates of the corpus dropped first) are split in two halves:
 
@@ -37,6 +37,7 @@ import numpy as np
 
 
 from newsmon.shared.data import Article, load_corpus
+from record import BenchmarkRecord, run_name
 from newsmon.shared.dedup import (
     DEFAULT_MIN_WORDS,
     DEFAULT_NUM_PERM,
@@ -187,7 +188,9 @@ def sweep(a_side, b_side, variants, args) -> None:
                   + f"   {tp / allpos:6.3f}  {fp:6d}  {tp / max(1, tp + fp):9.4f}")
 
 
-def evaluate(index: NearDuplicateIndex, a_side, b_side, variants, pairs, args) -> None:
+def evaluate(index: NearDuplicateIndex, a_side, b_side, variants, pairs, args) -> dict:
+    """Print the detector's figures; return them: ``kinds`` (rows kind, n, TP, wrong, miss, precision, recall, the
+    all-kinds row last), ``distinct_checks`` and ``false_positives`` (distinct articles flagged)."""
     print(f"\n== detector: {index!r} ==")
     build_fp = []
     t0 = time.perf_counter()
@@ -228,16 +231,19 @@ def evaluate(index: NearDuplicateIndex, a_side, b_side, variants, pairs, args) -
     n_short = sum(len(normalize_text(a.text).split()) < SHORT_WORDS for a in a_side)
     print(f"{'kind':>8s} {'n':>6s} {'TP':>6s} {'wrong':>6s} {'miss':>6s} {'precision':>10s} {'recall':>8s}  "
           f"recall <{SHORT_WORDS} words (n={n_short}) / >={SHORT_WORDS} words (n={len(a_side) - n_short})")
-    tot = [0, 0, 0]
+    tot, kinds = [0, 0, 0], []
     for k in KINDS:
         tp, wrong, miss = res[k]
         tot = [tot[0] + tp, tot[1] + wrong, tot[2] + miss]
         n = tp + wrong + miss
         sh, lo = short_long[k][True], short_long[k][False]
+        kinds.append([k, n, tp, wrong, miss, round(tp / max(1, tp + wrong + fp_neg), 4), round(tp / max(1, n), 4)])
         print(f"{k:>8s} {n:6d} {tp:6d} {wrong:6d} {miss:6d} {tp / max(1, tp + wrong + fp_neg):10.4f} "
               f"{tp / max(1, n):8.4f}  {np.mean(sh) if sh else float('nan'):.4f} / "
               f"{np.mean(lo) if lo else float('nan'):.4f}")
     tp, wrong, miss = tot
+    kinds.append(["all", tp + wrong + miss, tp, wrong, miss, round(tp / max(1, tp + wrong + fp_neg), 4),
+                  round(tp / max(1, tp + wrong + miss), 4)])
     print(f"{'all':>8s} {tp + wrong + miss:6d} {tp:6d} {wrong:6d} {miss:6d} "
           f"{tp / max(1, tp + wrong + fp_neg):10.4f} {tp / max(1, tp + wrong + miss):8.4f}")
     by_id = {x.id: x for x in a_side + b_side}
@@ -270,6 +276,7 @@ def evaluate(index: NearDuplicateIndex, a_side, b_side, variants, pairs, args) -
         for k, ls in lengths.items():
             print(f"  misses {k}: {len(ls)}, original words median {int(np.median(ls))}, "
                   f"share under 60 words {np.mean(np.array(ls) < 60):.2f}")
+    return {"kinds": kinds, "distinct_checks": n_neg, "false_positives": fp_neg}
 
 
 def corpus_scan(articles: list[Article], params: dict) -> None:
@@ -290,7 +297,8 @@ def corpus_scan(articles: list[Article], params: dict) -> None:
         print(f"  {q} -> {o} est {jac:.3f} | {by_id[q].text[:80]!r} | {by_id[o].text[:80]!r}")
 
 
-def throughput(make_index, a_side, variants, b_side, rng: random.Random, label: str) -> None:
+def throughput(make_index, a_side, variants, b_side, rng: random.Random, label: str) -> float:
+    """``check_and_add`` over the whole stream (A, then near-copies and B shuffled): articles/s (printed)."""
     stream = [(a.id, a.text) for a in a_side]
     rest = [(f"{a.id}#{k}", t) for k in KINDS for a, t in zip(a_side, variants[k])] + [(b.id, b.text) for b in b_side]
     rng.shuffle(rest)
@@ -302,6 +310,7 @@ def throughput(make_index, a_side, variants, b_side, rng: random.Random, label: 
         dt = time.perf_counter() - t0
         print(f"throughput {label}: {len(stream)} check_and_add in {dt:.2f}s = {len(stream) / dt:.0f} articles/s "
               f"({1e3 * dt / len(stream):.2f} ms each); {hits} duplicates, {index.count()} indexed")
+        return len(stream) / dt
     finally:
         index.clear()
         index.close()
@@ -352,16 +361,28 @@ def main(argv: list[str] | None = None) -> None:
     pairs = hard_negative_pairs(a_side, b_side)
     params = dict(threshold=args.threshold, num_perm=args.num_perm, shingle_size=args.shingle_size,
                   min_words=args.min_words)
-    index = NearDuplicateIndex(**params)
-    evaluate(index, a_side, b_side, variants, pairs, args)
-    throughput(lambda: NearDuplicateIndex(**params), a_side, variants, b_side, random.Random(args.seed), "memory")
-    if args.redis_url:
-        ns = f"newsmon:dedup-bench:{uuid.uuid4().hex[:8]}"
-        throughput(lambda: NearDuplicateIndex(**params, redis_url=args.redis_url, namespace=ns), a_side, variants,
-                   b_side, random.Random(args.seed), f"redis ({args.redis_url}, namespace {ns})")
-    if args.corpus_scan:
-        corpus_scan(arts, params)
-
+    with BenchmarkRecord(run_name("dedup_quality", args.data)) as rec:
+        rec.data.update(params=params, sample=len(sample), originals=len(a_side), distinct=len(b_side),
+                        exact_duplicates_dropped=exact_dups)
+        index = NearDuplicateIndex(**params)
+        found = evaluate(index, a_side, b_side, variants, pairs, args)
+        rec.table("Near-copies found, by kind", ["kind", "near-copies", "TP", "wrong id", "missed", "precision",
+                                                  "recall"], found["kinds"],
+                  note=f"{len(a_side)} originals, each with {len(KINDS)} near-copies; precision counts the "
+                       f"{found['false_positives']} false positives of {found['distinct_checks']:,} distinct-article "
+                       "checks against every kind.")
+        rates = [["in memory", throughput(lambda: NearDuplicateIndex(**params), a_side, variants, b_side,
+                                          random.Random(args.seed), "memory")]]
+        if args.redis_url:
+            ns = f"newsmon:dedup-bench:{uuid.uuid4().hex[:8]}"
+            rates.append(["Redis", throughput(lambda: NearDuplicateIndex(**params, redis_url=args.redis_url,
+                                                                         namespace=ns),
+                                              a_side, variants, b_side, random.Random(args.seed),
+                                              f"redis ({args.redis_url}, namespace {ns})")])
+        rec.table("check_and_add throughput", ["index", "articles/s"], [[n, round(r)] for n, r in rates])
+        rec.data.update(distinct_checks=found["distinct_checks"], distinct_flagged=found["false_positives"])
+        if args.corpus_scan:
+            corpus_scan(arts, params)
 
 if __name__ == "__main__":
     main()

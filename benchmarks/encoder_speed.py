@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from record import BenchmarkRecord, run_name
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -75,7 +76,12 @@ def main() -> None:
     p.add_argument("--eval-dir", type=Path, default=Path("runs/encoder-speed"))
     p.add_argument("--skip-eval", action="store_true")
     args = p.parse_args()
+    with BenchmarkRecord(run_name("encoder_speed", args.data)) as rec:
+        compare(args, rec)
 
+
+def compare(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
+    """The runtimes side by side, into ``rec``."""
     from newsmon.shared.data import load_corpus
 
     runtimes = args.runtimes.split(",")
@@ -86,14 +92,19 @@ def main() -> None:
     ref = res[runtimes[0]]
     f1 = {rt: {} if args.skip_eval else eval_figures(rt, args.data, args.tune, args.eval_dir) for rt in runtimes}
     print(f"\nload average at the end {os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[2]:.1f} (15 min)\n")
-    print("| runtime | articles/s | speed-up | cosine to fp32, mean / min | RAE-XMC uF1 | RAE-XMC (tuned) uF1 |")
-    print("|---|---|---|---|---|---|")
+    rows = []
     for rt in runtimes:
         r = res[rt]
         cos = (r["vectors"] * ref["vectors"]).sum(axis=1)
         uf1 = f1[rt]
-        print(f"| {rt} | {r['rate']:.2f} | {r['rate'] / ref['rate']:.2f}x | {cos.mean():.4f} / {cos.min():.4f} | "
-              f"{uf1.get('rae', float('nan')):.1f} | {uf1.get('rae_tuned', float('nan')):.1f} |")
+        rows.append([rt, round(r["rate"], 2), f"{r['rate'] / ref['rate']:.2f}x", f"{cos.mean():.4f} / {cos.min():.4f}",
+                     round(uf1["rae"], 1) if "rae" in uf1 else "–",
+                     round(uf1["rae_tuned"], 1) if "rae_tuned" in uf1 else "–"])
+    rec.table(f"The encoder's runtimes on {len(texts)} train articles ({args.max_length} tokens)",
+              ["runtime", "articles/s", "speed-up", "cosine to fp32, mean / min", "RAE-XMC uF1",
+               "RAE-XMC (tuned) uF1"], rows,
+              note="The rates move with the machine's load, their ratio less. RAE-XMC: `newsmon eval --methods rae` "
+                   "with the runtime set (– with --skip-eval).")
     if not args.skip_eval:
         base = f1[runtimes[0]].get("rae", float("nan"))
         for rt in runtimes[1:]:

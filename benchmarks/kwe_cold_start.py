@@ -34,7 +34,7 @@ examples of the 20 labels enter the memory as they arrive. Two phases of a label
   *within* it, so it is measured by a second replay that starts with 3 confirmed examples per label in the memory
   (the first 3 train articles carrying it keep the label; the other train articles still have it hidden), over
   the whole test split. Run once per ``--top-k``: the default k = 50, and a small k (5), at which 3 confirmed
-  neighbours can carry a label past the threshold (see "Choosing k for new labels" in the README). A KwE match
+  neighbours can carry a label past the threshold (see docs/explanation/method.md, "Decide"). A KwE match
   of such a label that retrieval did not propose is listed among the proposal's candidates (counted apart), and
   one more replay (k = 5) keeps proposing every KwE match (``labels.min_examples`` above any count): rule and
   retrieval together.
@@ -67,6 +67,7 @@ from newsmon.shared.memory import MemoryRouter
 from newsmon.workers.decisions import DecisionService
 from newsmon.workers.labels import LabelRegistry
 from newsmon.workers.pipeline import ArticlePipeline
+from record import BenchmarkRecord
 
 RULES = Path(__file__).resolve().parents[1] / "tests" / "data" / "kwe_sentinews_rules.jsonl"
 KIND = {
@@ -102,22 +103,21 @@ def cell(num: int, den: int) -> str:
     return f"{num / den:.2f}" if den else "–"
 
 
-def table(split: str, counts: dict[str, Counter]) -> None:
-    """Print one split's per-label table with micro totals and macro averages."""
-    print(f"\n### {split}: rule-only proposals, {len(counts)} labels\n")
-    print("| label | kind | support | TP | FP | FN | precision | recall |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for label, c in counts.items():
-        print(f"| {label} | {KIND.get(label, 'concept')} | {c['support']} | {c['tp']} | {c['fp']} | {c['fn']} | "
-              f"{cell(c['tp'], c['tp'] + c['fp'])} | {cell(c['tp'], c['support'])} |")
+def table(split: str, counts: dict[str, Counter], rec: BenchmarkRecord) -> None:
+    """One split's per-label table with micro totals and macro averages, printed and added to ``rec``."""
+    rows = [[label, KIND.get(label, "concept"), c["support"], c["tp"], c["fp"], c["fn"],
+             cell(c["tp"], c["tp"] + c["fp"]), cell(c["tp"], c["support"])] for label, c in counts.items()]
     total = sum(counts.values(), Counter())
     p, r = ratio(total["tp"], total["tp"] + total["fp"]), ratio(total["tp"], total["support"])
-    print(f"| **micro** | | {total['support']} | {total['tp']} | {total['fp']} | {total['fn']} | {p:.2f} | {r:.2f} |")
+    rows.append(["**micro**", "", total["support"], total["tp"], total["fp"], total["fn"], f"{p:.2f}", f"{r:.2f}"])
     with_support = [c for c in counts.values() if c["support"]]
     macro_p = sum(ratio(c["tp"], c["tp"] + c["fp"]) for c in with_support) / max(1, len(with_support))
     macro_r = sum(ratio(c["tp"], c["support"]) for c in with_support) / max(1, len(with_support))
-    print(f"| macro over the {len(with_support)} labels with support | | | | | | {macro_p:.2f} | {macro_r:.2f} |")
-    print(f"\nmicro-F1 {ratio(2 * p * r, p + r):.3f}")
+    rows.append([f"macro over the {len(with_support)} labels with support", "", "", "", "", "", f"{macro_p:.2f}",
+                 f"{macro_r:.2f}"])
+    rec.table(f"{split}: rule-only proposals, {len(counts)} labels",
+              ["label", "kind", "support", "TP", "FP", "FN", "precision", "recall"], rows,
+              note=f"micro-F1 {ratio(2 * p * r, p + r):.3f}")
 
 
 def definition_of(rule: LabelRule) -> LabelDefinition:
@@ -186,27 +186,30 @@ def _cells(c: Counter, support: bool = False) -> list[str]:
     return out + [str(c["tp"]), str(c["fp"]), cell(c["tp"], c["tp"] + c["fp"]), cell(c["tp"], c["support"])]
 
 
-def replay_table(columns: list[tuple[str, dict[str, dict], str]]) -> None:
-    """Print part 2's table: per label, one block per ``(title, counts, phase)`` column, with micro totals."""
-    print("\n### cold start on the test split: rule-only, then rule + retrieval once 3 confirmations arrived\n")
-    print("| label | kind | " + " | ".join(f"{title}: support | TP | FP | P | R" for title, _c, _p in columns) + " |")
-    print("|---|---|" + "---:|" * 5 * len(columns))
+def replay_table(columns: list[tuple[str, dict[str, dict], str]], rec: BenchmarkRecord) -> None:
+    """Part 2's table: per label, one block per ``(title, counts, phase)`` column, with micro totals; printed and
+    added to ``rec``."""
+    head = ["label", "kind"] + [f"{title}: {x}" for title, _c, _p in columns for x in ("support", "TP", "FP", "P",
+                                                                                       "R")]
     totals = [Counter() for _ in columns]
+    rows = []
     for label in columns[0][1]:
         row = [label, KIND.get(label, "concept")]
         for total, (_title, counts, phase) in zip(totals, columns):
             total.update(counts[label][phase])
             row += _cells(counts[label][phase], support=True)
-        print("| " + " | ".join(row) + " |")
+        rows.append(row)
     row = ["**micro**", ""]
     for total in totals:
         row += _cells(total, support=True)
-    print("| " + " | ".join(row) + " |")
-    print("\ntrue positives proposed from the KwE alone: " + ", ".join(
-        f"{title}: {t['rule']} of {t['tp']}" for (title, _c, _p), t in zip(columns, totals)))
-    print("gold labels among the candidates instead (a KwE match of a label with 3 examples that retrieval did not "
-          "propose): " + ", ".join(f"{title}: {t['candidate']} of {t['support']}"
-                                   for (title, _c, _p), t in zip(columns, totals)))
+    rows.append(row)
+    note = ("True positives proposed from the KwE alone: " + ", ".join(
+        f"{title}: {t['rule']} of {t['tp']}" for (title, _c, _p), t in zip(columns, totals))
+        + ". Gold labels among the candidates instead (a KwE match of a label with 3 examples that retrieval did "
+          "not propose): " + ", ".join(f"{title}: {t['candidate']} of {t['support']}"
+                                       for (title, _c, _p), t in zip(columns, totals)) + ".")
+    rec.table("Cold start on the test split: rule-only, then rule + retrieval once 3 confirmations arrived", head,
+              rows, note=note)
 
 
 def main() -> None:
@@ -219,12 +222,18 @@ def main() -> None:
     ap.add_argument("--top-k", nargs="+", type=int, default=[50, 5],
                     help="part 2: k of the replays (the rule-only replay uses the first)")
     args = ap.parse_args()
+    with BenchmarkRecord("kwe_cold_start") as rec:
+        measure(args, rec)
+
+
+def measure(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
+    """Part 1 and / or part 2 (``--part``), into ``rec``."""
     corpus = load_corpus(args.data)
     rules = load_rules(args.rules)
     print(f"{len(rules)} label rules from {args.rules}; corpus {corpus.summary()}")
     if args.part in ("1", "both"):
         for split in args.splits:
-            table(split, evaluate(rules, corpus.split(split)))
+            table(split, evaluate(rules, corpus.split(split)), rec)
     if args.part in ("2", "both"):
         settings = Settings()
         encoder = Encoder(settings.encoder, settings.home)
@@ -238,7 +247,7 @@ def main() -> None:
             union = replay(corpus, rules, encoder, args.top_k[-1], Path(tmp), seeded=CONFIRMATIONS,
                            min_examples=10**9)
             columns.append((f"rule ∪ retrieval, k={args.top_k[-1]}, rules never stop", union, PHASES[1]))
-            replay_table(columns)
+            replay_table(columns, rec)
             print(f"({len(columns)} replays in {time.perf_counter() - started:.0f} s)")
         encoder.close()
 

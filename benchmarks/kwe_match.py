@@ -47,6 +47,7 @@ from pathlib import Path
 
 
 from newsmon.shared.data import load_corpus  # noqa: E402
+from record import BenchmarkRecord, run_name  # noqa: E402
 from newsmon.shared.kwe import KweIndex, parse_kwe  # noqa: E402
 from newsmon.shared.text import tokenize  # noqa: E402
 
@@ -166,13 +167,16 @@ def uptime() -> str:
         return "load: " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def percentiles(values: list[float]) -> str:
+def quantiles(values: list[float]) -> list[float]:
+    """Median, p95, p99 and max of ``values``, rounded to 3 decimals."""
     ordered = sorted(values)
+    at = [statistics.median(ordered)] + [ordered[min(len(ordered) - 1, int(q * len(ordered)))] for q in (0.95, 0.99)]
+    return [round(v, 3) for v in (*at, ordered[-1])]
 
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-    return (f"median {statistics.median(ordered):.3f}  p95 {at(0.95):.3f}  p99 {at(0.99):.3f}  "
-            f"max {ordered[-1]:.3f} ms")
+
+def percentiles(values: list[float]) -> str:
+    median, p95, p99, top = quantiles(values)
+    return f"median {median:.3f}  p95 {p95:.3f}  p99 {p99:.3f}  max {top:.3f} ms"
 
 
 def main() -> None:
@@ -188,6 +192,12 @@ def main() -> None:
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    with BenchmarkRecord(run_name("kwe_match", args.data)) as rec:
+        measure(args, rec)
+
+
+def measure(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
+    """Generate, parse and index the expressions, time the matching and check it; figures into ``rec``."""
     print("before:", uptime())
     corpus = load_corpus(args.data)
     rng = random.Random(args.seed)
@@ -209,13 +219,17 @@ def main() -> None:
         gc.collect()
         gc.freeze()  # what a worker does after building its rules: full collections skip the index
     print(f"gc.freeze() after the build: {not args.no_gc_freeze}")
-    run_passes(index, texts, args.repeat)
+    rec.data.update(expressions=len(sources), examples=sources[:6], parse_s=round(t1 - t0, 3),
+                    index_build_s=round(t2 - t1, 3), terms=terms, patterns=len(index._pattern_id),
+                    gc_freeze=not args.no_gc_freeze)
+    run_passes(index, texts, args.repeat, rec)
     check(index, texts, args.check, rng)
     print("after:", uptime())
 
 
-def run_passes(index: KweIndex, texts: list[str], repeat: int) -> None:
-    """Time tokenize and match per article (wall clock and this thread's CPU time); print the best pass."""
+def run_passes(index: KweIndex, texts: list[str], repeat: int, rec: BenchmarkRecord) -> None:
+    """Time tokenize and match per article (wall clock and this thread's CPU time); print the best pass and add
+    it to ``rec``."""
     best = None
     for _ in range(repeat):
         tok_ms, match_ms, cpu_ms, counts = [], [], [], []
@@ -239,6 +253,15 @@ def run_passes(index: KweIndex, texts: list[str], repeat: int) -> None:
     print(f"  tokenize per article, wall: {percentiles(tok_ms)}")
     print(f"  matching expressions per article: mean {statistics.mean(counts):.1f}, median "
           f"{statistics.median(counts):.0f}, max {max(counts)}; articles with none: {counts.count(0)}")
+    rows = [[name, *quantiles(values)] for name, values in (
+        ("match, CPU time", cpu_ms), ("match, wall clock", match_ms),
+        ("tokenize (once per article), wall clock", tok_ms))]
+    rec.table(f"One article against {len(index):,} expressions (ms per article, one core)",
+              ["measure", "median", "p95", "p99", "max"], rows,
+              note=f"{len(texts):,} articles, {words:.0f} words on average; the best of {repeat} passes by median. "
+                   "On a shared machine the wall figures are noisy; CPU time is the better measure.")
+    rec.data.update(articles=len(texts), mean_words=round(words, 1), mean_matches=round(statistics.mean(counts), 1),
+                    articles_without_match=counts.count(0))
 
 
 def check(index: KweIndex, texts: list[str], n: int, rng: random.Random) -> None:

@@ -21,6 +21,7 @@ import argparse
 import time
 
 from eval_inputs import build
+from record import BenchmarkRecord, run_name
 from newsmon.shared.scoring.calibration.thresholds import micro_f1_acc, paired_lift_interval
 from newsmon.shared.scoring.rules import lifts
 
@@ -44,13 +45,17 @@ def main() -> None:
     ap.add_argument("--data", default="../shared/data/sentinews_sl")
     ap.add_argument("--chunks", type=int, default=4, help="max_chunks of the variant (truncation: 1)")
     args = ap.parse_args()
-    runs = {n: calibrated(args.data, n) for n in (1, args.chunks)}
+    with BenchmarkRecord(run_name("long_articles", args.data)) as rec:
+        measure(args.data, args.chunks, rec)
+
+
+def measure(data: str, chunks: int, rec: BenchmarkRecord) -> None:
+    """Truncation against ``chunks`` windows, judged on the calibration articles, into ``rec``."""
+    runs = {n: calibrated(data, n) for n in (1, chunks)}
     base = runs[1]
     assert all(r["labels"] == base["labels"] for r in runs.values()), "the vocabularies differ"
-    print(f"{args.data}: {len(base['Y_cal'])} calibration articles, {len(base['Y_te'])} test articles")
-    print("| encoder input | calibrated parameters | calibration micro-F1 | subset accuracy | objective | "
-          "lift over truncation, 90 % | kept | test micro-F1 | test subset accuracy | seconds |\n"
-          "|---|---|---|---|---|---|---|---|---|---|")
+    print(f"{data}: {len(base['Y_cal'])} calibration articles, {len(base['Y_te'])} test articles")
+    rows = []
     f1_0, acc_0 = micro_f1_acc(base["Y_cal"], base["P_cal"])
     for n, r in runs.items():
         f1, acc = micro_f1_acc(r["Y_cal"], r["P_cal"])
@@ -60,19 +65,26 @@ def main() -> None:
         p = r["params"]
         short = ", ".join(f"{k} {v}" for k, v in p.items())
         name = "truncation (max_chunks 1)" if n == 1 else f"windows (max_chunks {n})"
-        print(f"| {name} | {short} | {100 * f1:.1f} | {100 * acc:.1f} | {f1 + acc:.4f} | {lo:+.4f} .. {hi:+.4f} | "
-              f"{kept} | {100 * tf1:.1f} | {100 * tacc:.1f} | {r['seconds']:.0f} |")
-    moved = int((runs[args.chunks]["P_cal"] != base["P_cal"]).any(axis=1).sum())
-    print(f"calibration articles whose proposals differ: {moved} of {len(base['Y_cal'])}")
+        rows.append([name, short, round(100 * f1, 1), round(100 * acc, 1), round(f1 + acc, 4),
+                     f"{lo:+.4f} .. {hi:+.4f}", kept, round(100 * tf1, 1), round(100 * tacc, 1), round(r["seconds"])])
+    moved = int((runs[chunks]["P_cal"] != base["P_cal"]).any(axis=1).sum())
+    rec.table(f"Long articles: truncation against windows ({data})",
+              ["encoder input", "calibrated parameters", "calibration micro-F1", "subset accuracy", "objective",
+               "lift over truncation, 90 %", "kept", "test micro-F1", "test subset accuracy", "seconds"], rows,
+              note=f"Calibration articles whose proposals differ: {moved} of {len(base['Y_cal']):,}. The test "
+                   "columns are for the record only.")
     # the two parts of the calibration articles apart (each setting's calibration as chosen on both parts)
     v = base["n_validation"]
-    var = runs[args.chunks]
+    var = runs[chunks]
+    parts = []
     for part, rows in (("train, leave-one-out", slice(0, -v)), ("validation", slice(-v, None))):
         Y, new, old = base["Y_cal"][rows], var["P_cal"][rows], base["P_cal"][rows]
         (f1, acc), (f1_0, acc_0) = micro_f1_acc(Y, new), micro_f1_acc(Y, old)
         lo, hi = paired_lift_interval(Y, new, old)
-        print(f"{part} ({len(Y)} articles): objective {f1_0 + acc_0:.4f} -> {f1 + acc:.4f}, "
-              f"paired lift 90 % {lo:+.4f} .. {hi:+.4f}")
+        parts.append([part, len(Y), round(f1_0 + acc_0, 4), round(f1 + acc, 4), f"{lo:+.4f} .. {hi:+.4f}"])
+    rec.table("The two parts of the calibration articles apart", ["part", "articles", "objective, truncation",
+                                                                  f"objective, windows ({chunks})",
+                                                                  "paired lift 90 %"], parts)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from newsmon.shared.scoring.calibration.levers import with_rule
 from newsmon.shared.scoring.decision import neighbours_needed
 from newsmon.shared.scoring.lexical import TermVectors, fuse
 from newsmon.shared.scoring.rules.tail_support import SupportOptions
+from record import BenchmarkRecord, run_name
 
 #: Variants on top of the calibrated parameters: None = as calibrated; "no new-label rule"; tail-support settings.
 VARIANTS = [None, "no new-label rule", (2, 5, 0.88), (1, 1, 0.9)]
@@ -62,6 +63,12 @@ def main() -> None:
     ap.add_argument("--min-articles", type=int, default=6)
     ap.add_argument("--max-articles", type=int, default=60)
     args = ap.parse_args()
+    with BenchmarkRecord(run_name("new_label_replay", args.data)) as rec:
+        replay(args, rec)
+
+
+def replay(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
+    """The replay of every label with ``--min-articles`` to ``--max-articles`` articles, into ``rec``."""
     t0 = time.perf_counter()
     s = Settings()
     arts = [a for a in load_corpus(args.data).articles if a.labels]
@@ -128,12 +135,17 @@ def main() -> None:
           f"each, scored on the other {len(arts) - 3} articles; calibrated "
           f"{params.model_dump(mode='json', exclude_defaults=True)}; "
           f"{time.perf_counter() - t0:.0f} s")
-    print("| rule | micro precision | micro recall | micro F1 | proposed |\n|---|---|---|---|---|")
+    rows = []
     for name, (tp, fp, fn) in tallies.items():
-        prec = tp / (tp + fp) if tp + fp else float("nan")
-        rec = tp / (tp + fn) if tp + fn else float("nan")
+        prec = round(tp / (tp + fp), 3) if tp + fp else "–"
+        recall = round(tp / (tp + fn), 3) if tp + fn else "–"
         f1 = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
-        print(f"| {name} | {prec:.3f} | {rec:.3f} | {f1:.3f} | {tp + fp} |")
+        rows.append([name, prec, recall, round(f1, 3), tp + fp])
+    rec.data.update(labels=len(new), calibrated=params.model_dump(mode="json", exclude_defaults=True))
+    rec.table(f"New labels from 3 confirmations ({args.data})",
+              ["rule", "micro precision", "micro recall", "micro F1", "proposed"], rows,
+              note=f"{len(new)} labels with {args.min_articles}-{args.max_articles} articles, each hidden and given "
+                   f"back to 3 of its articles, scored on the other {len(arts) - 3:,} articles.")
 
 
 def _name(v) -> str:

@@ -11,6 +11,8 @@ always one a run wrote, with the run it came from::
         rec.table("Search at archive size", ["points", "p50 ms", "p99 ms"], rows, note="2 cores, no GPU")
         rec.data["points"] = 1_000_000          # any JSON-able figures beside the tables
 
+A benchmark run on one corpus of several names its record :func:`run_name` (``<benchmark>.<corpus>``).
+
 A record is written when the ``with`` block ends, also after an error (``"error"`` then says what it was), so a
 failed or interrupted run leaves what it measured. ``NEWSMON_BENCHMARK_RESULTS`` moves the results folder (tests).
 """
@@ -137,6 +139,26 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, (set, frozenset, tuple)):
         return list(v)
     return str(v)
+
+
+def run_name(benchmark: str, data: str | os.PathLike) -> str:
+    """The record name of a benchmark run on one corpus: ``<benchmark>.<corpus>`` (``dedup_quality.sentinews_sl``
+    for ``--data ../shared/data/sentinews_sl`` or its ``articles.jsonl``), so each corpus keeps its latest record."""
+    path = Path(data)
+    corpus = path.parent.name if path.suffix in (".jsonl", ".json") else path.name
+    return f"{benchmark}.{corpus}"
+
+
+def run_on_corpus(benchmark: str, description: str, measure, default: str = "../shared/data/sentinews_sl") -> None:
+    """The command line of a benchmark whose only option is ``--data``: ``measure(data, rec)`` inside the record
+    ``<benchmark>.<corpus>`` (:func:`run_name`)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--data", default=default)
+    args = ap.parse_args()
+    with BenchmarkRecord(run_name(benchmark, args.data)) as rec:
+        measure(args.data, rec)
 
 
 def latest(name: str) -> dict[str, Any] | None:

@@ -41,6 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
+from record import BenchmarkRecord
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
 
@@ -305,6 +307,12 @@ def decisions_in_memory(s, decided: dict[str, tuple[str, ...]]) -> int:
 
 def main() -> int:
     args = parse_args()
+    with BenchmarkRecord("soak") as rec:
+        return run(args, rec)
+
+
+def run(args: argparse.Namespace, rec: BenchmarkRecord) -> int:
+    """The soak (see the module docstring); its report into ``rec``. Returns the exit status (0: nothing lost)."""
     from newsmon.broker import TansuBroker, free_port
     from newsmon.shared.config import Settings
     from newsmon.shared.data import load_corpus
@@ -349,7 +357,7 @@ def main() -> int:
         col.stop.set()
         col.join(10)
     applied = decisions_in_memory(s, col.decided)
-    report(args, col, published, valid, poisoned, faults, soak, wall, applied, status)
+    report(args, col, published, valid, poisoned, faults, soak, wall, applied, status, rec)
     return 0 if ok and applied == len(col.decided) and status == 0 else 1
 
 
@@ -378,12 +386,11 @@ def wait_decisions(s, soak, timeout_s: float = 300) -> bool:
     return False
 
 
-def report(args, col, published, valid, poisoned, faults, soak, wall, applied, status) -> None:
+def report(args, col, published, valid, poisoned, faults, soak, wall, applied, status, rec) -> None:
     latency = np.array([col.first[k] - published[k] for k in valid if k in col.first and k in published])
     repeats = sum(n - 1 for n in col.seen.values())
     wrong = {k: (kind, col.dead.get(k)) for k, kind in poisoned.items()
              if col.dead.get(k) != kind and not (kind == "text_rejected" and col.dead.get(k) == "schema_violation")}
-    print("\n| measure | value |\n|---|---|")
     rows = [("articles (valid + poison)", f"{len(valid) + len(poisoned)} ({len(valid)} + {len(poisoned)})"),
             ("valid articles proposed at least once", f"{len(valid & set(col.first))} / {len(valid)}"),
             ("poison messages dead-lettered with the expected reason",
@@ -399,8 +406,8 @@ def report(args, col, published, valid, poisoned, faults, soak, wall, applied, s
              if len(latency) else "-"),
             ("worker batch time p99 (s)", f"{np.percentile(col.batch_ms, 99) / 1000:.2f}" if col.batch_ms else "-"),
             ("worker exit status after SIGTERM", str(status))]
-    for name, value in rows:
-        print(f"| {name} | {value} |")
+    rec.table(f"Soak under faults: {len(valid) + len(poisoned):,} articles at {args.rate}/s, a fault every "
+              f"~{args.fault_every} s", ["measure", "value"], [list(r) for r in rows])
     if wrong:
         print("poison not dead-lettered as expected:", dict(list(wrong.items())[:10]))
     print(f"load average at the end: {os.getloadavg()}")

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from record import BenchmarkRecord, run_name
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -98,7 +100,7 @@ def one_run(args, corpus, encoder, run: int, last: bool) -> dict:
         rate = len(got) / stream_s
         enc_after = _encoder_rate(encoder, texts, args.batch)  # the load moves: the encoder is measured on
         enc_rate = (enc_before + enc_after) / 2  # both sides of the stream and the mean taken
-        out = {"encoder": enc_rate, "stream": rate, "ratio": rate / enc_rate}
+        out = {"encoder": enc_rate, "stream": rate, "ratio": rate / enc_rate, "load": os.getloadavg()[0]}
         out["stages"] = {st: _hist_sum(BATCH_SECONDS, st) - v for st, v in stages_before.items()}
         dups = sum(1 for x in got.values() if x.duplicate_of)
         print(f"run {run + 1}: encoder alone {enc_before:.2f} before, {enc_after:.2f} after the stream, mean "
@@ -159,12 +161,23 @@ def main() -> None:
 
         ClassifierWorker.step = BatchWorker.step  # each batch finished before the next is consumed
 
-    from newsmon.shared.config import Settings
-    from newsmon.shared.data import load_corpus
-    from newsmon.shared.encoder import Encoder
     from newsmon.shared.logs import configure_logging
 
     configure_logging("console", "WARNING")
+    with BenchmarkRecord(run_name("stream_throughput", args.data)) as rec:
+        measure(args, rec)
+    if not args.skip_dedup_quality:
+        print("near-duplicate detector (benchmarks/dedup_quality.py):", flush=True)
+        subprocess.run([sys.executable, str(Path(__file__).with_name("dedup_quality.py")), "--data", args.data,
+                        "--n", "600"], check=False)
+
+
+def measure(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
+    """``--runs`` streams against the encoder alone, the stage times and the decision latency, into ``rec``."""
+    from newsmon.shared.config import Settings
+    from newsmon.shared.data import load_corpus
+    from newsmon.shared.encoder import Encoder
+
     corpus = load_corpus(args.data)
     s = Settings()
     s.encoder.max_length, s.encoder.batch_size = args.max_length, args.batch
@@ -172,6 +185,15 @@ def main() -> None:
     print(f"cores {os.cpu_count()}, load average {os.getloadavg()[0]:.1f} at the start", flush=True)
     runs = [one_run(args, corpus, encoder, i, i == args.runs - 1) for i in range(args.runs)]
     ratios = np.array([r["ratio"] for r in runs])
+    rec.table(f"Streaming against the encoder alone ({args.n} articles, batches of {args.batch}, "
+              f"{args.max_length} tokens)", ["run", "encoder alone, articles/s", "pipeline, articles/s",
+                                             "ratio pipeline / encoder", "load average after"],
+              [[i + 1, round(r["encoder"], 2), round(r["stream"], 2), round(r["ratio"], 3), round(r["load"], 1)]
+               for i, r in enumerate(runs)],
+              note=f"Median ratio {np.median(ratios):.3f} (target >= 0.95), spread {ratios.min():.3f}-"
+                   f"{ratios.max():.3f}. Each run on a fresh memory and broker; the encoder measured right before and "
+                   "after its stream, the mean taken." + (" No batch in flight (--sequential)." if args.sequential
+                                                         else ""))
     print(f"\nstreaming / encoder alone over {args.runs} runs: median {np.median(ratios):.3f}, spread "
           f"{ratios.min():.3f}-{ratios.max():.3f} (target >= 0.95); encoder alone median "
           f"{np.median([r['encoder'] for r in runs]):.2f}, streaming median {np.median([r['stream'] for r in runs]):.2f}"
@@ -182,11 +204,12 @@ def main() -> None:
     lat = runs[-1]["latency_ms"]
     print(f"decision -> memory: p50 {np.percentile(lat, 50):.1f} ms, p99 {np.percentile(lat, 99):.1f} ms, "
           f"max {lat.max():.1f} ms over {len(lat)} decisions")
+    rec.table("Worker seconds per stage, last run, and decision -> memory latency", ["measure", "value"],
+              [*[[f"seconds in stage {k}", round(v, 1)] for k, v in st.items()],
+               ["decision -> memory p50 (ms)", round(float(np.percentile(lat, 50)), 1)],
+               ["decision -> memory p99 (ms)", round(float(np.percentile(lat, 99)), 1)],
+               ["decisions", len(lat)]], note="Embedding overlaps the other stages (one batch in flight).")
     encoder.close()
-    if not args.skip_dedup_quality:
-        print("near-duplicate detector (benchmarks/dedup_quality.py):", flush=True)
-        subprocess.run([sys.executable, str(Path(__file__).with_name("dedup_quality.py")), "--data", args.data,
-                        "--n", "600"], check=False)
 
 
 if __name__ == "__main__":

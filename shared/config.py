@@ -362,8 +362,9 @@ def _default_text(field) -> str:
 
 
 def settings_reference() -> str:
-    """The settings table of the README (Markdown), generated from the settings model: environment variable,
-    default and meaning of every setting. ``tests/test_docs.py`` checks that the README holds it verbatim."""
+    """The settings table (Markdown) of ``newsmon settings --markdown`` and of the docs' settings reference
+    (``docs/reference/settings.md``, filled in by ``docs/hooks.py`` when the site is built): environment variable,
+    default and meaning of every setting, a pipe in a meaning escaped as ``\\|``."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
 
     def walk(model: type[BaseModel], prefix: str) -> None:
@@ -372,7 +373,7 @@ def settings_reference() -> str:
             if isinstance(ann, type) and issubclass(ann, BaseModel):
                 walk(ann, f"{prefix}{name.upper()}__")
                 continue
-            desc = (field.description or "").replace("|", "\\\\|")
+            desc = (field.description or "").replace("|", "\\|")
             rows.append(f"| `{prefix}{name.upper()}` | {_default_text(field)} | {desc} |")
 
     walk(Settings, "NEWSMON_")

@@ -250,7 +250,7 @@ def test_settings_split_between_configmap_and_secret(rendered, case):
     assert not SECRET_KEYS & _env_names(docs, plain=True), "a secret setting is a plain env value"
     for value in secret.values():
         assert value not in json.dumps(cm)
-    # every NEWSMON_* variable the chart sets is a real setting (README "Settings" table)
+    # every NEWSMON_* variable the chart sets is a real setting (the settings reference)
     newsmon_vars = {k for k in set(cm) | set(secret) | _env_names(docs) if k.startswith("NEWSMON_")}
     assert newsmon_vars <= SETTINGS, newsmon_vars - SETTINGS
     # production defaults
