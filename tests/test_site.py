@@ -86,7 +86,7 @@ def test_settings_reference_lists_every_setting(site):
     page = page_text(site, "reference/settings")
     for variable in hooks.leaf_settings():
         assert variable in page, variable
-    assert len(hooks.leaf_settings()) > 100
+    assert len(hooks.leaf_settings()) > 80
 
 
 def test_the_settings_check_fails_on_a_missing_setting():
