@@ -169,7 +169,7 @@ def check_language_code(code: Any) -> str:
     """
     if not isinstance(code, str) or not _TWO_LETTERS.match(code):
         raise ValueError(f"language {show_value(code)} is not an ISO 639-1 code (two lower-case letters, e.g. sl)")
-    import langcodes  # deferred: loading its registry takes 0.1 s, which `newsmon --help` need not pay
+    import langcodes  # deferred: loading its registry is slow, and `newsmon --help` need not pay for it
 
     if not langcodes.tag_is_valid(code):
         raise ValueError(f"language {code!r} is not an ISO 639-1 code: no language has this code")

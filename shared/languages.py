@@ -22,7 +22,7 @@ _identifier: Any = None
 
 
 def _model() -> Any:
-    """The identifier (loaded once per process; about 3 s)."""
+    """The identifier (loaded once per process, on first use: it takes seconds)."""
     global _identifier
     with _lock:
         if _identifier is None:

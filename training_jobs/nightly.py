@@ -121,7 +121,7 @@ def tune(settings: Settings, corpus: Corpus, model: str, trials: int, resume: st
     reports the optimum another run found on other data. ``resume`` names an earlier study to continue; it
     must have been run on the same data (model and corpus fingerprints), else ``ValueError``.
     """
-    import optuna  # deferred: 0.5-1 s import
+    import optuna  # deferred: a slow import
 
     s = settings_with_model(settings, model)
     storage = optuna_storage(settings)

@@ -145,7 +145,7 @@ def _carry_memory(settings: Settings, current_enc, candidate_path: str) -> tuple
 
 def _switch_aliases(settings: Settings, router: MemoryRouter) -> None:
     """Point ``<prefix>_<lang>`` at the new version's collection of each language (Qdrant server)."""
-    from qdrant_client import models  # deferred: 1-2 s import, server mode only
+    from qdrant_client import models  # deferred: a slow import, server mode only
 
     ops = []
     for lang in router.languages(refresh=True):

@@ -175,7 +175,7 @@ def write_outputs(report: dict, out_dir: Path) -> None:
 
 def plot_f1_by_frequency(report: dict, path: Path) -> None:
     """Bar chart of macro-F1 per label-frequency bucket, one bar per method (PNG)."""
-    import matplotlib  # deferred: 0.5 s import plus the backend; only written outputs need it
+    import matplotlib  # deferred: a slow import plus the backend; only written outputs need it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # deferred: after choosing the Agg backend

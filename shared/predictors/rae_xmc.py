@@ -91,8 +91,8 @@ def tune_rae(val_retrieval: Retrieval, Y_val, vocab: LabelVocab, n_trials: int, 
     Returns:
         (best params: top_k, tau, lam, threshold; best subset accuracy, micro-F1 of the best trial).
     """
-    import optuna  # deferred: 0.5-1 s import, only --tune and the nightly job need it
-    from sklearn.metrics import accuracy_score, f1_score  # deferred: scikit-learn takes 1-2 s; tuning only
+    import optuna  # deferred: a slow import, only --tune and the nightly job need it
+    from sklearn.metrics import accuracy_score, f1_score  # deferred: scikit-learn is slow to import; tuning only
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     Yt = np.asarray(Y_val.todense()).astype(bool)

@@ -34,7 +34,7 @@ class TfidfOneVsAll:
             ValueError: the labels leave nothing to learn (every article carries each label, or none carries
                 one); the message says why.
         """
-        # deferred: scikit-learn takes 1-2 s to import; the live classifier imports this module only to register it
+        # deferred: scikit-learn is slow to import; the live classifier imports this module only to register it
         from joblib import parallel_config
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
