@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from newsmon.schemas.scoring import ScoringParams
+from newsmon.shared.scoring.calibration import MICRO_AND_SUBSET
 from newsmon.shared.scoring import LabelVocab
 from newsmon.shared.scoring.rules.threshold import column_thresholds
 from newsmon.shared.scoring.calibration.thresholds import (cross_fitted_label_thresholds, eligible_columns,
@@ -90,7 +91,8 @@ def _two_frequent_labels(n: int = 60):
 
 def test_calibration_keeps_label_thresholds_that_hold_on_articles_they_were_not_fitted_on():
     r, gold = _two_frequent_labels()
-    res = calibrate(r, gold, rules=(), new_labels=False, label_counts={"f": 600, "g": 700})
+    res = calibrate(r, gold, rules=(), new_labels=False, label_counts={"f": 600, "g": 700},
+                    objective=MICRO_AND_SUBSET)
     step = next(s for s in res.steps if s["step"] == "+ label thresholds")
     assert step["kept"] and step["labels"] == 2
     assert step["cross_fitted_objective"] == pytest.approx(2.0)  # each half's cuts are right on the other half

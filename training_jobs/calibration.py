@@ -23,8 +23,8 @@ from newsmon.shared.data import Article
 from newsmon.shared.evaluation.neighbours import search_by_language
 from newsmon.shared.memory import SearchFilter
 from newsmon.shared.scoring import MemoryArticles, Queries, Retrieval, get_component
-from newsmon.shared.scoring.calibration import (GRID_K, LEXICAL_CANDIDATES, OBJECTIVE, CalibrationResult,
-                                                CalibrationSet, calibrate, calibration_set)
+from newsmon.shared.scoring.calibration import (GRID_K, LEXICAL_CANDIDATES, CalibrationResult, CalibrationSet,
+                                                calibrate, calibration_set)
 from newsmon.shared.scoring.models import ModelCache
 from newsmon.shared.scoring.records import CalibrationRecord, record_id
 
@@ -66,7 +66,8 @@ def _write_record(clf: Classifier, lang: str, result: CalibrationResult, cal: Ca
     models it judged (the chosen components' models and the label counts, :mod:`newsmon.shared.scoring.stored`), so
     a worker never reads a record without its models."""
     record = CalibrationRecord(collection=clf.collection(lang), language=lang, model_version=clf.model_version,
-                               params=result.params.model_dump(mode="json"), objective=OBJECTIVE, figures=result.figures,
+                               params=result.params.model_dump(mode="json"), objective=cal.objective.name,
+                               figures=result.figures,
                                fit_on=fit_on, written_by=written_by, labels=result.known_labels)
     cache = ModelCache(record_id(record))
     for spec in result.params.components:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from newsmon.shared.scoring.calibration.objective import Objective
 from newsmon.shared.scoring.components import MemoryArticles, Queries, components
 from newsmon.shared.scoring.retrieval import Retrieval
 
@@ -32,6 +33,7 @@ class CalibrationSet:
         known_labels: the memory's labels (the calibration record's ``labels``).
         given: per component name, its evidence for the ``n`` articles as a function of the options, instead of
             models fitted on ``memory`` (the component is then tried whether or not there is a memory).
+        objective: what the calibration maximises on these articles (:class:`Objective`).
         models: the components' models fitted on ``memory`` so far, by (component, model key): the ones the
             calibration judged, which the workers and ``eval`` then use.
     """
@@ -45,6 +47,7 @@ class CalibrationSet:
     label_counts: dict[str, int] | None = None
     known_labels: set[str] | None = None
     given: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
+    objective: Objective = field(default_factory=Objective)
     models: dict[tuple, Any] = field(default_factory=dict, repr=False)
     _evidence: dict[tuple, Any] = field(default_factory=dict, repr=False)
 

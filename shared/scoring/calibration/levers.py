@@ -11,8 +11,8 @@ import numpy as np
 
 from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.scoring.calibration.inputs import CalibrationSet
-from newsmon.shared.scoring.calibration.thresholds import (bucket_ascent, choose_label_thresholds, micro_f1_acc,
-                                                           paired_lift_interval)
+from newsmon.shared.scoring.calibration.objective import Objective
+from newsmon.shared.scoring.calibration.thresholds import bucket_ascent, choose_label_thresholds
 from newsmon.shared.scoring.components import ScoreComponent
 from newsmon.shared.scoring.decision import decide, mixed_scores
 from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
@@ -23,11 +23,13 @@ from newsmon.shared.scoring.rules.threshold import BUCKET_EDGES, column_threshol
 GRID_K = (5, 10, 20, 30, 50, 75, 100, 150, 200)
 GRID_THRESHOLD = tuple(np.round(np.arange(0.10, 0.76, 0.05), 2))
 
-#: What a calibration step carries forward: the parameters, their micro-F1 and subset accuracy, and their
-#: ``(n, L)`` bool proposals on the calibration articles.
-State = tuple[ScoringParams, float, float, np.ndarray]
-#: A step's best: (objective, parameters, micro-F1, subset accuracy).
-Found = tuple[float, ScoringParams, float, float]
+#: (micro-F1, subset accuracy, macro-F1) on the calibration articles.
+Parts = tuple[float, float, float]
+#: What a calibration step carries forward: the parameters, their figures and their ``(n, L)`` bool proposals on
+#: the calibration articles.
+State = tuple[ScoringParams, Parts, np.ndarray]
+#: A step's best: (objective, parameters, figures).
+Found = tuple[float, ScoringParams, Parts]
 
 
 def gold_matrix(label_sets: list[tuple[str, ...]], vocab: LabelVocab) -> np.ndarray:
@@ -73,18 +75,26 @@ def scores_on(retrieval: Retrieval, labels: list[str], L: int, params: ScoringPa
     return pad(mixed_scores(retrieval, LabelVocab(labels), params, evidence), L)[:, :L]
 
 
+def record(name: str, params: ScoringParams, parts: Parts, objective: float, kept: bool, **extra: Any
+           ) -> dict[str, Any]:
+    """A step of the ablation: its name, parameters, figures on the calibration articles and whether it was
+    kept."""
+    return {"step": name, "params": params.model_dump(mode="json"), "micro_f1": parts[0],
+            "subset_accuracy": parts[1], "macro_f1": parts[2], "objective": objective, "kept": kept, **extra}
+
+
 def take(steps: list[dict[str, Any]], name: str, found: Found, state: State, trial: np.ndarray, Yt: np.ndarray,
-         keeps: Callable[[float, float, tuple[float, float]], bool] = lifts) -> tuple[State, bool]:
+         judge: Objective, keeps: Callable[[float, float, tuple[float, float]], bool] = lifts
+         ) -> tuple[State, bool]:
     """Record step ``name`` in ``steps``: its best ``found``, whose ``(n, L)`` proposals are ``trial``, and the
-    paired bootstrap 90 % interval of their lift over ``state``'s. Kept by ``keeps``; returns the state after it
-    (``found``'s when kept, else ``state``) and whether it was kept."""
-    obj, tparams, tf1, tacc = found
-    params, f1, acc, current = state
-    lift = paired_lift_interval(Yt, trial, current)
-    kept = keeps(obj, f1 + acc, lift)
-    steps.append({"step": name, "params": tparams.model_dump(mode="json"), "micro_f1": tf1,
-                  "subset_accuracy": tacc, "objective": obj, "kept": kept, "lift_interval": list(lift)})
-    return ((tparams, tf1, tacc, trial) if kept else state), kept
+    paired bootstrap 90 % interval of their lift over ``state``'s by the objective ``judge``. Kept by ``keeps``;
+    returns the state after it (``found``'s when kept, else ``state``) and whether it was kept."""
+    obj, tparams, tparts = found
+    _params, parts, current = state
+    lift = judge.bootstrap(Yt, trial, current)
+    kept = keeps(obj, judge.value(parts), lift)
+    steps.append(record(name, tparams, tparts, obj, kept, lift_interval=list(lift)))
+    return ((tparams, tparts, trial) if kept else state), kept
 
 
 def component_step(steps: list[dict[str, Any]], comp: ScoreComponent, cal: CalibrationSet, retrieval: Retrieval,
@@ -92,7 +102,7 @@ def component_step(steps: list[dict[str, Any]], comp: ScoreComponent, cal: Calib
                    ) -> tuple[State, dict[str, Any]]:
     """The best of ``comp``'s options (its grid, every threshold) on top of ``state``'s parameters, recorded as a
     step and kept when it lifts; returns the state after it and the evidence of the components kept."""
-    L = Yt.shape[1]
+    L, judge = Yt.shape[1], cal.objective
     before = scores_on(retrieval, labels, L, state[0], evidence)
     vocab = LabelVocab(labels)
     best = None
@@ -100,14 +110,14 @@ def component_step(steps: list[dict[str, Any]], comp: ScoreComponent, cal: Calib
         ev = cal.evidence(comp, opt)
         S = pad(comp.mix(before.copy(), vocab, ev, opt), L)[:, :L]
         for thr in GRID_THRESHOLD:
-            f1, acc = micro_f1_acc(Yt, S > thr)
-            if best is None or f1 + acc > best[0][0] + 1e-12:
-                best = ((f1 + acc, (opt, float(thr)), f1, acc), ev)
-    (obj, (opt, thr), f1, acc), ev = best
+            parts = judge.parts(Yt, S > thr)
+            if best is None or judge.value(parts) > best[0][0] + 1e-12:
+                best = ((judge.value(parts), (opt, float(thr)), parts), ev)
+    (obj, (opt, thr), parts), ev = best
     trial = updated(with_component(state[0], comp.name, opt), threshold=thr)
     tried = {**evidence, comp.name: ev}
-    state, kept = take(steps, f"+ {comp.name}", (obj, trial, f1, acc), state,
-                       decide_on(retrieval, Yt, labels, trial, tried, cal.label_counts), Yt)
+    state, kept = take(steps, f"+ {comp.name}", (obj, trial, parts), state,
+                       decide_on(retrieval, Yt, labels, trial, tried, cal.label_counts), Yt, judge)
     return state, tried if kept else evidence
 
 
@@ -122,23 +132,21 @@ def threshold_steps(steps: list[dict[str, Any]], cal: CalibrationSet, retrieval:
     counts = cal.label_counts
     if counts is None:
         return state
-    L = Yt.shape[1]
+    L, judge = Yt.shape[1], cal.objective
     S = scores_on(retrieval, labels, L, state[0], evidence)
     bucket = np.searchsorted(BUCKET_EDGES, [counts.get(lb, 0) for lb in labels[:L]], side="left")
-    chosen, _ = bucket_ascent(S, Yt, bucket, state[0].threshold, GRID_THRESHOLD)
-    f1, acc = micro_f1_acc(Yt, S > np.asarray(chosen)[bucket][None, :])
+    chosen, _ = bucket_ascent(S, Yt, bucket, state[0].threshold, GRID_THRESHOLD, judge=judge)
+    parts = judge.parts(Yt, S > np.asarray(chosen)[bucket][None, :])
     trial = updated(state[0], bucket_thresholds=tuple(chosen))
-    state = take(steps, "+ bucket thresholds", (f1 + acc, trial, f1, acc), state,
-                 decide_on(retrieval, Yt, labels, trial, evidence, counts), Yt)[0]
+    state = take(steps, "+ bucket thresholds", (judge.value(parts), trial, parts), state,
+                 decide_on(retrieval, Yt, labels, trial, evidence, counts), Yt, judge)[0]
     params = state[0]
     base = column_thresholds(LabelVocab(labels[:L]), params, counts)
-    got = choose_label_thresholds(S, Yt, base, labels[:L], counts, GRID_THRESHOLD)
+    got = choose_label_thresholds(S, Yt, base, labels[:L], counts, GRID_THRESHOLD, judge)
     trial = updated(params, label_thresholds=got.thresholds)
-    (tf1, tacc), kept = got.in_sample, got.holds
-    steps.append({"step": "+ label thresholds", "params": trial.model_dump(mode="json"), "micro_f1": tf1,
-                  "subset_accuracy": tacc, "objective": tf1 + tacc, "kept": kept,
-                  "cross_fitted_objective": sum(got.crossed), "cross_fitted_lift": list(got.lift),
-                  "labels": got.labels})
-    if kept:
-        return (trial, tf1, tacc, decide_on(retrieval, Yt, labels, trial, evidence, counts))
+    steps.append(record("+ label thresholds", trial, got.in_sample, judge.value(got.in_sample), got.holds,
+                        cross_fitted_objective=judge.value(got.crossed), cross_fitted_lift=list(got.lift),
+                        labels=got.labels))
+    if got.holds:
+        return (trial, got.in_sample, decide_on(retrieval, Yt, labels, trial, evidence, counts))
     return state

@@ -2,11 +2,13 @@
 split (:class:`~newsmon.shared.scoring.calibration.inputs.CalibrationSet`: the memory's own articles scored
 leave-one-out, plus the validation split when there is one).
 
-Objective: micro-F1 + subset accuracy (both fractions). Subset accuracy alone gives the search no signal where
-articles carry many labels (it is about 0 for every setting), micro-F1 alone ignores whether whole label sets
-are right; their sum chooses well in both cases and both figures are reported. The search is a grid, so re-runs
-on the same data choose the same parameters; the objective's noise is reported as a bootstrap 90 % interval
-over the calibration articles.
+Objective (:class:`~newsmon.shared.scoring.calibration.objective.Objective`, the calibration set's): by default
+micro-F1 + subset accuracy + macro-F1 (all fractions). Subset accuracy alone gives the search no signal where
+articles carry many labels (it is about 0 for every setting), micro-F1 alone ignores whether whole label sets are
+right and is decided by the frequent labels; macro-F1 weighs every label (client topic) alike, so the search does
+not give the tail up for the head. Each figure is reported. The search is a grid, so re-runs on the same data choose
+the same parameters; the objective's noise is reported as a bootstrap 90 % interval over the calibration
+articles.
 
 Every lever is kept only when it lifts the objective beyond the noise of the calibration articles: the paired
 bootstrap 90 % interval of its lift over the proposals before it lies above 0
@@ -33,10 +35,11 @@ import numpy as np
 
 from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.scoring.calibration.inputs import CalibrationSet
-from newsmon.shared.scoring.calibration.levers import (GRID_K, GRID_THRESHOLD, State, component_step, decide_on,
-                                                       gold_matrix, pad, take, threshold_steps, with_rule)
+from newsmon.shared.scoring.calibration.levers import (GRID_K, GRID_THRESHOLD, Found, State, component_step,
+                                                       decide_on, gold_matrix, pad, record, take, threshold_steps,
+                                                       with_rule)
+from newsmon.shared.scoring.calibration.objective import Objective
 from newsmon.shared.scoring.calibration.result import CalibrationResult
-from newsmon.shared.scoring.calibration.thresholds import bootstrap_objective, micro_f1_acc
 from newsmon.shared.scoring.lexical import TermVectors, fuse
 from newsmon.shared.scoring.rae_xmc import rae_xmc_scores
 from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
@@ -46,34 +49,34 @@ from newsmon.shared.scoring.rules.new_label_support import new_label_replay
 GRID_TAU = (0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
 #: Lexical weights tried for hybrid retrieval (0 = dense only).
 GRID_LEXICAL = (0.2, 0.3, 0.5, 0.7)
-OBJECTIVE = "micro_f1 + subset_accuracy"
+#: The objective's name in words (the calibration record's ``objective``): its default's.
+OBJECTIVE = Objective().name
 
 
-def _base_grid(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], extra: dict[str, Any]
-               ) -> tuple[float, ScoringParams, float, float]:
-    """The best (objective, params, micro-F1, subset accuracy) of the k / tau / threshold grid (``labels``: the
-    columns of ``Yt``)."""
+def _base_grid(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], extra: dict[str, Any], judge: Objective
+               ) -> Found:
+    """The best (objective, params, figures) of the k / tau / threshold grid (``labels``: the columns of ``Yt``)."""
     rows = retrieval.label_matrix(LabelVocab(labels))
     L = Yt.shape[1]
-    best: tuple[float, tuple, float, float] | None = None
+    best: tuple | None = None
     for k, tau in itertools.product([k for k in GRID_K if k <= retrieval.k] or [retrieval.k], GRID_TAU):
         S = pad(rae_xmc_scores(retrieval.sims, rows, k, tau, 1.0, rows.shape[1]), L)[:, :L]
         for thr in GRID_THRESHOLD:
-            f1, acc = micro_f1_acc(Yt, S > thr)
-            if best is None or f1 + acc > best[0] + 1e-12:
-                best = (f1 + acc, (k, tau, float(thr)), f1, acc)
+            parts = judge.parts(Yt, S > thr)
+            if best is None or judge.value(parts) > best[0] + 1e-12:
+                best = (judge.value(parts), (k, tau, float(thr)), parts)
     (k, tau, thr) = best[1]
-    return best[0], ScoringParams(top_k=k, tau=tau, threshold=thr, **extra), best[2], best[3]
+    return best[0], ScoringParams(top_k=k, tau=tau, threshold=thr, **extra), best[2]
 
 
 def _lexical_step(cal: CalibrationSet, terms: TermVectors, Yt: np.ndarray, labels: list[str]
-                  ) -> tuple[tuple[float, ScoringParams, float, float], Retrieval]:
+                  ) -> tuple[Found, Retrieval]:
     """The best base grid over the lexical weights of :data:`GRID_LEXICAL` (hybrid retrieval's fusion), with the
     fused retrieval it was found on."""
     best = None
     for w in GRID_LEXICAL:
         fused = fuse(cal.retrieval, cal.texts, w, max(GRID_K), terms)
-        trial = _base_grid(fused, Yt, labels, {"lexical_weight": w})
+        trial = _base_grid(fused, Yt, labels, {"lexical_weight": w}, cal.objective)
         if best is None or trial[0] > best[0][0]:
             best = (trial, fused)
     return best
@@ -83,16 +86,16 @@ def _rule_step(steps: list[dict[str, Any]], rule: DecisionRule, cal: Calibration
                Yt: np.ndarray, labels: list[str], state: State, evidence: dict[str, Any]) -> State:
     """Try each option of ``rule`` on top of ``state``'s parameters, record the best as a step in ``steps`` (kept
     by the rule's :meth:`~newsmon.shared.scoring.rules.DecisionRule.keeps`) and return the state after it."""
-    best = None
+    best, judge = None, cal.objective
     for option in rule.grid(cal):
         trial = with_rule(state[0], rule.name, option)
         P = decide_on(retrieval, Yt, labels, trial, evidence, cal.label_counts)
-        tf1, tacc = micro_f1_acc(Yt, P)
-        if best is None or tf1 + tacc > best[0][0]:
-            best = ((tf1 + tacc, trial, tf1, tacc), P)
+        parts = judge.parts(Yt, P)
+        if best is None or judge.value(parts) > best[0][0]:
+            best = ((judge.value(parts), trial, parts), P)
     if best is None:
         return state
-    return take(steps, f"+ {rule.name}", best[0], state, best[1], Yt, keeps=rule.keeps)[0]
+    return take(steps, f"+ {rule.name}", best[0], state, best[1], Yt, judge, keeps=rule.keeps)[0]
 
 
 def _f1(tp: int, fp: int, fn: int) -> float:
@@ -100,7 +103,7 @@ def _f1(tp: int, fp: int, fn: int) -> float:
 
 
 def _replay_step(steps: list[dict[str, Any]], rule: DecisionRule, retrieval: Retrieval, gold: list[tuple[str, ...]],
-                 params: ScoringParams, f1: float, acc: float) -> ScoringParams:
+                 state: State, judge: Objective) -> ScoringParams:
     """Choose a rule judged by the new-label replay (:func:`new_label_replay`; best F1, then precision); kept when
     its F1 beats the 1-NN rule's on the same replay. Records the step; returns the parameters (with the rule when
     kept)."""
@@ -109,12 +112,12 @@ def _replay_step(steps: list[dict[str, Any]], rule: DecisionRule, retrieval: Ret
     tallies, n_labels = new_label_replay(retrieval, gold, tuple(keyed))
     best = max(keyed, key=lambda o: (_f1(*tallies[o]), tallies[o][0] / max(1, tallies[o][0] + tallies[o][1])))
     kept = n_labels > 0 and _f1(*tallies[best]) > _f1(*tallies[None])
+    params, parts, _P = state
     trial = with_rule(params, rule.name, keyed[best])
     tp, fp, fn = tallies[best]
     replay = {"labels": n_labels, "precision": tp / max(1, tp + fp), "recall": tp / max(1, tp + fn),
               "f1": _f1(tp, fp, fn), "one_nn_f1": _f1(*tallies[None])}
-    steps.append({"step": f"+ {rule.name}", "params": trial.model_dump(mode="json"), "micro_f1": f1,
-                  "subset_accuracy": acc, "objective": f1 + acc, "kept": kept, "replay": replay})
+    steps.append(record(f"+ {rule.name}", trial, parts, judge.value(parts), kept, replay=replay))
     return trial if kept else params
 
 
@@ -142,16 +145,16 @@ def calibrate(cal: CalibrationSet, terms: TermVectors | None = None, rules: tupl
         first = comp.grid()[0]
         vocab.extend(comp.labels(cal.evidence(comp, first), first))
     Yt = gold_matrix(cal.gold, vocab)
+    judge = cal.objective
     dense = fuse(cal.retrieval, [], 0.0, max(GRID_K))
-    _, params, f1, acc = _base_grid(dense, Yt, vocab.labels, {})
-    steps = [{"step": "base (k, tau, threshold)", "params": params.model_dump(mode="json"), "micro_f1": f1,
-              "subset_accuracy": acc, "objective": f1 + acc, "kept": True}]
-    state: State = (params, f1, acc, decide_on(dense, Yt, vocab.labels, params, {}, cal.label_counts))
+    obj, params, parts = _base_grid(dense, Yt, vocab.labels, {}, judge)
+    steps = [record("base (k, tau, threshold)", params, parts, obj, True)]
+    state: State = (params, parts, decide_on(dense, Yt, vocab.labels, params, {}, cal.label_counts))
     chosen = dense
     if cal.texts is not None and cal.retrieval.texts is not None:
         found, fused = _lexical_step(cal, terms or TermVectors(), Yt, vocab.labels)
         state, kept = take(steps, "+ lexical fusion", found, state,
-                           decide_on(fused, Yt, vocab.labels, found[1], {}, cal.label_counts), Yt)
+                           decide_on(fused, Yt, vocab.labels, found[1], {}, cal.label_counts), Yt, judge)
         chosen = fused if kept else chosen
     evidence: dict[str, Any] = {}
     for comp in cal.components():
@@ -162,13 +165,14 @@ def calibrate(cal: CalibrationSet, terms: TermVectors | None = None, rules: tupl
     for rule in tried:
         if not getattr(rule, "REPLAY", False):
             state = _rule_step(steps, rule, cal, chosen, Yt, vocab.labels, state, evidence)
-    params, f1, acc, P = state
+    params, parts, P = state
     for rule in tried:
         if getattr(rule, "REPLAY", False) and replay:
-            params = _replay_step(steps, rule, chosen, cal.gold, params, f1, acc)
-    lo, hi = bootstrap_objective(Yt, P)
-    figures = {"micro_f1": f1, "subset_accuracy": acc, "objective": f1 + acc, "objective_lo": lo,
-               "objective_hi": hi, "n": float(len(cal.gold))}
+            state = (_replay_step(steps, rule, chosen, cal.gold, state, judge), parts, P)
+    params = state[0]
+    lo, hi = judge.bootstrap(Yt, P)
+    figures = {"micro_f1": parts[0], "subset_accuracy": parts[1], "macro_f1": parts[2],
+               "objective": judge.value(parts), "objective_lo": lo, "objective_hi": hi, "n": float(len(cal.gold))}
     known = cal.known_labels if cal.known_labels is not None else {
         lb for row in cal.retrieval.labels for x in row for lb in x}
     return CalibrationResult(params, figures, steps, sorted(set(known)))

@@ -1,6 +1,6 @@
-"""Threshold search of the ``newsmon`` calibration: one threshold per label-frequency bucket, and a threshold of
-its own for each frequent label, both by coordinate ascent on the calibration objective (micro-F1 + subset
-accuracy) over fixed ``(n, L)`` scores.
+"""Threshold search of the calibration: one threshold per label-frequency bucket, and a threshold of its own for
+each frequent label, both by coordinate ascent on the calibration objective
+(:class:`~newsmon.shared.scoring.calibration.objective.Objective`) over fixed ``(n, L)`` scores.
 
 A threshold per label is the classic SCut strategy of multi-label text categorisation (Yang, "A study of
 thresholding strategies for text categorization", SIGIR 2001, section 2.2): each category's threshold is the one
@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from newsmon.shared.scoring.calibration.objective import Objective, Tally
+
 #: A label carried by at least this many memory articles may get a threshold of its own (the two upper
 #: frequency buckets: :data:`newsmon.shared.scoring.rules.threshold.BUCKET_EDGES`).
 LABEL_THRESHOLD_MIN = 100
@@ -31,35 +33,9 @@ def micro_f1_acc(Yt: np.ndarray, P: np.ndarray) -> tuple[float, float]:
     return float(f1), float((P == Yt).all(axis=1).mean()) if len(Yt) else 0.0
 
 
-class _Tally:
-    """Running micro-F1 and subset-accuracy counts of ``(n, L)`` bool proposals ``P`` against gold ``Y``, updated
-    one column at a time in O(n)."""
-
-    def __init__(self, Y: np.ndarray, P: np.ndarray) -> None:
-        self.Y, self.P = Y, P.copy()
-        self.tp = int(np.logical_and(P, Y).sum())
-        self.size = int(P.sum() + Y.sum())
-        self.wrong = (P != Y).sum(axis=1)
-
-    def objective_if(self, j: int, col: np.ndarray) -> float:
-        """The objective with column ``j`` of the proposals replaced by ``col`` ``(n,)`` bool."""
-        y, old = self.Y[:, j], self.P[:, j]
-        tp = self.tp - int((old & y).sum()) + int((col & y).sum())
-        size = self.size - int(old.sum()) + int(col.sum())
-        wrong = self.wrong - (old != y) + (col != y)
-        return (2.0 * tp / size if size else 0.0) + float((wrong == 0).mean()) if len(y) else 0.0
-
-    def set(self, j: int, col: np.ndarray) -> None:
-        """Replace column ``j`` of the proposals by ``col``."""
-        y, old = self.Y[:, j], self.P[:, j]
-        self.tp += int((col & y).sum()) - int((old & y).sum())
-        self.size += int(col.sum()) - int(old.sum())
-        self.wrong = self.wrong - (old != y) + (col != y)
-        self.P[:, j] = col
-
-
 def label_threshold_ascent(S: np.ndarray, Y: np.ndarray, base: np.ndarray, columns: Sequence[int],
-                           grid: Sequence[float], rounds: int = 2) -> dict[int, float]:
+                           grid: Sequence[float], rounds: int = 2, objective: Objective = Objective()
+                           ) -> dict[int, float]:
     """A threshold of its own for each of ``columns`` (coordinate ascent, ``rounds`` passes in the order given),
     starting from ``base``.
 
@@ -69,9 +45,9 @@ def label_threshold_ascent(S: np.ndarray, Y: np.ndarray, base: np.ndarray, colum
 
     Returns:
         {column: threshold} for the columns whose best threshold differs from ``base`` (a strict lift of the
-        objective, micro-F1 + subset accuracy, on these ``n`` articles).
+        ``objective`` on these ``n`` articles).
     """
-    tally = _Tally(Y, S > base[None, :])
+    tally = Tally(Y, S > base[None, :], objective)
     chosen: dict[int, float] = {}
     for _ in range(rounds):
         for j in columns:
@@ -88,7 +64,8 @@ def label_threshold_ascent(S: np.ndarray, Y: np.ndarray, base: np.ndarray, colum
 
 
 def cross_fitted_label_thresholds(S: np.ndarray, Y: np.ndarray, base: np.ndarray, columns: Sequence[int],
-                                  grid: Sequence[float], seed: int = 13) -> np.ndarray:
+                                  grid: Sequence[float], seed: int = 13, objective: Objective = Objective()
+                                  ) -> np.ndarray:
     """``(n, L)`` bool proposals of per-label thresholds judged on articles they were not fitted on: the ``n``
     articles split in two seeded halves, each half's proposals made with the thresholds
     :func:`label_threshold_ascent` fitted on the other half (2-fold cross-fitting)."""
@@ -98,7 +75,7 @@ def cross_fitted_label_thresholds(S: np.ndarray, Y: np.ndarray, base: np.ndarray
     for fit, apply in ((fold, ~fold), (~fold, fold)):
         if not fit.any() or not apply.any():
             continue
-        own = label_threshold_ascent(S[fit], Y[fit], base, columns, grid)
+        own = label_threshold_ascent(S[fit], Y[fit], base, columns, grid, objective=objective)
         thr = base.copy()
         for j, t in own.items():
             thr[j] = t
@@ -114,27 +91,16 @@ def eligible_columns(labels: Sequence[str], label_counts: Mapping[str, int],
 
 
 def bootstrap_objective(Y: np.ndarray, P: np.ndarray, minus: np.ndarray | None = None, n_boot: int = 200,
-                        seed: int = 13) -> tuple[float, float]:
-    """Bootstrap 90 % interval of the objective (micro-F1 + subset accuracy) of ``(n, L)`` bool proposals ``P``
-    against gold ``Y`` over the ``n`` articles; with ``minus`` (other proposals for the same articles), of the
-    paired lift ``objective(P) - objective(minus)``, the same resample for both (Efron and Tibshirani, "An
-    Introduction to the Bootstrap", 1993, section 16.4: comparing two methods on one sample)."""
-    rng = np.random.default_rng(seed)
-    per = [(np.logical_and(Q, Y).sum(axis=1), Q.sum(axis=1) + Y.sum(axis=1), (Q == Y).all(axis=1))
-           for Q in ([P] if minus is None else [P, minus])]
-    vals = []
-    for _ in range(n_boot):
-        ix = rng.integers(0, len(Y), len(Y))
-        obj = [(2.0 * tp[ix].sum() / d if (d := size[ix].sum()) else 0.0) + exact[ix].mean()
-               for tp, size, exact in per]
-        vals.append(obj[0] - (obj[1] if minus is not None else 0.0))
-    return float(np.percentile(vals, 5)), float(np.percentile(vals, 95))
+                        seed: int = 13, objective: Objective = Objective()) -> tuple[float, float]:
+    """Bootstrap 90 % interval of the ``objective`` of ``(n, L)`` bool proposals ``P`` against gold ``Y`` (with
+    ``minus``: of the paired lift over it; :meth:`Objective.bootstrap`)."""
+    return objective.bootstrap(Y, P, minus, n_boot, seed)
 
 
-def paired_lift_interval(Y: np.ndarray, new: np.ndarray, old: np.ndarray, n_boot: int = 200,
-                         seed: int = 13) -> tuple[float, float]:
+def paired_lift_interval(Y: np.ndarray, new: np.ndarray, old: np.ndarray, n_boot: int = 200, seed: int = 13,
+                         objective: Objective = Objective()) -> tuple[float, float]:
     """Paired bootstrap 90 % interval of the objective's lift of ``new`` over ``old`` (:func:`bootstrap_objective`)."""
-    return bootstrap_objective(Y, new, old, n_boot, seed)
+    return objective.bootstrap(Y, new, old, n_boot, seed)
 
 
 @dataclass
@@ -143,15 +109,15 @@ class LabelThresholdChoice:
 
     Attributes:
         thresholds: {label: threshold} fitted on all ``n`` articles; labels: how many labels were eligible;
-        in_sample / crossed: (micro-F1, subset accuracy) with them on the articles they were fitted on / cross-fitted
-        (:func:`cross_fitted_label_thresholds`); lift: the paired bootstrap 90 % interval of the cross-fitted
-        objective's lift over ``base`` (:func:`paired_lift_interval`).
+        in_sample / crossed: (micro-F1, subset accuracy, macro-F1) with them on the articles they were fitted on /
+        cross-fitted (:func:`cross_fitted_label_thresholds`); lift: the paired bootstrap 90 % interval of the
+        cross-fitted objective's lift over ``base`` (:func:`paired_lift_interval`).
     """
 
     thresholds: dict[str, float]
     labels: int
-    in_sample: tuple[float, float]
-    crossed: tuple[float, float]
+    in_sample: tuple[float, float, float]
+    crossed: tuple[float, float, float]
     lift: tuple[float, float]
 
     @property
@@ -162,28 +128,29 @@ class LabelThresholdChoice:
 
 
 def choose_label_thresholds(S: np.ndarray, Y: np.ndarray, base: np.ndarray, labels: Sequence[str],
-                            label_counts: Mapping[str, int], grid: Sequence[float]) -> LabelThresholdChoice:
+                            label_counts: Mapping[str, int], grid: Sequence[float],
+                            objective: Objective = Objective()) -> LabelThresholdChoice:
     """Per-label thresholds for the frequent labels (:func:`eligible_columns`) on top of ``base`` ``(L,)``, with
-    ``S`` ``(n, L)`` scores and ``Y`` ``(n, L)`` bool gold."""
+    ``S`` ``(n, L)`` scores and ``Y`` ``(n, L)`` bool gold, by ``objective``."""
     columns = eligible_columns(labels, label_counts)
-    crossed = cross_fitted_label_thresholds(S, Y, base, columns, grid)
-    own = label_threshold_ascent(S, Y, base, columns, grid)
+    crossed = cross_fitted_label_thresholds(S, Y, base, columns, grid, objective=objective)
+    own = label_threshold_ascent(S, Y, base, columns, grid, objective=objective)
     thr = base.copy()
     thr[list(own)] = list(own.values())
     return LabelThresholdChoice({labels[j]: t for j, t in sorted(own.items())}, len(columns),
-                                micro_f1_acc(Y, S > thr[None, :]), micro_f1_acc(Y, crossed),
-                                paired_lift_interval(Y, crossed, S > base[None, :]))
+                                objective.parts(Y, S > thr[None, :]), objective.parts(Y, crossed),
+                                paired_lift_interval(Y, crossed, S > base[None, :], objective=objective))
 
 
 def bucket_ascent(S: np.ndarray, Y: np.ndarray, bucket: np.ndarray, start: float, grid: Sequence[float],
-                  rounds: int = 2) -> tuple[list[float], float]:
+                  rounds: int = 2, judge: Objective = Objective()) -> tuple[list[float], float]:
     """One threshold per frequency bucket (``bucket``: ``(L,)`` int in 0..3, the column's bucket) by coordinate
     ascent from ``start`` over ``grid`` (``rounds`` passes, buckets in order). Returns (the 4 thresholds, their
-    objective: micro-F1 + subset accuracy on the ``n`` articles)."""
+    objective (``judge``) on the ``n`` articles)."""
     chosen = [float(start)] * 4
 
     def objective(thr: list[float]) -> float:
-        return sum(micro_f1_acc(Y, S > np.asarray(thr)[bucket][None, :]))
+        return judge(Y, S > np.asarray(thr)[bucket][None, :])
 
     best = objective(chosen)
     for _ in range(rounds):
