@@ -66,7 +66,7 @@ def _encode_chunked(enc, texts: list[str], role: str, chunk: int = 128):
 
 
 def _retrieval_figures(vecs: dict, labels: dict, W=None) -> dict:
-    from newsmon.training_jobs.adapter import apply, one_nn_micro_f1, overlap_at_k
+    from newsmon.training_jobs.train_adapter import apply, one_nn_micro_f1, overlap_at_k
 
     mem = apply(W, vecs["train"])
     out = {}
@@ -114,7 +114,7 @@ def measure(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
     from newsmon.shared.config import Settings
     from newsmon.shared.encoder import Encoder
     from newsmon.shared.logs import configure_logging
-    from newsmon.training_jobs.adapter import fit_candidate
+    from newsmon.training_jobs.train_adapter import fit_candidate
 
     configure_logging("console", "WARNING")
     torch.set_num_threads(args.threads)
@@ -141,7 +141,7 @@ def measure(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
         v.training = v.training.model_copy(update=VARIANTS[name])
         rep = fit_candidate(v, labels["train"], vecs["train"], vecs["validation"], labels["validation"],
                             tmp / f"adapter-{names.index(name)}", s.encoder.model, model_id)
-        from newsmon.shared.adapter import read_adapter
+        from newsmon.shared.encoder_adapter import read_adapter
 
         W = read_adapter(rep["model_path"]).W
         rep["figures"] = _retrieval_figures(vecs, labels, W)

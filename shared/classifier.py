@@ -15,7 +15,7 @@ import numpy as np
 import structlog
 from tqdm import tqdm
 
-from newsmon.shared.adapter import read_adapter
+from newsmon.shared.encoder_adapter import read_adapter
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Article
 from newsmon.shared.encoder import Encoder, encoder_identity, resolve_model

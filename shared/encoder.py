@@ -28,7 +28,7 @@ import numpy as np
 import structlog
 from tqdm import tqdm
 
-from newsmon.shared.adapter import read_adapter
+from newsmon.shared.encoder_adapter import read_adapter
 from newsmon.shared.config import BUNDLED_E5_SMALL, EncoderSettings, Settings
 from newsmon.shared.e5_import import import_e5_small
 from newsmon.shared.encoder_onnx import (ONNX_RUNTIMES, OnnxBackend, ensure_artefact, hash_checkpoint_files,
@@ -242,7 +242,7 @@ class Encoder:
     texts of similar length (:func:`length_buckets`), truncated to ``max_length`` tokens (capped by the
     model's position embeddings). ``runtime`` picks the backend (:func:`resolve_runtime`); ``model_id``
     includes it (:func:`encoder_identity`).
-    When ``model`` is an adapter model (:mod:`newsmon.shared.adapter`), its base encoder embeds and the
+    When ``model`` is an adapter model (:mod:`newsmon.shared.encoder_adapter`), its base encoder embeds and the
     adapter's matrix is applied after pooling (then re-normalised); ``model_id`` carries ``+adapter-<hash8>``,
     the cache keeps the base encoder's vectors.
 

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from newsmon.shared.adapter import read_adapter, transform_vectors, write_adapter
+from newsmon.shared.encoder_adapter import read_adapter, transform_vectors, write_adapter
 from newsmon.shared.config import Settings
 from newsmon.shared.data import load_corpus
 from newsmon.shared.encoder import resolve_model
@@ -47,7 +47,7 @@ def _vectors(s, articles, role="passage"):
 
 
 def test_mined_triples_and_adapter_training(settings, reuters_slice):
-    from newsmon.training_jobs.adapter import AdapterConfig, pair_quality, train_adapter
+    from newsmon.training_jobs.train_adapter import AdapterConfig, pair_quality, train_adapter
     from newsmon.training_jobs.mining import mine_pair_indices
 
     train, val = reuters_slice.split("train"), reuters_slice.split("validation")

@@ -4,7 +4,7 @@ record that the workers, ``suggest`` and ``eval`` read (:mod:`newsmon.shared.sco
 Calibration articles (:func:`newsmon.shared.scoring.calibration.calibration_set`): every labelled article of the
 language's memory scored leave-one-out (its neighbours among the *other* memory articles, retrieved through the
 production routing), plus the corpus's validation split when one is given. Never the test split. An adapted model
-(:mod:`newsmon.shared.adapter`) is calibrated on the validation split alone when there is one: its adapter was
+(:mod:`newsmon.shared.encoder_adapter`) is calibrated on the validation split alone when there is one: its adapter was
 trained on the memory's own articles, so their leave-one-out neighbourhoods flatter it. Run by ``newsmon tune``,
 ``newsmon memory build --calibrate``, the nightly job after a promotion, and the demo before it streams.
 """

@@ -33,7 +33,7 @@ from newsmon.shared.encoder import Encoder, model_fingerprint, resolve_model
 from newsmon.shared.evaluation import run_eval
 from newsmon.shared.memory import MemoryRouter, SearchFilter
 from newsmon.shared.promotion import effective_encoder_settings, settings_with_model
-from newsmon.training_jobs.adapter import fit_candidate
+from newsmon.training_jobs.train_adapter import fit_candidate
 from newsmon.training_jobs.finetune import finetune
 from newsmon.training_jobs.mining import mine_hard_negatives, write_jsonl
 from newsmon.training_jobs.rollout import models_dir, rollout
@@ -169,7 +169,7 @@ def budget(settings: Settings) -> str:
 def adapter_candidate(settings: Settings, corpus: Corpus, out: Path, source: str = "corpus") -> dict:
     """The CPU budget's candidate: an adapter trained on the current model's vectors of the training articles
     (the corpus's train split, cached embeddings reused, or the memory's stored vectors), early-stopped on the
-    corpus's validation split; returns :func:`newsmon.training_jobs.adapter.fit_candidate`'s report.
+    corpus's validation split; returns :func:`newsmon.training_jobs.train_adapter.fit_candidate`'s report.
 
     Raises:
         RuntimeError: the corpus has no labelled validation article, or too few training articles.

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import structlog
 
-from newsmon.shared.adapter import read_adapter, transform_vectors
+from newsmon.shared.encoder_adapter import read_adapter, transform_vectors
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Corpus
 from newsmon.shared.encoder import Encoder, resolve_model

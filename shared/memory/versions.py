@@ -60,7 +60,7 @@ def copy_missing(old_router: MemoryRouter, new_router: MemoryRouter, encoder: An
             None: decisions are carried, missing points only counted (the memory updater has no encoder).
         transform: instead of re-embedding, map the old points' stored ``(n, d)`` vectors to the new version's
             (an adapter promoted over the version it was trained on: ``normalize(v @ step.T)``, see
-            :func:`newsmon.shared.adapter.transform_vectors`); points need no stored text then.
+            :func:`newsmon.shared.encoder_adapter.transform_vectors`); points need no stored text then.
 
     Returns:
         points copied per language, and ``<lang>:relabelled`` (decisions carried), ``<lang>:missing`` (not

@@ -3,7 +3,7 @@
 Instead of fine-tuning the encoder (one InfoNCE step of the research shape costs about a minute on 2 CPU cores,
 an epoch over sentinews_sl about 5 hours), learn a ``d x d`` matrix ``W`` applied after pooling:
 ``e'(x) = normalize(W e(x))``, on both sides (query and memory), so the knowledge memory needs no re-encoding,
-only a matrix product over its stored vectors (:func:`newsmon.shared.adapter.transform_vectors`).
+only a matrix product over its stored vectors (:func:`newsmon.shared.encoder_adapter.transform_vectors`).
 
 Training (torch on CPU, seconds): mined (query, positive, hard negatives) index triples
 (:func:`newsmon.training_jobs.mining.mine_pair_indices`), InfoNCE over ``[pos, negs]`` with temperature ``T``
@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import structlog
 
-from newsmon.shared.adapter import transform_vectors
+from newsmon.shared.encoder_adapter import transform_vectors
 
 log = structlog.get_logger(__name__)
 
@@ -254,7 +254,7 @@ def fit_candidate(settings, label_sets: Sequence[Sequence[str]], vectors: np.nda
     """
     import resource
 
-    from newsmon.shared.adapter import write_adapter
+    from newsmon.shared.encoder_adapter import write_adapter
     from newsmon.training_jobs.mining import mine_pair_indices
 
     t = settings.training
