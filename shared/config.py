@@ -219,6 +219,21 @@ class WorkerSettings(BaseModel):
                                         "instead of exiting non-zero after startup_timeout_s.")
 
 
+class CalibrationSettings(BaseModel):
+    """What the calibration (``newsmon tune``, ``memory build --calibrate``, the nightly job, the demo, ``eval``'s
+    ``newsmon`` row) maximises on the calibration articles: a weighted sum of micro-F1, subset accuracy and
+    macro-F1, and how many memory articles it scores."""
+
+    micro_f1: float = Field(1.0, ge=0, le=10, description="Weight of micro-F1 (every proposal alike).")
+    subset_accuracy: float = Field(1.0, ge=0, le=10, description="Weight of subset accuracy (articles whose whole "
+                                   "label set is right: a moderator only confirms).")
+    macro_f1: float = Field(0.0, ge=0, le=10, description="Weight of macro-F1 (every label alike, over the labels "
+                            "in the gold sets or proposed: the long tail of client topics).")
+    max_memory_articles: int = Field(20_000, ge=100, description="Memory articles per language scored "
+                                     "leave-one-out (a sample of a larger memory; its bootstrap interval says what "
+                                     "it implies).")
+
+
 class LabelSettings(BaseModel):
     """Labels defined by analysts' keyword Boolean expressions (KwEs) in the label registry."""
 
@@ -310,6 +325,7 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
     worker: WorkerSettings = WorkerSettings()
     labels: LabelSettings = LabelSettings()
+    calibration: CalibrationSettings = CalibrationSettings()
     api: ApiSettings = ApiSettings()
     training: TrainingSettings = TrainingSettings()
 

@@ -20,15 +20,16 @@ def test_the_parts_by_hand_and_as_eval_reports_them():
     assert macro == pytest.approx((1.0 + 0.0 + 0.0) / 3)  # a: F1 1; b: gold only; c: proposed only
     m = classification_metrics(Y, P)
     assert (micro, acc, macro) == pytest.approx((m["uF1"], m["Acc"], m["F1"]))
-    assert Objective()(Y, P) == pytest.approx(micro + acc + macro)
-    assert MICRO_AND_SUBSET(Y, P) == pytest.approx(micro + acc) and MICRO_AND_SUBSET.name == "micro_f1 + subset_accuracy"
-    assert Objective().name == "micro_f1 + subset_accuracy + macro_f1" and macro_f1(Y[:, :0], P[:, :0]) == 0.0
+    assert Objective(macro=1.0)(Y, P) == pytest.approx(micro + acc + macro)
+    assert Objective()(Y, P) == MICRO_AND_SUBSET(Y, P) == pytest.approx(micro + acc)
+    assert MICRO_AND_SUBSET.name == "micro_f1 + subset_accuracy"
+    assert Objective(macro=1.0).name == "micro_f1 + subset_accuracy + macro_f1" and macro_f1(Y[:, :0], P[:, :0]) == 0.0
 
 
 def test_the_tally_follows_each_column_change():
     rng = np.random.default_rng(5)
     Y, P = rng.random((40, 12)) < 0.2, rng.random((40, 12)) < 0.25
-    for judge in (Objective(), MICRO_AND_SUBSET, Objective(0.5, 0.0, 2.0)):
+    for judge in (Objective(macro=1.0), MICRO_AND_SUBSET, Objective(0.5, 0.0, 2.0)):
         tally, now = Tally(Y, P, judge), P.copy()
         for j in rng.integers(0, 12, 30):
             col = rng.random(40) < 0.3
@@ -44,8 +45,9 @@ def test_the_tally_follows_each_column_change():
 def test_the_bootstrap_brackets_the_objective_and_pairs_the_resamples():
     rng = np.random.default_rng(6)
     Y, P = rng.random((80, 6)) < 0.3, rng.random((80, 6)) < 0.3
-    lo, hi = Objective().bootstrap(Y, P)
-    assert lo <= Objective()(Y, P) <= hi
-    assert Objective().bootstrap(Y, P, P) == (0.0, 0.0)  # the same proposals: no lift in any resample
+    judge = Objective(macro=1.0)
+    lo, hi = judge.bootstrap(Y, P)
+    assert lo <= judge(Y, P) <= hi
+    assert judge.bootstrap(Y, P, P) == (0.0, 0.0)  # the same proposals: no lift in any resample
     better = P | Y
-    assert Objective().bootstrap(Y, better, P)[0] > 0
+    assert judge.bootstrap(Y, better, P)[0] > 0

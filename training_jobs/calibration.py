@@ -24,7 +24,7 @@ from newsmon.shared.evaluation.neighbours import search_by_language
 from newsmon.shared.memory import SearchFilter
 from newsmon.shared.scoring import MemoryArticles, Queries, Retrieval, get_component
 from newsmon.shared.scoring.calibration import (GRID_K, LEXICAL_CANDIDATES, CalibrationResult, CalibrationSet,
-                                                calibrate, calibration_set)
+                                                Objective, calibrate, calibration_set)
 from newsmon.shared.scoring.models import ModelCache
 from newsmon.shared.scoring.records import CalibrationRecord, record_id
 
@@ -90,7 +90,7 @@ def label_counts(clf: Classifier, lang: str) -> dict[str, int]:
 
 
 def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), written_by: str = "tune",
-                     corpus: str | None = None, max_memory_articles: int | None = 20_000
+                     corpus: str | None = None, max_memory_articles: int | None = None
                      ) -> dict[str, LanguageCalibration]:
     """Calibrate every language memory of ``clf``'s model version and store the records.
 
@@ -99,7 +99,8 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
         validation: labelled articles that are not in the memory (the corpus's validation split); each is
             used for its own language.
         written_by: recorded in the record (``tune``, ``memory build``, ``nightly``, ``demo``).
-        corpus: the corpus path, recorded; max_memory_articles: cap on leave-one-out articles per language.
+        corpus: the corpus path, recorded; max_memory_articles: cap on leave-one-out articles per language
+            (default ``settings.calibration.max_memory_articles``).
 
     Returns:
         per language, the record written and the ablation steps.
@@ -108,6 +109,7 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
         ValueError: no language memory holds labelled articles.
     """
     k = max(max(GRID_K), LEXICAL_CANDIDATES)
+    max_memory_articles = max_memory_articles or clf.settings.calibration.max_memory_articles
     adapted = getattr(clf.encoder, "adapter", None) is not None  # see the module docstring
     out: dict[str, LanguageCalibration] = {}
     for lang in clf.languages():
@@ -121,6 +123,7 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
             queries = Queries([a.text for a in val], clf.encoder.encode([a.text for a in val], role="query"))
             val_r = clf.search(queries.vectors, [lang] * len(val), k, (), queries.texts, LEXICAL_CANDIDATES)[0]
         cal = calibration_set(memory, loo, val_r, [a.labels for a in val], queries, held_out=not (adapted and val))
+        cal.objective = Objective.from_settings(clf.settings)
         if max_memory_articles is not None and len(memory) >= max_memory_articles:
             cal.label_counts = label_counts(clf, lang)  # a sample of the memory: the buckets count the whole
         result = calibrate(cal, clf.terms)

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
 from newsmon.shared.scoring import FittedModels, LabelVocab, MemoryArticles, Queries, Resolved, Scorer
-from newsmon.shared.scoring.calibration import GRID_K, LEXICAL_CANDIDATES, calibrate, calibration_set
+from newsmon.shared.scoring.calibration import GRID_K, LEXICAL_CANDIDATES, Objective, calibrate, calibration_set
 from newsmon.shared.scoring.decision import neighbours_needed
 from newsmon.shared.scoring.lexical import TermVectors
 
@@ -38,8 +38,9 @@ class NewsmonPredictor(Predictor):
     needs_training_retrieval = True
     needs_validation_retrieval = True
 
-    def __init__(self, params: ScoringParams | None = None) -> None:
+    def __init__(self, params: ScoringParams | None = None, objective: Objective | None = None) -> None:
         self.fixed = params
+        self.objective = objective or Objective()
         self.calibration: Any = None
         self.vocab = LabelVocab()
         self.terms = TermVectors()
@@ -60,12 +61,18 @@ class NewsmonPredictor(Predictor):
             val_gold = _label_sets(train.validation_labels, train.vocab) if val is not None else []
             queries = Queries(list(train.validation_texts or [""] * len(val_gold)), train.validation_vectors)
             cal = calibration_set(memory, train.retrieval, val, val_gold, queries)
+            cal.objective = self.objective
             self.calibration = calibrate(cal, self.terms)
             params, judged = self.calibration.params, cal.models  # the models the calibration judged run
         known = frozenset(lb for labels in own for lb in labels)
         self.resolved = Resolved(params, EVAL_RECORD, known, "calibration" if self.fixed is None else "settings")
         self.scorer = Scorer(FittedModels(memory, judged), lambda _lang: self.resolved, None, self.terms)
         return self
+
+    @classmethod
+    def from_settings(cls, settings: Any, **params: Any) -> "NewsmonPredictor":
+        """Calibrated in :meth:`fit` with the objective of ``settings.calibration``."""
+        return cls(objective=Objective.from_settings(settings), **params)
 
     def with_params(self, params: ScoringParams) -> "NewsmonPredictor":
         """A fitted copy scoring with ``params`` (the same memory, models and known labels: an ablation row)."""

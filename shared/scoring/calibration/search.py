@@ -2,11 +2,11 @@
 split (:class:`~newsmon.shared.scoring.calibration.inputs.CalibrationSet`: the memory's own articles scored
 leave-one-out, plus the validation split when there is one).
 
-Objective (:class:`~newsmon.shared.scoring.calibration.objective.Objective`, the calibration set's): by default
-micro-F1 + subset accuracy + macro-F1 (all fractions). Subset accuracy alone gives the search no signal where
-articles carry many labels (it is about 0 for every setting), micro-F1 alone ignores whether whole label sets are
-right and is decided by the frequent labels; macro-F1 weighs every label (client topic) alike, so the search does
-not give the tail up for the head. Each figure is reported. The search is a grid, so re-runs on the same data choose
+Objective (:class:`~newsmon.shared.scoring.calibration.objective.Objective`, the calibration set's; its weights
+are settings): by default micro-F1 + subset accuracy (both fractions). Subset accuracy alone gives the search no
+signal where articles carry many labels (it is about 0 for every setting), micro-F1 alone ignores whether whole label
+sets are right; their sum chooses well in both cases. macro-F1 (every label, client topic, alike) may be weighed
+in too. Each figure is reported. The search is a grid, so re-runs on the same data choose
 the same parameters; the objective's noise is reported as a bootstrap 90 % interval over the calibration
 articles.
 
