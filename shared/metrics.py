@@ -14,6 +14,9 @@ Definitions (``Y`` gold, ``Z`` predicted, both ``(n, L)`` 0/1; ``S`` scores ``(n
   group (comparing the sets restricted to the group).
 - ``P@k``: mean over articles of |top-k scored labels ∩ gold| / k; ``nDCG@k``: ``sklearn.metrics.ndcg_score``
   with binary gains.
+- ``R@k``: mean over the articles with a gold label of |top-k scored labels ∩ gold| / |gold| (recall at k, e.g.
+  Manning, Raghavan & Schütze, *Introduction to Information Retrieval*, ch. 8): the share of the gold labels a
+  moderator finds among the k candidates shown (``R@10``).
 """
 
 from __future__ import annotations
@@ -96,14 +99,30 @@ def precision_at_k(Y_true, scores: np.ndarray, k: int) -> float:
     return float(np.mean(hits / k))
 
 
-def ranking_metrics(Y_true, scores: np.ndarray, ks: Sequence[int] = (1, 3, 5), ndcg_k: int = 5) -> dict:
-    """``P@k`` for each k and ``nDCG@ndcg_k`` (scikit-learn) from ``(n, L)`` scores.
+def recall_at_k(Y_true, scores: np.ndarray, k: int) -> float:
+    """Mean over the articles with a gold label of |top-k scored labels ∩ gold| / |gold| (ties broken by column
+    order); NaN when no article has a gold label."""
+    Yt = _dense(Y_true).astype(bool)
+    n_gold = Yt.sum(axis=1)
+    keep = n_gold > 0
+    if not keep.any():
+        return float("nan")
+    top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    hits = np.take_along_axis(Yt, top, axis=1).sum(axis=1)
+    return float(np.mean(hits[keep] / n_gold[keep]))
+
+
+def ranking_metrics(Y_true, scores: np.ndarray, ks: Sequence[int] = (1, 3, 5), ndcg_k: int = 5,
+                    recall_ks: Sequence[int] = (10,)) -> dict:
+    """``P@k`` for each k, ``R@k`` for each of ``recall_ks`` and ``nDCG@ndcg_k`` (scikit-learn) from ``(n, L)``
+    scores.
 
     A figure that is undefined is NaN, with the reason under ``"undefined"`` (``{metric: reason}``): nDCG with
     fewer than 2 labels to rank (a corpus with a single label), or with no test article carrying a gold label.
     """
     Yt = _dense(Y_true).astype(float)
     out: dict = {f"P@{k}": precision_at_k(Yt, scores, k) for k in ks}
+    out.update({f"R@{k}": recall_at_k(Yt, scores, k) for k in recall_ks})
     keep = Yt.sum(axis=1) > 0
     name = f"nDCG@{ndcg_k}"
     if Yt.shape[1] < 2:

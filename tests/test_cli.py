@@ -61,20 +61,34 @@ def test_eval_newsmon_row_has_an_ablation_row_per_calibration_step(cli_env, sent
     methods = report["methods"]
     steps = [methods[k]["name"] for k in sorted(methods, key=lambda k: int(k[12:]) if "_step" in k else -1)
              if k.startswith("newsmon_step")]
-    assert [x.removesuffix(" (kept)").removesuffix(" (not kept)") for x in steps] == [
-        "newsmon: base (k, tau, threshold)", "newsmon: + lexical fusion", "newsmon: + label_keys",
-        "newsmon: + head_model", "newsmon: + bucket thresholds", "newsmon: + label thresholds", "newsmon: + floor",
-        "newsmon: + set_vote",
-        "newsmon: + label_count", "newsmon: + tail_support", "newsmon: + far_from_memory",
-        "newsmon: + new_label_support"]
+    # one row per calibration step, in the calibration's order: the base grid, the lexical fusion, each registered
+    # score component, the thresholds, then each registered decision rule (the replayed ones last)
+    from newsmon.shared.scoring.components import components
+    from newsmon.shared.scoring.rules import DecisionRule, rules
+    tried = [r for r in sorted(rules(), key=lambda r: r.CALIBRATE_AT)  # rules with options to try
+             if r.GRID or type(r).grid is not DecisionRule.grid]
+    expected = (["newsmon: base (k, tau, threshold)", "newsmon: + lexical fusion"]
+                + [f"newsmon: + {c.name}" for c in components()]
+                + ["newsmon: + bucket thresholds", "newsmon: + label thresholds"]
+                + [f"newsmon: + {r.name}" for r in tried if not getattr(r, "REPLAY", False)]
+                + [f"newsmon: + {r.name}" for r in tried if getattr(r, "REPLAY", False)])
+    assert [x.removesuffix(" (kept)").removesuffix(" (not kept)") for x in steps] == expected
+    assert {"newsmon: + head_model", "newsmon: + label_tree", "newsmon: + floor", "newsmon: + set_vote",
+            "newsmon: + label_count", "newsmon: + tail_support", "newsmon: + far_from_memory",
+            "newsmon: + new_label_support"} <= set(expected)
     assert all(x.endswith(("(kept)", "(not kept)")) for x in steps[1:])
     row = methods["newsmon"]["params"]
     for key in ("top_k", "tau", "threshold", "lexical_weight", "components", "rules", "bucket_thresholds",
                 "label_thresholds"):  # the product row = the last step
         assert row[key] == methods[f"newsmon_step{len(steps) - 1}"]["params"][key], key
     assert "new_label_replay" in methods[f"newsmon_step{len(steps) - 1}"]["params"]
-    assert {"cross_fitted_objective", "cross_fitted_lift"} <= set(methods["newsmon_step5"]["params"])  # their judge
-    for i in (1, 2, 3, 4, 6, 7, 8, 9, 10):  # every other lever: the paired lift interval that decided it
+    plain = [x.removesuffix(" (kept)").removesuffix(" (not kept)") for x in steps]
+    at = {name: i for i, name in enumerate(plain)}
+    assert {"cross_fitted_objective", "cross_fitted_lift"} <= set(  # the per-label thresholds' judge
+        methods[f"newsmon_step{at['newsmon: + label thresholds']}"]["params"])
+    for i, name in enumerate(plain):  # every other lever: the paired lift interval that decided it
+        if i == 0 or name in ("newsmon: + label thresholds", "newsmon: + new_label_support"):
+            continue
         lo, hi = methods[f"newsmon_step{i}"]["params"]["lift_interval"]
         assert lo <= hi
         if steps[i].endswith("(kept)") and not steps[i].startswith(("newsmon: + tail_support",

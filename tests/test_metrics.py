@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score, f1_score, ndcg_score, precision_score, recall_score
 
-from newsmon.shared.metrics import classification_metrics, evaluate, f1_by_frequency, label_groups, precision_at_k
+from newsmon.shared.metrics import (classification_metrics, evaluate, f1_by_frequency, label_groups,
+                                    precision_at_k, recall_at_k)
 
 
 @pytest.fixture
@@ -53,6 +54,16 @@ def test_precision_at_k_and_ndcg():
     rep = evaluate(Y, S > 0.5, S, np.array([600, 5, 5, 5]))
     assert rep["ranking"]["nDCG@5"] == pytest.approx(ndcg_score(Y, S, k=5))
     assert rep["all"]["Acc"] == 0.0
+
+
+def test_recall_at_k_counts_the_gold_labels_among_the_candidates_shown():
+    Y = np.array([[1, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 0]])  # the third article has no gold label: left out
+    S = np.array([[0.9, 0.8, 0.1, 0.0], [0.1, 0.2, 0.9, 0.3], [0.5, 0.5, 0.5, 0.5]])
+    assert recall_at_k(Y, S, 1) == pytest.approx((1 / 2 + 0) / 2)
+    assert recall_at_k(Y, S, 2) == pytest.approx((1 / 2 + 0) / 2)
+    assert recall_at_k(Y, S, 3) == pytest.approx((2 / 2 + 1) / 2)
+    assert np.isnan(recall_at_k(np.zeros((2, 3)), np.ones((2, 3)), 2))
+    assert evaluate(Y, S > 0.5, S, np.array([600, 5, 5, 5]))["ranking"]["R@10"] == pytest.approx(1.0)
 
 
 def test_f1_by_frequency_buckets(random_case):

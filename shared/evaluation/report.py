@@ -98,16 +98,21 @@ def _group_articles(report: dict) -> dict[str, int]:
     return {g: int(first["metrics"][g].get("n_articles", 0)) for g in GROUPS}
 
 
+#: The ranking columns of the table: precision at 1, 3, 5, nDCG at 5 and the recall of the gold labels among the
+#: ten best-scored candidates (what a moderator sees offered).
+RANKING_COLUMNS = ("P@1", "P@3", "P@5", "nDCG@5", "R@10")
+
+
 def _fmt(x, low: bool = False) -> str:
     return "–" if _missing(x) else f"{100 * x:.1f}{LOW_SAMPLE_MARK if low else ''}"
 
 
 def table_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the Table-7-like summary: method; uF1 uP uR F1 P R Acc for all / frequent / rare;
-    P@1 P@3 P@5 nDCG@5 (percentages). A figure from fewer than :data:`LOW_SAMPLE_ARTICLES` test articles
+    P@1 P@3 P@5 nDCG@5 R@10 (percentages). A figure from fewer than :data:`LOW_SAMPLE_ARTICLES` test articles
     carries :data:`LOW_SAMPLE_MARK`; one that cannot be computed is "–" (:func:`table_notes` says why)."""
     header = ["method"] + [f"{g}:{c}" for g in ("all", "freq", "rare") for c in TABLE_COLUMNS] + \
-        ["P@1", "P@3", "P@5", "nDCG@5"]
+        list(RANKING_COLUMNS)
     low = {g: n < LOW_SAMPLE_ARTICLES for g, n in _group_articles(report).items()}
     rows = []
     for m in report["methods"].values():
@@ -118,7 +123,7 @@ def table_rows(report: dict) -> tuple[list[str], list[list[str]]]:
         for g in GROUPS:
             row += [_fmt(m["metrics"][g][c], low.get(g, False)) for c in TABLE_COLUMNS]
         rk = m["metrics"].get("ranking", {})
-        row += [_fmt(rk.get(c), low.get("all", False)) for c in ("P@1", "P@3", "P@5", "nDCG@5")]
+        row += [_fmt(rk.get(c), low.get("all", False)) for c in RANKING_COLUMNS]
         rows.append(row)
     return header, rows
 
