@@ -86,7 +86,7 @@ _SEPARATOR = "\n"  # never inside a word; used to normalise all words of a text 
 #: The most combining marks kept in a row (the Stream-Safe Text Format of Unicode UAX #15 allows 30 non-starters).
 MAX_COMBINING_RUN = 30
 # Runs of combining marks (and the two half-width sound marks U+FF9E/U+FF9F, which NFKC turns into combining marks:
-# tests/test_text_hygiene.py checks that no other character does) beyond MAX_COMBINING_RUN. CPython's normalisation
+# tests/test_text_linearity.py checks that no other character does) beyond MAX_COMBINING_RUN. CPython's normalisation
 # sorts a run of combining marks by insertion (quadratic: 10 s for 40,000 alternating marks), so every NFC/NFKC of
 # untrusted text here runs after this cap.
 _MARK_RUN = regex.compile(r"([\p{M}\uff9e\uff9f]{%d})[\p{M}\uff9e\uff9f]++" % MAX_COMBINING_RUN)
