@@ -46,7 +46,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 __all__ = ["ARTICLE_ID_MAX_LENGTH", "ARTICLE_ID_RULE", "ArticleId", "Event", "FiniteFloat", "LABEL_MAX_LENGTH",
-           "Label", "LanguageCode", "Name", "NonNegativeMs", "Part", "Url", "UtcDatetime", "canonical_label",
+           "LABEL_MAX_RAW_LENGTH", "Label", "LanguageCode", "Name", "NonNegativeMs", "Part", "Url", "UtcDatetime", "canonical_label",
            "check_article_id", "check_label", "check_language_code", "first_duplicate", "show_value"]
 
 ARTICLE_ID_MAX_LENGTH = 256
@@ -102,6 +102,7 @@ LABEL_MAX_LENGTH = 256
 _INVISIBLE = re.compile(r"[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
                         r"\u2060-\u206f\ufe00-\ufe0f\ufeff\U000e0000-\U000e0fff]")
 _SPACES = re.compile(r"\s+")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def canonical_label(value: str) -> str:
@@ -119,20 +120,45 @@ def canonical_label(value: str) -> str:
     return _SPACES.sub(" ", text).strip().lower()
 
 
+#: Control characters a label refuses: Unicode category Cc (C0, DEL, C1) except the ASCII whitespace (tab, line
+#: feed, vertical tab, form feed, carriage return: a run of whitespace is one space in a label).
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
+#: The most characters a label may have before normalisation (4x the limit after it: invisible characters and
+#: whitespace runs go); checked first, so that no normalisation ever runs on a megabyte of label.
+LABEL_MAX_RAW_LENGTH = 4 * LABEL_MAX_LENGTH
+
+
 def check_label(value: Any) -> str:
-    """The canonical form (:func:`canonical_label`) of a label name; 1..256 characters, not blank.
+    """The label policy: the canonical form (:func:`canonical_label`) of a label name, or why it is refused.
+
+    One function for every path that takes a label: the wire events (decisions, proposals, label events), the
+    HTTP API's label paths, the corpus loader, label rules, the knowledge memory's label sets.
 
     Raises:
-        ValueError: not a string, blank, or longer than 256 characters after normalisation.
+        ValueError: not a string; longer than 1024 characters as given; holding a control character (Unicode
+            category Cc other than tab, line feed, vertical tab, form feed and carriage return: ``\\u0000``,
+            ``\\u0007``, DEL, the C1 controls) or a lone surrogate; blank, or longer than 256 characters after
+            normalisation. The message names the character and its position.
     """
     if not isinstance(value, str):
         raise ValueError(f"label must be a string, not {type(value).__name__}")
+    if len(value) > LABEL_MAX_RAW_LENGTH:
+        raise ValueError(f"label {show_value(value)} has {len(value)} characters (at most {LABEL_MAX_LENGTH})")
+    bad = _CONTROL.search(value) or _SURROGATE.search(value)
+    if bad is not None:
+        kind = "a control character" if _CONTROL.match(bad.group()) else "a lone surrogate"
+        raise ValueError(f"label {show_value(value)} holds {kind} U+{ord(bad.group()):04X} at position "
+                         f"{bad.start()}: labels are printable text")
     label = canonical_label(value)
     if not label:
         raise ValueError(f"label {show_value(value)} is blank")
     if len(label) > LABEL_MAX_LENGTH:
         raise ValueError(f"label {show_value(value)} has {len(label)} characters (at most {LABEL_MAX_LENGTH})")
     return label
+
+
+_NOT_CONTROL = r"[^\u0000-\u0008\u000e-\u001f\u007f-\u009f]*"
+_LABEL_PATTERN = f"^{_NOT_CONTROL}\\S{_NOT_CONTROL}$"
 
 
 def _label(value: str) -> str:
@@ -143,9 +169,10 @@ def _label(value: str) -> str:
 
 
 Label = Annotated[str, AfterValidator(_label),
-                  WithJsonSchema({"type": "string", "minLength": 1, "maxLength": LABEL_MAX_LENGTH, "pattern": "\\S",
-                                  "description": "Label name; read in its canonical form: NFC, trimmed, lower "
-                                                 "case (Politika and politika are one label)."})]
+                  WithJsonSchema({"type": "string", "minLength": 1, "maxLength": LABEL_MAX_LENGTH,
+                                  "pattern": _LABEL_PATTERN,
+                                  "description": "Label name, no control characters; read in its canonical form: "
+                                                 "NFC, trimmed, lower case (Politika and politika are one label)."})]
 """A label name in its canonical form (see :func:`canonical_label`): 1..256 characters, not blank."""
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S")]

@@ -60,7 +60,7 @@ class DeadLetterReason(StrEnum):
     UNKNOWN_ARTICLE = "unknown_article"
     """A decision on an article the knowledge memory never saw."""
     LABEL_CONFLICT = "label_conflict"
-    """A label event the registry cannot apply (a definition of a name that was renamed away)."""
+    """A label event the registry cannot apply (an event on a name that was renamed away, a rename into one)."""
     TEXT_REJECTED = "text_rejected"
     """The encoder (its tokenizer, the embedding cache) refused the article's text."""
     OUTPUT_INVALID = "output_invalid"

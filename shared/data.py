@@ -7,7 +7,9 @@ The wire's rules hold here too: ``id`` follows the one article-id policy
 (:func:`~newsmon.schemas.base.check_article_id`: ``Delo 2019-03-04 #12`` is a bad line), ``labels`` are read in
 their canonical form (:func:`~newsmon.schemas.base.canonical_label`: NFC, lower case; labels that become equal,
 ``Šport`` in NFC and NFD, are one label) and ``lang`` is an ISO 639-1 code. A line that is not valid UTF-8 (a
-line saved in cp1250) is a bad line, never read with replacement characters.
+line saved in cp1250) is a bad line, never read with replacement characters. ``title`` and ``text`` are read
+cleaned (:func:`~newsmon.shared.text.clean_text`, the one normalisation of every stage: HTML decoded and removed,
+invisible characters, NFC), so a corpus article and the same article from the stream are the same text.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from newsmon.schemas.base import ArticleId, Label, LanguageCode
+from newsmon.shared.text import clean_text
 
 Split = Literal["train", "validation", "test"]
 
@@ -38,11 +41,16 @@ class Article(BaseModel):
     split: Split
     source: str | None = None
 
+    @field_validator("title", "text")
+    @classmethod
+    def _cleaned(cls, v: str | None) -> str | None:
+        return None if v is None else clean_text(v)  # the one normalisation, as for the stream's articles
+
     @field_validator("text")
     @classmethod
     def _not_blank(cls, v: str) -> str:
         if not v.strip():
-            raise ValueError("text is blank")
+            raise ValueError("text is blank (once cleaned: markup and invisible characters removed)")
         return v
 
     @field_validator("labels", mode="before")

@@ -15,6 +15,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import HashingVectorizer
 
+from newsmon.shared.text import clean_text
+
 #: Hashed word features (2^20: collisions are negligible for news vocabularies).
 N_FEATURES = 1 << 20
 
@@ -32,10 +34,12 @@ _VECTORIZER = hashing_vectorizer()
 
 def term_rows(texts: Sequence[str], vectorizer: HashingVectorizer | None = None) -> sp.csr_matrix:
     """``(n, 2^20)`` float32 CSR of sublinear term frequencies ``1 + log(tf)`` (a row of zeros for an empty text,
-    ``(0, 2^20)`` for no texts) of the tokens of ``vectorizer`` (default: words, :func:`hashing_vectorizer`)."""
+    ``(0, 2^20)`` for no texts) of the tokens of ``vectorizer`` (default: words, :func:`hashing_vectorizer`) in
+    each text cleaned first (:func:`~newsmon.shared.text.clean_text`: ``&#269;`` is ``č`` here too). Linear in
+    the length of each text."""
     if not len(texts):
         return sp.csr_matrix((0, N_FEATURES), dtype=np.float32)
-    X = (vectorizer or _VECTORIZER).transform([t or "" for t in texts]).tocsr()
+    X = (vectorizer or _VECTORIZER).transform([clean_text(t or "") for t in texts]).tocsr()
     X.data = (1.0 + np.log(X.data)).astype(np.float32)
     return X
 

@@ -48,13 +48,20 @@ Public API: :func:`clean_text`, :func:`normalize_word`, :func:`normalize_text`, 
 
 from __future__ import annotations
 
+import html
+import re
+import threading
 import unicodedata
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import ftfy
+import ftfy.chardata
+import ftfy.fixes
 import regex
 
-__all__ = ["NORMALIZATION_VERSION", "Tokens", "clean_text", "normalize_text", "normalize_word", "tokenize", "words"]
+__all__ = ["MAX_COMBINING_RUN", "NORMALIZATION_VERSION", "Tokens", "cap_combining", "clean_text", "forget_cleaned",
+           "normalize_text", "normalize_word", "strip_html", "tokenize", "words"]
 
 #: Bump when the normalisation or segmentation changes: stored artefacts built from words (indexes, shingles)
 #: must be rebuilt.
@@ -70,34 +77,202 @@ _LATIN_FOLD = {"đ": "dj", "ǵ": "gj", "ḱ": "kj"}
 _FORMAT_RE = regex.compile(r"\p{Cf}+")
 _FOLD_TABLE = str.maketrans({**_CYRILLIC_TO_LATIN, **_LATIN_FOLD})
 
-_WORD_RE = regex.compile(r"[\p{Cf}\p{M}]*[\p{L}\p{N}][\p{L}\p{M}\p{N}\p{Cf}]*")
+# A word starts where a run of letters, marks, digits and format characters starts (the look-behind), so that a
+# run without a letter or digit (a million zero-width spaces, or combining marks) is scanned once and given up,
+# not once from each of its characters; the possessive quantifiers never backtrack. Linear in the text.
+_WORD_RE = regex.compile(r"(?<![\p{L}\p{M}\p{N}\p{Cf}])[\p{Cf}\p{M}]*+[\p{L}\p{N}][\p{L}\p{M}\p{N}\p{Cf}]*+")
 _SEPARATOR = "\n"  # never inside a word; used to normalise all words of a text in one call
+
+#: The most combining marks kept in a row (the Stream-Safe Text Format of Unicode UAX #15 allows 30 non-starters).
+MAX_COMBINING_RUN = 30
+# Runs of combining marks (and the two half-width sound marks U+FF9E/U+FF9F, which NFKC turns into combining marks:
+# tests/test_text_linearity.py checks that no other character does) beyond MAX_COMBINING_RUN. CPython's normalisation
+# sorts a run of combining marks by insertion (quadratic: 10 s for 40,000 alternating marks), so every NFC/NFKC of
+# untrusted text here runs after this cap.
+_MARK_RUN = regex.compile(r"([\p{M}\uff9e\uff9f]{%d})[\p{M}\uff9e\uff9f]++" % MAX_COMBINING_RUN)
+# Space separators other than the space (no-break space U+00A0 from &nbsp;, the thin and en/em spaces, U+3000)
+# read as a space; the line and paragraph separators as a line break.
+_SPACE_TABLE = {cp: " " for cp in (0x00A0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000)}
+_SPACE_TABLE.update({0x2028: "\n", 0x2029: "\n"})
+_SPACE_CHARS = regex.compile("[%s]" % "".join(chr(c) for c in _SPACE_TABLE))
+
+# HTML: the elements of HTML 5 and the older presentational ones. A tag of one of them is removed (a block
+# element's tag becomes a line break); anything else in angle brackets (``a <b and c> d`` in a plain text, where
+# b is not an element) stays as text. No nested quantifier: each `<` is tried once, up to the next `<` or `>`.
+_BLOCK_TAGS = ("address article aside blockquote body br dd details dialog div dl dt fieldset figcaption figure "
+               "footer form h1 h2 h3 h4 h5 h6 head header hr html li main nav ol p pre section summary table tbody "
+               "td tfoot th thead title tr ul center").split()
+_INLINE_TAGS = ("a abbr area audio b base bdi bdo big button canvas caption cite code col colgroup data datalist "
+                "del dfn em embed font i iframe img input ins kbd label legend link map mark meta meter noscript "
+                "object optgroup option output param picture progress q rp rt ruby s samp select small source span "
+                "strike strong sub sup template textarea time track tt u var video wbr").split()
+_TAG_RE = re.compile(r"</?(%s)(?:[\s/][^<>]*)?>" % "|".join(sorted(_BLOCK_TAGS + _INLINE_TAGS, key=len,
+                                                                     reverse=True)), re.IGNORECASE)
+_BLOCK = frozenset(_BLOCK_TAGS)
+# `&amp;` before an entity or `&`: a text escaped twice (`&amp;scaron;`) reads as once, so cleaning a clean text
+# changes nothing
+_AMP_CHAIN = re.compile(r"&(?:amp;|#0*38;|#[xX]0*26;)+(?=[#A-Za-z0-9&])")
+_DROPPED_ELEMENTS = ("script", "style")
+_ELEMENT_RES = {name: (re.compile(rf"<{name}[\s/>]", re.IGNORECASE), re.compile(rf"</{name}\s*>", re.IGNORECASE))
+                for name in _DROPPED_ELEMENTS}
 
 
 # ftfy's repairs that never change what a reader sees, and nothing that rewrites visible text: quotes stay curly
-# (Slovene „...“), HTML entities, ligatures, full-width letters and line breaks are left alone (NFKC in the
-# near-duplicate check folds the latter two itself).
+# (Slovene „...“), ligatures, full-width letters and line breaks are left alone (NFKC in the near-duplicate check
+# folds the latter two itself); HTML is decoded before ftfy runs (see clean_text).
 _FTFY = ftfy.TextFixerConfig(unescape_html=False, fix_latin_ligatures=False, fix_character_width=False,
                              uncurl_quotes=False, fix_line_breaks=False, normalization="NFC", explain=False)
 
 
-def clean_text(text: str) -> str:
-    """The text as a reader sees it: what the encoder embeds and the near-duplicate check shingles.
+def cap_combining(text: str) -> str:
+    """``text`` with every run of combining marks cut to :data:`MAX_COMBINING_RUN` (``Zalgo`` text loses the
+    excess marks; no language needs more than a few in a row). Linear; call it before NFC/NFKC of untrusted text."""
+    return _MARK_RUN.sub(r"\1", text)
 
-    Steps: ``ftfy.fix_text`` (mojibake such as ``Ä\x8d`` -> ``č``, C0/C1 control characters other than tabs and
-    line breaks, terminal escapes, surrogates), every invisible format character (Unicode category ``Cf``: soft
-    hyphen U+00AD, zero-width space U+200B, zero-width (non-)joiners, word joiner U+2060, BOM, bidi marks) deleted,
-    Unicode NFC (``c`` + combining caron -> ``č``). Visible characters are kept as they are (case, quotes, line
-    breaks, diacritics). A text that needs none of this comes back unchanged (equal string), so embeddings
-    cached before this step stay valid for it.
+
+def strip_html(text: str) -> str:
+    """``text`` with HTML decoded and removed: character references decoded (``&#269;`` -> ``č``, ``&scaron;`` ->
+    ``š``, ``&nbsp;`` -> U+00A0; twice-escaped ones, ``&amp;scaron;``, too), then comments, ``script`` and
+    ``style`` elements (with their content) and the tags of HTML elements removed, a block element's tag
+    (``<p>``, ``<br>``, ``<div>``, ``<li>``...) replaced by a line break. Angle brackets that are not an HTML
+    element's tag stay. Linear in the length of ``text``; a text without ``&`` and ``<`` is returned as it is."""
+    if "&" in text:
+        text = html.unescape(_AMP_CHAIN.sub("&", text))
+    if "<" not in text:
+        return text
+    text = _drop_between(text, "<!--", "-->")
+    for name in _DROPPED_ELEMENTS:
+        text = _drop_element(text, name)
+    return _TAG_RE.sub(_tag_replacement, text)
+
+
+def _tag_replacement(m: re.Match) -> str:
+    return "\n" if m.group(1).lower() in _BLOCK else ""
+
+
+def _drop_between(text: str, start: str, end: str) -> str:
+    """``text`` without each ``start ... end`` (shortest, left to right); an unclosed ``start`` is kept. One pass."""
+    out, pos = [], 0
+    while True:
+        i = text.find(start, pos)
+        if i < 0:
+            break
+        j = text.find(end, i + len(start))
+        if j < 0:
+            break  # no end after this start: none after any later start either
+        out.append(text[pos:i])
+        pos = j + len(end)
+    return "".join(out) + text[pos:] if out else text
+
+
+def _drop_element(text: str, name: str) -> str:
+    """``text`` without ``<name ...> ... </name>`` (case-insensitive; an unclosed one is kept). One pass."""
+    opening, closing = _ELEMENT_RES[name]
+    out, pos = [], 0
+    while True:
+        m = opening.search(text, pos)
+        if m is None:
+            break
+        c = closing.search(text, m.end())
+        if c is None:
+            break  # no end after this start: none after any later start either
+        out.append(text[pos:m.start()])
+        pos = c.end()
+    return "".join(out) + text[pos:] if out else text
+
+
+def clean_text(text: str) -> str:
+    """The text as a reader sees it: the one normalisation every stage applies before it reads an article's
+    text (near-duplicate check, label rules, embedding, lexical vectors, the corpus loader, ``suggest`` and the
+    API).
+
+    Steps, in order: HTML decoded and removed (:func:`strip_html`: ``&#269;`` and ``&scaron;`` are ``č`` and
+    ``š``, tags of HTML elements gone); space separators (no-break space, thin and em spaces...) -> a space,
+    U+2028/U+2029 -> a line break; every invisible format character (Unicode category ``Cf``: soft hyphen U+00AD,
+    zero-width space U+200B, zero-width (non-)joiners, word joiner U+2060, BOM, bidi marks) deleted; runs of
+    combining marks cut to :data:`MAX_COMBINING_RUN` (:func:`cap_combining`); ftfy's repairs (mojibake such
+    as ``Ä\x8d`` -> ``č``, C0/C1 control characters other than tabs and line breaks, terminal escapes,
+    surrogates), on runs of whole lines of at least ``_FTFY_SEGMENT`` characters; Unicode NFC (``c`` + combining
+    caron -> ``č``). Visible characters are kept as they are (case, quotes, line breaks, diacritics). A text that
+    needs none of this comes back unchanged (equal string), so embeddings cached before this step stay valid for
+    it; cleaning a cleaned text changes nothing.
+
+    Linear in the length of ``text`` (``benchmarks/text_linearity.py`` measures it on the worst inputs). The
+    last texts it returned are remembered (:data:`_RECENT_MAX` of them, at most ``_RECENT_CHARS`` characters):
+    cleaning one of them again, as each stage does with the text the first one cleaned, costs one lookup.
 
     Raises:
         TypeError: ``text`` is not a ``str``.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, not {type(text).__name__}")
-    fixed = _FORMAT_RE.sub("", ftfy.fix_text(text, _FTFY))
-    return unicodedata.normalize("NFC", fixed)
+    if text in _RECENT:
+        return text
+    out = _FORMAT_RE.sub("", _SPACE_CHARS.sub(_space, strip_html(text)))
+    out = unicodedata.normalize("NFC", _fix_segments(cap_combining(out)))
+    if len(out) >= _REMEMBER_FROM:
+        _remember(out)
+    return out
+
+
+#: ftfy runs on pieces of whole lines of at least this many characters (ftfy.fix_text would run once per line,
+#: with a fixed cost per call that makes a text of short lines slow; one piece for the whole text would let
+#: one line's mojibake decide for all of them).
+_FTFY_SEGMENT = 4096
+_FTFY_CONTROL = regex.compile("[%s]" % "".join(regex.escape(chr(c)) for c in ftfy.chardata.CONTROL_CHARS))
+_RECENT: OrderedDict[str, None] = OrderedDict()
+_RECENT_MAX, _RECENT_CHARS, _REMEMBER_FROM = 256, 1 << 24, 256
+_recent_lock = threading.Lock()
+_recent_chars = 0
+
+
+def _fix_segments(text: str) -> str:
+    """ftfy's repairs (:data:`_FTFY`) on pieces of whole lines of at least :data:`_FTFY_SEGMENT` characters."""
+    if len(text) <= _FTFY_SEGMENT:
+        return _fix_segment(text)
+    out, pos = [], 0
+    while pos < len(text):
+        end = text.find("\n", pos + _FTFY_SEGMENT)
+        end = len(text) if end < 0 else end + 1
+        out.append(_fix_segment(text[pos:end]))
+        pos = end
+    return "".join(out)
+
+
+def _fix_segment(text: str) -> str:
+    """The steps of ``ftfy.fix_text`` under :data:`_FTFY`, in its order, each once: ``ftfy.fix_and_explain``
+    repeats all of them until nothing changes, so a text with nothing to repair pays its mojibake test (most of
+    the time) twice; ``fix_encoding`` repeats itself until the text is repaired."""
+    if "\x1b" in text:
+        text = ftfy.fixes.remove_terminal_escapes(text)
+    text = ftfy.fix_encoding(text, _FTFY)
+    text = ftfy.fixes.fix_surrogates(text)
+    return ftfy.fixes.remove_control_chars(text) if _FTFY_CONTROL.search(text) else text
+
+
+def _remember(text: str) -> None:
+    global _recent_chars
+    with _recent_lock:
+        if text in _RECENT:
+            _RECENT.move_to_end(text)
+            return
+        _RECENT[text] = None
+        _recent_chars += len(text)
+        while len(_RECENT) > _RECENT_MAX or _recent_chars > _RECENT_CHARS:
+            old, _ = _RECENT.popitem(last=False)
+            _recent_chars -= len(old)
+
+
+def forget_cleaned() -> None:
+    """Forget the texts :func:`clean_text` remembers (benchmarks time the cleaning itself)."""
+    global _recent_chars
+    with _recent_lock:
+        _RECENT.clear()
+        _recent_chars = 0
+
+
+def _space(m: regex.Match) -> str:
+    return _SPACE_TABLE[ord(m.group())]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +309,7 @@ def normalize_word(word: str) -> str:
     Returns:
         The normalised string (may be shorter or longer than ``word``: ``љ`` -> ``lj``).
     """
-    text = unicodedata.normalize("NFKC", _FORMAT_RE.sub("", word)).casefold()
+    text = unicodedata.normalize("NFKC", cap_combining(_FORMAT_RE.sub("", word))).casefold()
     return text.translate(_FOLD_TABLE)
 
 

@@ -169,6 +169,13 @@ def test_define_a_label_over_http_then_propose_rename_and_retire(api, corpus):
         assert r.status_code == 202
         wait_for(lambda: client.get(f"/v1/labels/{LABEL}").json()["status"] == "renamed", 30, "the rename")
         assert client.put(f"/v1/labels/{LABEL}", json={"kwes": [KWE]}).status_code == 409
+        # issue 27: no other event on the renamed-away name, and no rename into it (it dropped the first rename);
+        # a label of control characters is refused by the one label policy
+        assert client.delete(f"/v1/labels/{LABEL}").status_code == 409
+        r = client.post("/v1/labels/gospodarstvo/rename", json={"new_label": LABEL})
+        assert r.status_code == 409 and "renamed to 'client:mercator-group'" in r.json()["detail"], r.text
+        r = client.put("/v1/labels/%00", json={"kwes": [KWE]})
+        assert r.status_code == 422 and "control character U+0000" in r.json()["detail"], r.text
         assert client.delete("/v1/labels/client:mercator-group").status_code == 202
         wait_for(lambda: client.get("/v1/labels/client:mercator-group").json()["status"] == "retired", 30,
                  "the retirement")

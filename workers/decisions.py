@@ -125,18 +125,19 @@ class DecisionService:
 
     def apply_label_event(self, ev: LabelEvent) -> str | None:
         """Update the label registry (define / update / retire / rename / add). Returns None when applied, or
-        why the event cannot be (a definition of a name that was renamed away): dead-letter it."""
-        if ev.action in ("defined", "updated"):
-            try:
+        why the registry refuses the event (:func:`newsmon.workers.labels.conflict`: a name renamed away, a rename
+        into one, ...): dead-letter it."""
+        try:
+            if ev.action in ("defined", "updated"):
                 self.registry.define(ev.label, ev.definition)
-            except LabelConflict as exc:
-                return str(exc)
-        elif ev.action == "retired":
-            self.registry.retire(ev.label)
-        elif ev.action == "renamed":
-            self.registry.rename(ev.label, ev.new_label)
-        else:
-            self.registry.add(ev.label)
+            elif ev.action == "retired":
+                self.registry.retire(ev.label)
+            elif ev.action == "renamed":
+                self.registry.rename(ev.label, ev.new_label)
+            else:
+                self.registry.add(ev.label)
+        except LabelConflict as exc:
+            return str(exc)
         LABEL_EVENTS.labels(ev.action).inc()
         log.info("label event applied", action=ev.action, label=ev.label, new_label=ev.new_label)
         return None

@@ -6,8 +6,7 @@ scoring each batch, and the HTTP API reads it to answer ``GET /v1/labels/{label}
 publishing label events, so the topic stays the single path of truth).
 
 * ``defined`` / ``updated``: the label's :class:`~newsmon.schemas.LabelDefinition` is stored (replacing any
-  earlier one) and the label is active (a retired label defined again comes back). A name that was renamed
-  away cannot be defined again (:class:`LabelConflict`): its history now belongs to the new name.
+  earlier one) and the label is active (a retired label defined again comes back).
 * ``retired``: never proposed again from the moment its event is consumed: it is removed from the neighbours'
   label sets and its rules stop matching (the definition is kept, so ``added`` brings the label back whole).
 * ``renamed``: memory articles still carrying the old name count as evidence for the new one (the mapping is
@@ -15,6 +14,22 @@ publishing label events, so the topic stays the single path of truth).
   new name (merged into the new name's own definition when it has one: its KwEs appended, its filters and
   options kept).
 * ``added``: the label is (re-)activated.
+
+Invariants, for every sequence of events in any order (``tests/test_label_registry_properties.py`` checks them
+with hypothesis on both stores): **a rename never loses history** -- names that once stood for one label stand
+for one label from then on (``luka`` renamed to ``luka koper``: the examples of both count for ``luka koper``
+whatever comes later); the renames have no chains (old -> current name) and no definition or retirement sits on
+a name renamed away; a refused event changes nothing. So these are refused (:class:`LabelConflict`, 409 in the
+API, the event dead-lettered by the memory updater) by :func:`conflict`, the one check of both stores and the
+API:
+
+* any event on a name that was renamed away other than renaming it back (define, retire, add, rename it): its
+  history belongs to the new name; act on that one;
+* a rename into a name that was renamed away, except the undo (``a`` -> ``b``, then ``b`` -> ``a``): it would
+  detach that name's history from where it went (``pristanisce`` -> ``luka`` after ``luka`` -> ``luka koper``
+  used to drop the first rename: ``luka koper`` lost its old examples to a new ``luka``);
+* renaming a label to itself, or renaming a retired label (add it back first: which of two statuses the merged
+  label should have is the moderator's call).
 
 Labels are kept and compared in their canonical form (:func:`~newsmon.schemas.base.canonical_label`: NFC, lower
 case), on writes and on reads: retiring ``Šport`` (NFC) retires ``Šport`` written in NFD and ``ŠPORT``, also on
@@ -40,14 +55,14 @@ from newsmon.schemas.base import canonical_label as _canon
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["LabelConflict", "LabelRegistry", "RedisLabelRegistry", "RegistryState", "merge_definitions",
-           "open_registry"]
+__all__ = ["LabelConflict", "LabelRegistry", "RedisLabelRegistry", "RegistryState", "conflict",
+           "merge_definitions", "open_registry"]
 
 MAX_KWES = 100  # LabelDefinition.kwes max_length
 
 
 class LabelConflict(ValueError):
-    """A label change that contradicts the registry (defining a name that was renamed away)."""
+    """A label change that contradicts the registry (see :func:`conflict`)."""
 
 
 class RegistryState(NamedTuple):
@@ -109,28 +124,44 @@ class LabelRegistry:
         """
         label = _canon(label)
         with self._lock:
-            _check_not_renamed(label, self._renamed)
+            _check("defined", label, self._renamed)
             self._definitions[label] = definition
             self._retired.discard(label)
             self._version += 1
 
     def retire(self, label: str) -> None:
-        """Never propose ``label`` (or anything renamed to it) again; its rules stop matching."""
+        """Never propose ``label`` (or anything renamed to it) again; its rules stop matching.
+
+        Raises:
+            LabelConflict: ``label`` was renamed to another name.
+        """
         with self._lock:
+            _check("retired", label, self._renamed)
             self._retired.add(_canon(label))
             self._version += 1
 
     def add(self, label: str) -> None:
-        """(Re-)activate ``label``: a retired label can come back (with its definition, if it had one)."""
+        """(Re-)activate ``label``: a retired label can come back (with its definition, if it had one).
+
+        Raises:
+            LabelConflict: ``label`` was renamed to another name.
+        """
         with self._lock:
+            _check("added", label, self._renamed)
             self._retired.discard(_canon(label))
             self._version += 1
 
     def rename(self, old: str, new: str) -> None:
         """``old`` becomes ``new``; earlier renames to ``old`` follow (a -> old -> new gives a -> new), and the
-        definition of ``old`` moves to ``new`` (:func:`merge_definitions`)."""
+        definition of ``old`` moves to ``new`` (:func:`merge_definitions`).
+
+        Raises:
+            LabelConflict: refused by :func:`conflict` (``old`` renamed away or retired, ``new`` renamed away
+                elsewhere, ``old == new``).
+        """
         old, new = _canon(old), _canon(new)
         with self._lock:
+            _check("renamed", old, self._renamed, self._retired, new)
             self._renamed = _renamed_after(self._renamed, old, new)
             moved = self._definitions.pop(old, None)
             if moved is not None:
@@ -158,10 +189,37 @@ class LabelRegistry:
         return tuple(out)
 
 
-def _check_not_renamed(label: str, renamed: dict[str, str]) -> None:
+def conflict(action: str, label: str, renamed: dict[str, str], retired: Iterable[str] = (),
+             new_label: str | None = None) -> str | None:
+    """Why the registry refuses ``action`` (``defined``, ``updated``, ``retired``, ``added``, ``renamed``) on
+    ``label`` (to ``new_label``) given its ``renamed`` and ``retired`` (canonical names), or None when it
+    applies. The one check of both stores and the API (see the module docstring)."""
+    label = _canon(label)
+    if action == "renamed":
+        new = _canon(new_label or "")
+        if new == label:
+            return f"label {label!r} cannot be renamed to itself"
+        if label in renamed:
+            return (f"label {label!r} was renamed to {renamed[label]!r}: its history belongs to that name; "
+                    "rename that one")
+        if new in renamed and renamed[new] != label:
+            return (f"label {new!r} was renamed to {renamed[new]!r}: renaming {label!r} into it would detach "
+                    f"its history from {renamed[new]!r}; choose another name")
+        if label in set(retired):
+            return f"label {label!r} is retired: add it back before renaming it"
+        return None
     if label in renamed:
-        raise LabelConflict(f"label {label!r} was renamed to {renamed[label]!r}: its history belongs to the new "
-                            "name; define that one, or choose another name")
+        verb = {"defined": "define", "updated": "define", "retired": "retire", "added": "add"}.get(action, action)
+        return (f"label {label!r} was renamed to {renamed[label]!r}: its history belongs to the new name; "
+                f"{verb} that one, or choose another name")
+    return None
+
+
+def _check(action: str, label: str, renamed: dict[str, str], retired: Iterable[str] = (),
+           new_label: str | None = None) -> None:
+    why = conflict(action, label, renamed, retired, new_label)
+    if why is not None:
+        raise LabelConflict(why)
 
 
 def _renamed_after(renamed: dict[str, str], old: str, new: str) -> dict[str, str]:
@@ -193,23 +251,32 @@ class RedisLabelRegistry(LabelRegistry):
     def define(self, label: str, definition: LabelDefinition) -> None:
         k, label = self._keys, _canon(label)
 
-        def change(pipe, current_renamed):
-            _check_not_renamed(label, current_renamed)
+        def change(pipe, current_renamed, _retired):
+            _check("defined", label, current_renamed)
             pipe.hset(k["definitions"], label, definition.model_dump_json())
             pipe.srem(k["retired"], label)
 
         self._transaction(change)
 
     def retire(self, label: str) -> None:
-        self._transaction(lambda pipe, _r: pipe.sadd(self._keys["retired"], _canon(label)))
+        def change(pipe, current_renamed, _retired):
+            _check("retired", label, current_renamed)
+            pipe.sadd(self._keys["retired"], _canon(label))
+
+        self._transaction(change)
 
     def add(self, label: str) -> None:
-        self._transaction(lambda pipe, _r: pipe.srem(self._keys["retired"], _canon(label)))
+        def change(pipe, current_renamed, _retired):
+            _check("added", label, current_renamed)
+            pipe.srem(self._keys["retired"], _canon(label))
+
+        self._transaction(change)
 
     def rename(self, old: str, new: str) -> None:
         k, old, new = self._keys, _canon(old), _canon(new)
 
-        def change(pipe, current_renamed):
+        def change(pipe, current_renamed, current_retired):
+            _check("renamed", old, current_renamed, current_retired, new)
             pipe.delete(k["renamed"])
             pipe.hset(k["renamed"], mapping=_renamed_after(current_renamed, old, new))
             moved = self._read_definition(old)
@@ -225,16 +292,17 @@ class RedisLabelRegistry(LabelRegistry):
         return None if raw is None else LabelDefinition.model_validate_json(raw)
 
     def _transaction(self, change) -> None:
-        """Run ``change(pipe, renamed)`` in a MULTI with the version increment, retried when a key it read
-        changed meanwhile (WATCH)."""
+        """Run ``change(pipe, renamed, retired)`` in a MULTI with the version increment, retried when a key it read
+        changed meanwhile (WATCH); a :class:`LabelConflict` it raises leaves Redis as it was."""
         k = self._keys
         with self.r.pipeline() as pipe:
             while True:
                 try:
-                    pipe.watch(k["renamed"], k["definitions"], k["version"])
+                    pipe.watch(k["renamed"], k["retired"], k["definitions"], k["version"])
                     current = {a.decode(): b.decode() for a, b in pipe.hgetall(k["renamed"]).items()}
+                    retired = {x.decode() for x in pipe.smembers(k["retired"])}
                     pipe.multi()
-                    change(pipe, current)
+                    change(pipe, current, retired)
                     pipe.incr(k["version"])
                     pipe.execute()
                     return

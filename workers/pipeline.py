@@ -36,6 +36,7 @@ from newsmon.shared.config import Settings
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.memory import MemoryPoint, SearchFilter, catch_up, replaced_router
 from newsmon.shared.promotion import read_promoted
+from newsmon.shared.text import clean_text
 from newsmon.workers.copies import duplicate_labels, inherited_labels, is_moderated
 from newsmon.workers.labels import LabelRegistry, RegistryState
 from newsmon.workers.observability import BATCH_SECONDS, BATCH_SIZE
@@ -52,12 +53,19 @@ def call_directly(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
 
 @dataclass
 class Duplicate:
-    """The earlier article an incoming one is a near-copy of (MinHash LSH), as stored in the memory."""
+    """The earlier article an incoming one is a near-copy of (MinHash LSH): as stored in the memory (``point``),
+    or an earlier article of the same batch, not stored yet (``item``; the copy takes the proposal it is given)."""
 
     original_id: str
     jaccard: float
     lang: str
-    point: MemoryPoint
+    point: MemoryPoint | None
+    item: ArticleItem | None = None
+
+    @property
+    def vector(self) -> np.ndarray | None:
+        """The original's embedding (the copy's point reuses it)."""
+        return self.point.vector if self.point is not None else self.item.vector
 
 
 @dataclass
@@ -65,7 +73,8 @@ class ArticleItem:
     """One valid article of a batch and what the stages found for it.
 
     Attributes:
-        msg: the consumed message; event: the parsed event; text: title + body cut to ``max_text_chars``;
+        msg: the consumed message; event: the parsed event; text: title + body, cleaned
+        (:func:`newsmon.shared.text.clean_text`, what every stage reads) and cut to ``max_text_chars``;
         duplicate: set by ``near_duplicates``; vector: ``(d,)`` float32 query embedding (set by ``embed``);
         labels: the proposed labels, candidates: the best not proposed, scoring: the parameters used (set with
         the labels) and searched: the collections
@@ -184,9 +193,10 @@ class ArticlePipeline:
             run(batch)
 
     def validate(self, msgs: list[Message]) -> tuple[ArticleBatch, list[tuple[Message, InvalidEvent]]]:
-        """Parse every message as an :class:`ArticleEvent`. Returns the batch of valid articles and the
-        rejected messages with why (an :class:`InvalidEvent`: its reason code and text; too large, invalid
-        JSON, schema violation, unknown ``schema_version``, empty text). No dependency is called."""
+        """Parse every message as an :class:`ArticleEvent` and clean its text (:func:`~newsmon.shared.text.clean_text`:
+        the one normalisation every later stage reads). Returns the batch of valid articles and the rejected
+        messages with why (an :class:`InvalidEvent`: its reason code and text; too large, invalid JSON, schema
+        violation, unknown ``schema_version``, empty text, also once cleaned). No dependency is called."""
         w = self.settings.worker
         BATCH_SIZE.observe(len(msgs))
         batch = ArticleBatch(size=len(msgs), items=[])
@@ -202,22 +212,35 @@ class ArticlePipeline:
             except InvalidEvent as exc:
                 rejected.append((m, exc))
                 continue
-            batch.items.append(ArticleItem(m, ev, ev.text[:w.max_text_chars]))
+            text = clean_text(ev.text)[:w.max_text_chars]
+            if not text.strip():
+                rejected.append((m, InvalidEvent("empty text: title and body hold nothing visible once cleaned "
+                                                 "(markup, invisible characters)", "ArticleEvent",
+                                                 DeadLetterReason.SCHEMA_VIOLATION)))
+                continue
+            batch.items.append(ArticleItem(m, ev, text))
         return batch, rejected
 
     def near_duplicates(self, batch: ArticleBatch) -> None:
         """Check each article against the near-duplicate index (adding the new ones; done already when
         :meth:`index_near_copies` ran ahead), then read the originals found from the memory (one ``get`` per
-        language); an article whose original is stored becomes a :class:`Duplicate` and needs no model call."""
+        language); an article whose original is stored, or is an earlier article of the same batch (the index
+        holds it, the memory not yet), becomes a :class:`Duplicate` and needs no model call."""
         t0 = time.perf_counter()
         if batch.hits is None:
             self.index_near_copies(batch)
         if batch.hits:
             found = self.call("memory", self.classifier.router.find_many, [h[0] for h in batch.hits.values()], True)
+            earlier: dict[str, ArticleItem] = {}
             for it in batch.items:
                 hit = batch.hits.get(id(it))
                 if hit is not None and hit[0] in found:
                     it.duplicate = Duplicate(hit[0], hit[1], *found[hit[0]])
+                elif hit is not None and hit[0] in earlier:
+                    first = earlier[hit[0]]
+                    it.duplicate = Duplicate(hit[0], hit[1], first.event.lang, None, first)
+                if it.duplicate is None:
+                    earlier.setdefault(it.event.article_id, it)
         batch.seconds["dedup"] += time.perf_counter() - t0
 
     def index_near_copies(self, batch: ArticleBatch) -> None:
@@ -266,7 +289,7 @@ class ArticlePipeline:
                                                                                      "scoring", "abstained"))
         for it in batch.items:
             d = it.duplicate
-            if d is not None:
+            if d is not None and d.point is not None:
                 it.labels = duplicate_labels(d.original_id, relabel(inherited_labels(d.point)), d.jaccard)
 
     def match_rules(self, batch: ArticleBatch) -> None:
@@ -304,6 +327,10 @@ class ArticlePipeline:
         self.call("memory write", self._store, batch)
 
     def _store(self, batch: ArticleBatch) -> None:
+        for it in batch.items:  # a copy of an article of this batch: the proposal its original was just given
+            d = it.duplicate
+            if d is not None and d.item is not None:
+                it.labels = duplicate_labels(d.original_id, tuple(x.label for x in d.item.labels), d.jaccard)
         with self.classifier.router.write_lock:  # one step for the memory updater of this process
             self._write_pending(batch)
             if any(it.duplicate is not None for it in batch.items):
@@ -315,8 +342,8 @@ class ArticlePipeline:
             rows.setdefault(it.event.lang, []).append((it, it.vector, None))
         for it in batch.items:  # a near-copy reuses its original's vector
             d = it.duplicate
-            if d is not None and d.point.vector is not None:
-                rows.setdefault(d.lang, []).append((it, d.point.vector, d.original_id))
+            if d is not None and d.vector is not None:
+                rows.setdefault(d.lang, []).append((it, d.vector, d.original_id))
         with self.classifier.router.write_lock:
             for lang, entries in rows.items():
                 mem = self.classifier.memory(lang)
@@ -354,7 +381,7 @@ class ArticlePipeline:
                         changed += [it] if it.stored else []
                 if changed:
                     mem.upsert([it.event.article_id for it in changed],
-                               np.stack([it.duplicate.point.vector for it in changed]), [() for _ in changed],
+                               np.stack([it.duplicate.vector for it in changed]), [() for _ in changed],
                                [_pending_payload(lang, it) for it in changed])
 
     def emit(self, batch: ArticleBatch) -> list[tuple[Message, LabelProposal]]:

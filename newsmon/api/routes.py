@@ -17,6 +17,7 @@ from newsmon.api.models import ErrorBody, LabelChange, LabelTest, LabelTestResul
 from newsmon.api.service import ApiError, ApiService
 from newsmon.schemas import LabelDefinition, LabelProposal
 from newsmon.schemas.base import check_label
+from newsmon.workers.labels import conflict
 from newsmon.workers.rules import kwe_errors
 
 __all__ = ["router"]
@@ -89,6 +90,7 @@ async def rename_label(svc: Service, label: str, body: RenameBody, actor: Actor 
     await run_in_threadpool(svc.view, label)  # 404 when unknown
     if body.new_label == label:
         raise ApiError(422, "new_label is the label itself")
+    await _refuse_conflict(svc, "renamed", label, body.new_label)
     return await run_in_threadpool(svc.change, "renamed", label, actor, new_label=body.new_label)
 
 
@@ -109,10 +111,7 @@ async def put_label(svc: Service, label: str, definition: LabelDefinition, actor
     A KwE that does not parse is refused (422) with its index, the reason and the character position."""
     label = canonical(label)
     _check_kwes(definition, ("body", "kwes"))
-    state = await run_in_threadpool(svc.state)
-    if label in state.renamed:
-        raise ApiError(409, f"label {label!r} was renamed to {state.renamed[label]!r}: define that one, or "
-                            "choose another name")
+    state = await _refuse_conflict(svc, "defined", label)
     action = "updated" if label in state.definitions else "defined"
     return await run_in_threadpool(svc.change, action, label, actor, definition=definition)
 
@@ -123,7 +122,17 @@ async def retire_label(svc: Service, label: str, actor: Actor = None):
     """Publish ``retired``: never proposed again, its rules stop matching."""
     label = canonical(label)
     await run_in_threadpool(svc.view, label)  # 404 when unknown
+    await _refuse_conflict(svc, "retired", label)
     return await run_in_threadpool(svc.change, "retired", label, actor)
+
+
+async def _refuse_conflict(svc: ApiService, action: str, label: str, new_label: str | None = None):
+    """The registry's state; 409 when it would refuse the event (``newsmon.workers.labels.conflict``)."""
+    state = await run_in_threadpool(svc.state)
+    why = conflict(action, label, state.renamed, state.retired, new_label)
+    if why is not None:
+        raise ApiError(409, why)
+    return state
 
 
 def _check_kwes(definition: LabelDefinition, loc: tuple) -> None:

@@ -23,7 +23,7 @@ from newsmon.shared.classifier import Classifier
 from newsmon.shared.config import Settings, reveal
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.kwe import ArticleMeta, LabelRuleIndex, RuleFilters
-from newsmon.shared.text import tokenize
+from newsmon.shared.text import clean_text, tokenize
 from newsmon.workers.kafka_io import make_producer, read_latest
 from newsmon.workers.labels import LabelRegistry, RegistryState, open_registry
 from newsmon.workers.pipeline import ArticlePipeline
@@ -170,7 +170,7 @@ class ApiService:
             candidates = [(ev, ev.text, article_meta(ev)) for ev in self.latest_articles(n)]
         matched, kwe_matched = [], 0
         for ev, text, meta in candidates:
-            tokens = tokenize(text)
+            tokens = tokenize(clean_text(text))  # what the classifier's rules stage reads
             kwe_matched += bool(bare.match(tokens))
             for m in with_filters.match(tokens, meta):
                 about = {} if ev is None else {"article_id": ev.article_id, "title": ev.title, "outlet": ev.outlet,

@@ -39,13 +39,15 @@ from newsmon.shared.text import clean_text
 
 __all__ = ["PATTERNS", "RecurringLines", "strip_boilerplate"]
 
-#: Regular expressions (on the cleaned, case-folded sentence) of consent, paywall and newsletter sentences.
+#: Regular expressions (on the cleaned, case-folded sentence) of consent, paywall and newsletter sentences. Every
+#: repetition is bounded (``\w{0,20}``, never ``\w*`` before more pattern): an unbounded one is tried from every
+#: occurrence of its prefix to the end of the word, quadratic on a text of one repeated word without spaces.
 PATTERNS: tuple[str, ...] = (
     # cookies and consent
     r"\bcookie", r"piškot", r"kolačić", r"kolačič", r"kolacic", r"колачи", r"\bbiskot",
     r"store and/or access information", r"personali[sz]ed ads", r"ad and content measurement",
     r"\baccept all\b", r"\bsprejmi vse\b", r"\bprihvati sve\b", r"\bприхвати све\b", r"\bprano të gjitha\b",
-    r"(soglaš|strinja)\w* z uporabo", r"(pristaj|slaž)\w* (se )?s korištenjem", r"\bgdpr\b",
+    r"(soglaš|strinja)\w{0,20} z uporabo", r"(pristaj|slaž)\w{0,20} (se )?s korištenjem", r"\bgdpr\b",
     # paywalls
     r"subscribe (now )?to (continue|read)", r"already a subscriber", r"for subscribers only",
     r"(available|reserved) (only )?(to|for) (our )?subscribers",

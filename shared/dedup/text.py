@@ -8,7 +8,7 @@ import unicodedata
 from newsmon.shared.text import clean_text
 
 #: Version of :func:`normalize_text`; part of the stored index configuration (a change needs a new index).
-NORMALISATION_VERSION = 2  # 2: clean_text first (invisible characters, mojibake)
+NORMALISATION_VERSION = 3  # 2: clean_text first (invisible characters, mojibake); 3: HTML decoded, marks capped
 
 # Serbian Cyrillic (Vuk's alphabet) -> Gaj's Latin, plus the Macedonian letters (ѓ ќ ѕ and the accented ѐ ѝ).
 # Lower case only: normalize_text case-folds first.

@@ -1,0 +1,105 @@
+"""Every function that reads untrusted text runs in linear time (issue 27): the time of each function of
+``benchmarks/text_linearity.py`` on each of its worst inputs grows like the input, not like its square.
+
+No absolute time is asserted (the machine is shared; times are the thread's CPU time): for each function and input, the length is doubled from 2,000
+characters until one call takes at least ``MIN_SECONDS``; the time at twice that length must then be less than
+``MAX_GROWTH`` times it (2 for linear, 4 for quadratic). The quadratic word pattern of issue 27 (``tokenize`` on
+zero-width spaces: 0.08 s at 2,000, 1.06 s at 8,000) and NFC on 40,000 combining marks in an order NFC has to
+sort (10 s) fail this at once. Plus the issue's example: an article of 600,000 zero-width spaces is cleaned to
+nothing and tokenised to no word.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+from newsmon.shared.text import MAX_COMBINING_RUN, cap_combining, clean_text, tokenize
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "text_linearity.py"
+_spec = importlib.util.spec_from_file_location("text_linearity", BENCH)
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+MIN_SECONDS = 0.005
+MAX_GROWTH = 3.0
+MAX_CHARS = 1 << 19
+
+
+def _best(fn, text: str, repeat: int = 2) -> float:
+    return bench.best_seconds(fn, text, repeat)
+
+
+def growth(fn, make) -> tuple[int, float]:
+    """``(n, t(2n) / t(n))`` at the first doubling length ``n`` where one call takes ``MIN_SECONDS`` (ratio 0 when
+    none up to ``MAX_CHARS`` does: then the function is fast enough that growth cannot be told from noise)."""
+    n = 2000
+    while n <= MAX_CHARS:
+        t = _best(fn, make(n))
+        if t >= MIN_SECONDS:
+            return n, _best(fn, make(2 * n)) / t
+        n *= 2
+    return n, 0.0
+
+
+@pytest.mark.parametrize("function", list(bench.FUNCTIONS))
+def test_time_grows_linearly_on_every_worst_input(function):
+    fn = bench.FUNCTIONS[function]
+    slow = {}
+    for name, make in bench.INPUTS.items():
+        n, ratio = growth(fn, make)
+        if ratio >= MAX_GROWTH:  # once more, to tell a quadratic function from a busy machine
+            n, ratio = growth(fn, make)
+        if ratio >= MAX_GROWTH:
+            slow[name] = (n, round(ratio, 2))
+    assert not slow, f"{function}: time x{MAX_GROWTH}+ for twice the input (length, ratio): {slow}"
+
+
+def test_the_quadratic_word_pattern_would_fail_the_bound():
+    """The check itself tells a quadratic pattern from a linear one (the old word pattern of shared/text.py)."""
+    import regex
+
+    old = regex.compile(r"[\p{Cf}\p{M}]*[\p{L}\p{N}][\p{L}\p{M}\p{N}\p{Cf}]*")
+    n, ratio = growth(lambda t: old.findall(t), lambda k: "\u200b" * k)
+    assert ratio > MAX_GROWTH, (n, ratio)
+
+
+def test_the_issue_article_of_600000_zero_width_spaces():
+    body = "\u200b" * 600_000
+    assert len(body.encode("utf-8")) == 1_800_000
+    assert clean_text(body) == "" and tokenize(body).words == ()
+    assert tokenize(f"Koper\u200b{body}luka").words == ("koperluka",)  # format characters join, never split
+
+
+def test_long_runs_of_combining_marks_are_cut_before_normalisation():
+    text = "a" + "\u0301\u0316" * 50_000
+    capped = cap_combining(text)
+    assert capped == "a" + ("\u0301\u0316" * MAX_COMBINING_RUN)[:MAX_COMBINING_RUN]
+    assert cap_combining("Šport in čevapčiči") == "Šport in čevapčiči"  # a few marks in a row stay
+    assert unicodedata.normalize("NFC", clean_text("c\u030c")) == "č"
+
+
+def test_only_the_half_width_sound_marks_become_combining_marks_under_nfkc():
+    """cap_combining's character class is complete for this Python's Unicode: no other character outside the
+    marks (category M) starts, under NFKD, with a combining character."""
+    found = []
+    for cp in range(0x110000):
+        c = chr(cp)
+        if unicodedata.category(c).startswith("M") or unicodedata.category(c) == "Cs":
+            continue
+        d = unicodedata.normalize("NFKD", c)
+        if d and unicodedata.combining(d[0]):
+            found.append(f"U+{cp:04X}")
+    assert found == ["U+FF9E", "U+FF9F"]
+
+
+def test_the_benchmark_covers_the_required_inputs():
+    assert {"U+200B run", "U+FEFF run", "U+2060 run", "one letter", "one word, no spaces", "mixed"} <= set(bench.INPUTS)
+    start = time.perf_counter()
+    for make in bench.INPUTS.values():
+        assert len(make(1000)) == 1000
+    assert time.perf_counter() - start < 5
