@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -141,31 +142,37 @@ def _clean(text: str) -> str:
     return " ".join(text.split())
 
 
+#: Run by the peer's Python around each Annif command: the command's peak RSS (KiB) into the file ``argv[1]``. A
+#: child forked from this (large) process would report this process's RSS as its own peak (Linux carries the
+#: high-water mark across fork and exec); forked from this small launcher it reports its own.
+_MEASURE = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[2:]); "
+            "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); "
+            "sys.exit(rc)")
+
+
 def _run(cmd: Sequence[str], env: dict[str, str], cwd: Path) -> Usage:
-    """Run one Annif command; its wall time and peak RSS (``wait4``'s ``ru_maxrss``, KiB on Linux).
+    """Run one Annif command (``cmd[0]``: the ``annif`` of a peer environment); its wall time and peak RSS.
 
     Raises:
         RuntimeError: it exited non-zero or ran past :data:`COMMAND_TIMEOUT_S` (its last output lines in the message).
     """
+    python = Path(cmd[0]).parent / "python"
     t0 = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
-        deadline = t0 + COMMAND_TIMEOUT_S
-        while True:
-            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
-                proc.kill()
-                proc.wait()
-                raise RuntimeError(f"`annif {cmd[1]}` ran past {COMMAND_TIMEOUT_S} s")
-            time.sleep(0.05)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
+    with tempfile.TemporaryFile("w+") as log, tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
+        proc = subprocess.Popen([str(python), "-c", _MEASURE, rss.name, *cmd], stdout=log,
+                                stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise RuntimeError(f"`annif {cmd[1]}` ran past {COMMAND_TIMEOUT_S} s") from None
+        if rc != 0:
             log.seek(0)
             tail = "\n".join(log.read().strip().splitlines()[-8:])
-            raise RuntimeError(f"`annif {' '.join(cmd[1:3])}` exited {proc.returncode}: {tail}")
-    return Usage(time.perf_counter() - t0, ru.ru_maxrss / 1024)
+            raise RuntimeError(f"`annif {' '.join(cmd[1:3])}` exited {rc}: {tail}")
+        peak_kib = float(rss.read().strip() or 0)
+    return Usage(time.perf_counter() - t0, peak_kib / 1024)
 
 
 def projects_cfg(language: str, jobs: int) -> str:
