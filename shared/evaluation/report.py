@@ -27,12 +27,14 @@ def ratio(a: float, b: float) -> float:
     return float(a / b) if b and not math.isnan(b) else float("nan")
 
 
-def _ratio_entry(m: dict, svm: dict, key: str, what: str) -> tuple[float | None, str | None]:
-    """One ratio ``m[key] / svm[key]`` and, when there is none, why (for the "–" shown instead)."""
+def _ratio_entry(m: dict, svm: dict, key: str, what: str, base: str = "TF-IDF + SVM"
+                 ) -> tuple[float | None, str | None]:
+    """One ratio ``m[key] / svm[key]`` (``base``: the name of the row divided by) and, when there is none, why
+    (for the "–" shown instead)."""
     if _missing(m[key]) or _missing(svm[key]):
         return None, f"{what} is undefined (no gold or proposed label in the test split)"
     if svm[key] == 0:
-        return None, f"TF-IDF + SVM's {what} is 0"
+        return None, f"{base}'s {what} is 0"
     return ratio(m[key], svm[key]), None
 
 
@@ -63,6 +65,43 @@ def ratios_to_svm(methods: dict) -> dict:
                     entry["why"][col] = why
             out[key] = entry
     return out
+
+
+#: The columns of the ratios to a peer: micro-F1, macro-F1, subset accuracy.
+PEER_RATIO_COLUMNS = (("uF1", "micro-F1"), ("F1", "macro-F1"), ("Acc", "subset accuracy"))
+
+
+def ratios_to_peer(methods: dict, prefix: str = "annif_") -> dict:
+    """The ``newsmon`` row against the peer's best row (the fitted row named ``<prefix>...`` with the highest
+    test micro-F1): ``{"best": key, "best_name": name, "uF1" / "F1" / "Acc": ratio | None, "why": {col: reason}}``;
+    empty when the ``newsmon`` row or every peer row is missing."""
+    peers = {k: m for k, m in methods.items() if k.startswith(prefix) and not m.get("error")}
+    ours = methods.get("newsmon")
+    if not peers or ours is None or ours.get("error"):
+        return {}
+    best = max(peers, key=lambda k: -1.0 if _missing(peers[k]["metrics"]["all"]["uF1"])
+               else peers[k]["metrics"]["all"]["uF1"])
+    out: dict = {"best": best, "best_name": peers[best]["name"], "why": {}}
+    for col, what in PEER_RATIO_COLUMNS:
+        out[col], why = _ratio_entry(ours["metrics"]["all"], peers[best]["metrics"]["all"], col, what,
+                                     peers[best]["name"])
+        if why:
+            out["why"][col] = why
+    return out
+
+
+def format_peer_ratios(r: dict) -> str:
+    """One line: ``newsmon / <best peer row>: micro-F1 x1.05, macro-F1 x0.40, subset accuracy x1.30``."""
+    parts = [f"{what} " + (f"x{r[col]:.3f}" if not _missing(r.get(col)) else f"– ({r['why'].get(col, 'undefined')})")
+             for col, what in PEER_RATIO_COLUMNS]
+    return f"newsmon / {r['best_name']} (the peer's best micro-F1): " + ", ".join(parts)
+
+
+def cost_rows(report: dict) -> list[list]:
+    """Per row: method, wall time (s) and peak RSS (MiB) of the process(es) that computed it, and which."""
+    return [[m["name"], round(m.get("wall_s", m["seconds"]), 1),
+             None if m.get("peak_rss_mib") is None else round(m["peak_rss_mib"]), m.get("measured_in", "")]
+            for m in report["methods"].values()]
 
 
 def _fitted(methods: dict) -> list[dict]:
@@ -173,6 +212,11 @@ def write_outputs(report: dict, out_dir: Path) -> None:
             md.append(f"- {m['name']}: {json.dumps(m['params'], default=float)}")
     for key, r in report.get("ratio_to_svm", {}).items():
         md.append(f"- {format_ratios(report['methods'][key]['name'], r)}")
+    if report.get("ratio_to_peer"):
+        md.append(f"- {format_peer_ratios(report['ratio_to_peer'])}")
+    md += ["", "| method | wall s | peak RSS MiB | measured in |", "|---|---|---|---|"]
+    md += ["| " + " | ".join("–" if v is None else str(v) for v in row) + " |" for row in cost_rows(report)]
+    md.append("")
     md.append(f"- timings (s): {json.dumps({k: round(v, 2) for k, v in report['timings'].items()})}")
     (out_dir / "results.md").write_text("\n".join(md) + "\n")
     plot_f1_by_frequency(report, out_dir / "f1_by_frequency.png")

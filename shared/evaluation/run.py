@@ -20,7 +20,8 @@ import structlog
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Article, Corpus
 from newsmon.shared.evaluation.neighbours import retrieve_neighbours
-from newsmon.shared.evaluation.report import ratios_to_svm, write_outputs
+from newsmon.shared.evaluation.report import ratios_to_peer, ratios_to_svm, write_outputs
+from newsmon.shared.evaluation.usage import peak_rss_mib, reset_peak
 from newsmon.shared.metrics import FREQUENT_MIN, RARE_MAX, evaluate, f1_by_frequency
 from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.predictors import LabelVocab, Predictor, QueryBatch, TrainingSet, available, predictor_class
@@ -80,20 +81,26 @@ def _method_entry(name: str, labels: Labels, scores: np.ndarray, pred: np.ndarra
             "params": params, "f1_by_frequency": f1_by_frequency(labels.test, pred, labels.train_counts)}
 
 
-def _predictors(methods: Sequence[str], settings: Settings, mlknn_k: int, rae: dict | None = None
-                ) -> list[Predictor]:
+def _predictors(methods: Sequence[str], settings: Settings, mlknn_k: int, rae: dict | None = None,
+                peers: Sequence[str] = ()) -> list[Predictor]:
     """The requested predictors in registry order, with their parameters from ``settings`` (``rae``: RAE-XMC's
-    ``top_k`` / ``tau`` / ``lam`` / ``threshold`` instead).
+    ``top_k`` / ``tau`` / ``lam`` / ``threshold`` instead), then each peer's rows
+    (:data:`newsmon.shared.predictors.annif_peer.PEERS`).
 
     Raises:
-        EvalInputError: an unknown method.
+        EvalInputError: an unknown method or peer.
     """
+    from newsmon.shared.predictors.annif_peer import PEERS  # deferred: only --peers needs it
+
     unknown = set(methods) - set(available())
     if unknown:
         raise EvalInputError(f"unknown methods {sorted(unknown)}; choose from {','.join(available())}")
+    if set(peers) - set(PEERS):
+        raise EvalInputError(f"unknown peers {sorted(set(peers) - set(PEERS))}; choose from {','.join(PEERS)}")
     keys = ("top_k", "tau", "lam", "threshold")
     overrides = {"mlknn": {"k": mlknn_k}, "rae": {k: v for k, v in (rae or {}).items() if k in keys}}
-    return [predictor_class(n).from_settings(settings, **overrides.get(n, {})) for n in available() if n in methods]
+    own = [predictor_class(n).from_settings(settings, **overrides.get(n, {})) for n in available() if n in methods]
+    return own + [cls.from_settings(settings) for peer in PEERS if peer in peers for cls in PEERS[peer]]
 
 
 def _splits(corpus: Corpus, tune: int) -> tuple[list[Article], list[Article], list[Article]]:
@@ -107,10 +114,12 @@ def _splits(corpus: Corpus, tune: int) -> tuple[list[Article], list[Article], li
 
 def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: int = 0,
              mlknn_k: int = 10, out_dir: Path | None = None, progress: bool = True,
-             tune_storage: str | None = None, study_name: str | None = None, rae: dict | None = None) -> dict:
-    """Evaluate ``methods`` (registered predictor names, see :func:`newsmon.shared.predictors.available`) on
-    ``corpus``; returns the JSON-able report (``corpus``, ``methods``, ``timings``, ``encoder`` when a method
-    retrieves, ``label_groups``, ``ratio_to_svm``).
+             tune_storage: str | None = None, study_name: str | None = None, rae: dict | None = None,
+             peers: Sequence[str] = ()) -> dict:
+    """Evaluate ``methods`` (registered predictor names, see :func:`newsmon.shared.predictors.available`) and
+    ``peers`` (``annif``: :mod:`newsmon.shared.predictors.annif_peer`) on ``corpus``; returns the JSON-able report
+    (``corpus``, ``methods`` (each with ``wall_s`` and ``peak_rss_mib``), ``timings``, ``encoder`` when a method
+    retrieves, ``label_groups``, ``ratio_to_svm``, ``ratio_to_peer``).
 
     Args:
         tune: Optuna trials for each tunable method (0: off); its tuned copy is reported as ``<name>_tuned``.
@@ -118,14 +127,15 @@ def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: i
         rae: RAE-XMC's parameters (``top_k``, ``tau``, ``lam``, ``threshold``) instead of the settings'.
 
     Raises:
-        EvalInputError: an unknown method, or a corpus without train or test articles.
+        EvalInputError: an unknown method or peer, or a corpus without train or test articles.
     """
-    predictors = _predictors(methods, settings, mlknn_k, rae)
+    predictors = _predictors(methods, settings, mlknn_k, rae, peers)
     train, val, test = _splits(corpus, tune)
     started = time.perf_counter()
     labels = label_matrices(train, val, test)
     report: dict = {"corpus": corpus.summary(), "methods": {}, "timings": {}}
-    train_set = TrainingSet([a.text for a in train], labels.train, labels.vocab)
+    train_set = TrainingSet([a.text for a in train], labels.train, labels.vocab, validation_labels=labels.val,
+                            validation_texts=[a.text for a in val])
     test_q = QueryBatch([a.text for a in test], [a.lang for a in test])
     val_q = QueryBatch([a.text for a in val], [a.lang for a in val])
     dense = [p for p in predictors if p.needs_retrieval]
@@ -138,8 +148,7 @@ def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: i
         nb = retrieve_neighbours(settings, train, test, val, top_k, with_val, loo_k or None, progress, report,
                                  lexical_k)
         train_set.retrieval = nb.train_loo
-        train_set.validation, train_set.validation_labels = nb.validation, labels.val
-        train_set.validation_texts = [a.text for a in val]
+        train_set.validation = nb.validation
         train_set.vectors, train_set.validation_vectors = nb.train_vecs, nb.val_vecs
         test_q.vectors, test_q.retrieval = nb.test_vecs, nb.test
         val_q.vectors, val_q.retrieval = nb.val_vecs, nb.validation
@@ -151,6 +160,7 @@ def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: i
     report["label_groups"] = {"frequent": int((c >= FREQUENT_MIN).sum()), "rare": int((c <= RARE_MAX).sum()),
                               "all": int(len(labels.vocab))}
     report["ratio_to_svm"] = ratios_to_svm(report["methods"])
+    report["ratio_to_peer"] = ratios_to_peer(report["methods"])
     if out_dir is not None:
         write_outputs(report, Path(out_dir))
     return report
@@ -176,6 +186,17 @@ def ablation_rows(p: Predictor, test_q: QueryBatch, labels: Labels) -> dict[str,
     return out
 
 
+def _usage(p: Predictor, seconds: float, peak_reset: bool) -> dict:
+    """A row's cost: ``wall_s`` and ``peak_rss_mib`` of its own processes for a method that runs outside this
+    process (:meth:`Predictor.usage`), else of this process during the row (its peak since start where the peak
+    could not be reset), and ``measured_in`` saying which."""
+    own = p.usage()
+    if own is not None:
+        return {"wall_s": own["wall_s"], "peak_rss_mib": own["peak_rss_mib"], "measured_in": "peer processes"}
+    return {"wall_s": seconds, "peak_rss_mib": peak_rss_mib(),
+            "measured_in": "eval process" + ("" if peak_reset else " (peak since start)")}
+
+
 def _evaluate_one(p: Predictor, train_set: TrainingSet, test_q: QueryBatch, val_q: QueryBatch, labels: Labels,
                   report: dict, tune: int, progress: bool, study: dict) -> None:
     """Fit, score and decide with one predictor (and its tuned copy when ``tune`` and it is tunable); add the
@@ -183,6 +204,7 @@ def _evaluate_one(p: Predictor, train_set: TrainingSet, test_q: QueryBatch, val_
     t0 = time.perf_counter()
     if progress:
         log.info(f"evaluating {p.display_name}", labels=labels.n_train_labels)
+    peak_reset = reset_peak()
     try:
         p.fit(train_set)
         scores, decided = p.score_and_decide(test_q)
@@ -192,8 +214,8 @@ def _evaluate_one(p: Predictor, train_set: TrainingSet, test_q: QueryBatch, val_
         report["methods"][p.name] = {"name": p.display_name, "error": reason, "metrics": None, "params": {},
                                      "seconds": time.perf_counter() - t0, "f1_by_frequency": []}
         return
-    report["methods"][p.name] = _method_entry(p.display_name, labels, scores, decided, time.perf_counter() - t0,
-                                              p.params)
+    entry = _method_entry(p.display_name, labels, scores, decided, time.perf_counter() - t0, p.params)
+    report["methods"][p.name] = {**entry, **_usage(p, entry["seconds"], peak_reset)}
     for key, entry in ablation_rows(p, test_q, labels).items():
         report["methods"][key] = entry
     if tune and p.tunable:

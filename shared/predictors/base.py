@@ -120,6 +120,12 @@ class Predictor(ABC):
         """The parameters worth reporting (empty when the method has none)."""
         return {}
 
+    def usage(self) -> dict[str, float] | None:
+        """What the method's own processes used, for a method that runs outside this process (a peer):
+        ``{"wall_s": seconds, "peak_rss_mib": MiB}``; None (the default) when it runs in this process, whose
+        wall time and peak memory the evaluation measures itself."""
+        return None
+
     def neighbours_needed(self) -> int:
         """How many neighbours per query ``scores`` reads (0 for text-only methods)."""
         return 0
