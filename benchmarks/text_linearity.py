@@ -8,8 +8,9 @@ them). The functions (:data:`FUNCTIONS`) are every one that reads an article's o
 phrases and prefixes, and the direct matcher), the near-duplicate check (``strip_boilerplate``, the recurring-line
 split, ``normalize_text``, the MinHash signature via ``NearDuplicateIndex.find``), the lexical vectors
 (``term_rows``, ``sparse_terms``, the fusion's ``TermVectors`` and local TF-IDF cosine), the abstention's word
-count, the label policy (``check_label`` on a long label, refused) and the long-article windows
-(``long_text.windows`` over one token id per character). The inputs (:data:`INPUTS`) are the worst found: runs of
+count, the label policy (``check_label`` on a long label, refused), the long-article windows
+(``long_text.windows`` over one token id per character) and, when the model is in ``$NEWSMON_HOME``, the
+encoder's tokenizer (what ``Encoder.encode`` runs on the whole text before cutting it into windows). The inputs (:data:`INPUTS`) are the worst found: runs of
 one format character (U+200B, U+FEFF, U+2060) or of mixed ones, combining marks in an order NFC has to sort,
 U+FF9E half-width sound marks between them (NFKC makes those combining marks), one repeated letter, one
 repeated word without spaces, markup (entities, tags, unclosed comments and ``<script``), and a mix of all.
@@ -104,6 +105,22 @@ FUNCTIONS: dict[str, Callable[[str], object]] = {
     "check_label": _label,
     "long_text.windows": lambda t: windows(list(map(ord, t)), [0, 1], 512, 4),
 }
+
+
+def _encoder_tokenizer() -> Callable[[str], object] | None:
+    """The bundled encoder's tokenizer (what ``Encoder.encode`` runs on a long text before cutting it into
+    windows), when the model was imported into ``$NEWSMON_HOME`` (``newsmon setup``); else None."""
+    import os
+
+    from tokenizers import Tokenizer
+
+    home = Path(os.environ.get("NEWSMON_HOME", Path.home() / ".cache" / "newsmon"))
+    path = home / "models" / "multilingual-e5-small" / "tokenizer.json"
+    return Tokenizer.from_file(str(path)).encode if path.is_file() else None
+
+
+if (_tokenizer := _encoder_tokenizer()) is not None:
+    FUNCTIONS["encoder tokenizer (e5-small)"] = _tokenizer
 
 
 def best_seconds(fn: Callable[[str], object], text: str, repeat: int) -> float:

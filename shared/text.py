@@ -38,12 +38,17 @@ would then match the word ``krka`` or ``nama``. A hyphenated compound (``covid-1
 becomes a phrase of two words, so it still matches the same text.
 
 Before any of that, and before an article is embedded or shingled, :func:`clean_text` repairs what a reader never
-sees: mojibake and stray control characters (``ftfy``), the invisible format characters above (a soft hyphen, a
-zero-width space or a word joiner inside a word), and the Unicode form (NFC). So the same visible article is the
-same string for the encoder (and its cache), the near-duplicate check and the keyword rules.
+sees: HTML (character references decoded, tags removed), mojibake and stray control characters (``ftfy``), the
+invisible format characters above (a soft hyphen, a zero-width space or a word joiner inside a word), and the
+Unicode form (NFC). So the same visible article is the same string for the encoder (and its cache), the
+near-duplicate check, the keyword rules and the lexical vectors.
 
-Public API: :func:`clean_text`, :func:`normalize_word`, :func:`normalize_text`, :func:`tokenize` -> :class:`Tokens`,
-:func:`words`.
+Every function here is linear in the length of its input, whatever the input (``benchmarks/text_linearity.py``,
+``tests/test_text_linearity.py``): no pattern is retried from each character of a run it cannot match, and no
+Unicode normalisation sees a run of more than :data:`MAX_COMBINING_RUN` combining marks.
+
+Public API: :func:`clean_text` (:func:`strip_html`, :func:`cap_combining`), :func:`normalize_word`,
+:func:`normalize_text`, :func:`tokenize` -> :class:`Tokens`, :func:`words`.
 """
 
 from __future__ import annotations

@@ -103,3 +103,29 @@ def test_the_benchmark_covers_the_required_inputs():
     for make in bench.INPUTS.values():
         assert len(make(1000)) == 1000
     assert time.perf_counter() - start < 5
+
+
+def test_the_issue_article_passes_validate_at_once(tmp_path):
+    """In the classifier's first stage: the 600,000 zero-width spaces are cleaned away (the title is what is left
+    to classify), and without a title the event is dead-lettered as empty, in well under a second of CPU."""
+    from datetime import datetime, timezone
+
+    from confluent_kafka import Message
+
+    from newsmon.schemas import ArticleEvent, DeadLetterReason
+    from newsmon.shared.config import Settings
+    from newsmon.workers.pipeline import ArticlePipeline
+
+    pipeline = ArticlePipeline(Settings(home=tmp_path / "home"), None, None, None)
+    msgs = []
+    for offset, title in enumerate(("Luka Koper", None)):
+        ev = ArticleEvent(article_id=f"zwsp-{offset}", title=title, body="\u200b" * 600_000, lang="sl",
+                          outlet="Portal", country="SI", published_at=datetime.now(timezone.utc))
+        msgs.append(Message(topic="articles", partition=0, offset=offset, value=ev.to_bytes(), timestamp=(1, 0)))
+    assert len(msgs[0].value()) < 2_000_000  # under the default worker.max_message_bytes
+    start = time.thread_time()
+    batch, rejected = pipeline.validate(msgs)
+    assert time.thread_time() - start < 1.0
+    assert [it.text for it in batch.items] == ["Luka Koper\n"]  # title + "\\n" + the body, cleaned
+    [(_m, exc)] = rejected
+    assert exc.code is DeadLetterReason.SCHEMA_VIOLATION and "empty text" in exc.reason

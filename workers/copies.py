@@ -17,12 +17,58 @@ other side: the classifier reads its original again after storing the copy (see
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 import numpy as np
 
 from newsmon.schemas import LabelProposal, NeighbourRef, ProposedLabel
 from newsmon.shared.memory import MemoryPoint, MemoryRouter, SearchFilter
+
+
+@dataclass
+class Duplicate:
+    """The earlier article an incoming one is a near-copy of (MinHash LSH): as stored in the memory (``point``),
+    or an earlier article of the same batch, not stored yet (``item``, an ``ArticleItem``; the copy takes the
+    proposal it is given, :func:`copy_batch_originals`)."""
+
+    original_id: str
+    jaccard: float
+    lang: str
+    point: MemoryPoint | None
+    item: Any = None
+
+    @property
+    def vector(self) -> np.ndarray | None:
+        """The original's embedding (the copy's point reuses it)."""
+        return self.point.vector if self.point is not None else self.item.vector
+
+
+def link_copies(items: list, hits: dict, found: dict) -> None:
+    """Set ``duplicate`` on the ``items`` (``ArticleItem``) the near-duplicate index found a copy of (``hits``:
+    ``id(item)`` -> ``(original id, Jaccard)``): an original read from the memory (``found``: id -> ``(lang,
+    point)``), or an earlier item of the same batch that is not itself a copy (the index holds it before the
+    memory does: two copies in one batch)."""
+    earlier: dict[str, Any] = {}
+    for it in items:
+        hit = hits.get(id(it))
+        if hit is not None and hit[0] in found:
+            it.duplicate = Duplicate(hit[0], hit[1], *found[hit[0]])
+        elif hit is not None and hit[0] in earlier:
+            first = earlier[hit[0]]
+            it.duplicate = Duplicate(hit[0], hit[1], first.event.lang, None, first)
+        if it.duplicate is None:
+            earlier.setdefault(it.event.article_id, it)
+
+
+def copy_batch_originals(items: list) -> None:
+    """Give each copy of an article of its own batch the proposal its original was given (call it once the
+    originals' labels are final, before the pending points are written)."""
+    for it in items:
+        d = it.duplicate
+        if d is not None and d.item is not None:
+            it.labels = duplicate_labels(d.original_id, tuple(x.label for x in d.item.labels), d.jaccard)
 
 
 def is_moderated(point: MemoryPoint) -> bool:

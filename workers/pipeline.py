@@ -34,10 +34,11 @@ from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS, Classifier
 from newsmon.shared.scoring.wire import proposal_fields
 from newsmon.shared.config import Settings
 from newsmon.shared.dedup import NearDuplicateIndex
-from newsmon.shared.memory import MemoryPoint, SearchFilter, catch_up, replaced_router
+from newsmon.shared.memory import SearchFilter, catch_up, replaced_router
 from newsmon.shared.promotion import read_promoted
 from newsmon.shared.text import clean_text
-from newsmon.workers.copies import duplicate_labels, inherited_labels, is_moderated
+from newsmon.workers.copies import (Duplicate, copy_batch_originals, duplicate_labels, inherited_labels, is_moderated,
+                                    link_copies)
 from newsmon.workers.labels import LabelRegistry, RegistryState
 from newsmon.workers.observability import BATCH_SECONDS, BATCH_SIZE
 from newsmon.workers.rules import (RuleBook, RuleOutcome, admitted_candidates, article_meta, count_examples,
@@ -49,23 +50,6 @@ log = structlog.get_logger(__name__)
 def call_directly(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
     """The trivial error policy: call ``fn`` once (outside a worker)."""
     return fn(*args, **kwargs)
-
-
-@dataclass
-class Duplicate:
-    """The earlier article an incoming one is a near-copy of (MinHash LSH): as stored in the memory (``point``),
-    or an earlier article of the same batch, not stored yet (``item``; the copy takes the proposal it is given)."""
-
-    original_id: str
-    jaccard: float
-    lang: str
-    point: MemoryPoint | None
-    item: ArticleItem | None = None
-
-    @property
-    def vector(self) -> np.ndarray | None:
-        """The original's embedding (the copy's point reuses it)."""
-        return self.point.vector if self.point is not None else self.item.vector
 
 
 @dataclass
@@ -225,22 +209,13 @@ class ArticlePipeline:
         """Check each article against the near-duplicate index (adding the new ones; done already when
         :meth:`index_near_copies` ran ahead), then read the originals found from the memory (one ``get`` per
         language); an article whose original is stored, or is an earlier article of the same batch (the index
-        holds it, the memory not yet), becomes a :class:`Duplicate` and needs no model call."""
+        holds it, the memory not yet), becomes a :class:`~newsmon.workers.copies.Duplicate` and needs no model call."""
         t0 = time.perf_counter()
         if batch.hits is None:
             self.index_near_copies(batch)
         if batch.hits:
             found = self.call("memory", self.classifier.router.find_many, [h[0] for h in batch.hits.values()], True)
-            earlier: dict[str, ArticleItem] = {}
-            for it in batch.items:
-                hit = batch.hits.get(id(it))
-                if hit is not None and hit[0] in found:
-                    it.duplicate = Duplicate(hit[0], hit[1], *found[hit[0]])
-                elif hit is not None and hit[0] in earlier:
-                    first = earlier[hit[0]]
-                    it.duplicate = Duplicate(hit[0], hit[1], first.event.lang, None, first)
-                if it.duplicate is None:
-                    earlier.setdefault(it.event.article_id, it)
+            link_copies(batch.items, batch.hits, found)
         batch.seconds["dedup"] += time.perf_counter() - t0
 
     def index_near_copies(self, batch: ArticleBatch) -> None:
@@ -327,10 +302,7 @@ class ArticlePipeline:
         self.call("memory write", self._store, batch)
 
     def _store(self, batch: ArticleBatch) -> None:
-        for it in batch.items:  # a copy of an article of this batch: the proposal its original was just given
-            d = it.duplicate
-            if d is not None and d.item is not None:
-                it.labels = duplicate_labels(d.original_id, tuple(x.label for x in d.item.labels), d.jaccard)
+        copy_batch_originals(batch.items)
         with self.classifier.router.write_lock:  # one step for the memory updater of this process
             self._write_pending(batch)
             if any(it.duplicate is not None for it in batch.items):
