@@ -12,8 +12,8 @@ count, the label policy (``check_label`` on a long label, refused), the long-art
 (``long_text.windows`` over one token id per character) and, when the model is in ``$NEWSMON_HOME``, the
 encoder's tokenizer (what ``Encoder.encode`` runs on the whole text before cutting it into windows). The inputs (:data:`INPUTS`) are the worst found: runs of
 one format character (U+200B, U+FEFF, U+2060) or of mixed ones, combining marks in an order NFC has to sort,
-U+FF9E half-width sound marks between them (NFKC makes those combining marks), one repeated letter, one
-repeated word without spaces, markup (entities, tags, unclosed comments and ``<script``), and a mix of all.
+U+FF9E half-width sound marks between them (NFKC makes those combining marks), one repeated letter (as one
+word, and as 100,000 one-letter words: every phrase position and shingle alike), one repeated word without spaces, markup (entities, tags, unclosed comments and ``<script``), and a mix of all.
 
 Each cell is the CPU time of this thread (the machine is shared: a wall clock counts the other processes' turns),
 the best of ``--repeat`` runs at ``--chars`` characters; "growth" is the largest ratio, over the
@@ -65,6 +65,7 @@ INPUTS: dict[str, Callable[[int], str]] = {
     "marks to sort": lambda n: "a" + _repeat("\u0301\u0316")(n - 1),
     "marks + U+FF9E": lambda n: "a" + _repeat("\u0301\uff9e")(n - 1),
     "one letter": _repeat("a"),
+    "one-letter words": _repeat("a "),
     "one word, no spaces": _repeat("soglaš"),
     "markup": _repeat("&amp;<b><!--&#269;<script"),
     "mixed": _repeat("k\u200b\u0301r\ufeff&#269;<p>a\u2060 \u0316.\n"),

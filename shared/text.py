@@ -203,16 +203,17 @@ def clean_text(text: str) -> str:
     it; cleaning a cleaned text changes nothing.
 
     Linear in the length of ``text`` (``benchmarks/text_linearity.py`` measures it on the worst inputs). The
-    last texts it returned are remembered (:data:`_RECENT_MAX` of them, at most ``_RECENT_CHARS`` characters):
-    cleaning one of them again, as each stage does with the text the first one cleaned, costs one lookup.
+    last texts it returned are remembered (``_RECENT_MAX`` of them, at most ``_RECENT_CHARS`` characters):
+    cleaning one of them again, as each stage does with the text the first one cleaned, costs one lookup; so
+    does a plain ASCII text without ``&``, ``<`` or control characters, which it returns as it is.
 
     Raises:
         TypeError: ``text`` is not a ``str``.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, not {type(text).__name__}")
-    if text in _RECENT:
-        return text
+    if text in _RECENT or (text.isascii() and not _ASCII_TO_FIX.search(text)):
+        return text  # cleaned already; or plain ASCII without markup or control characters: nothing to do
     out = _FORMAT_RE.sub("", _SPACE_CHARS.sub(_space, strip_html(text)))
     out = unicodedata.normalize("NFC", _fix_segments(cap_combining(out)))
     if len(out) >= _REMEMBER_FROM:
@@ -225,8 +226,11 @@ def clean_text(text: str) -> str:
 #: one line's mojibake decide for all of them).
 _FTFY_SEGMENT = 4096
 _FTFY_CONTROL = regex.compile("[%s]" % "".join(regex.escape(chr(c)) for c in ftfy.chardata.CONTROL_CHARS))
+# what clean_text can change in an ASCII text: markup, terminal escapes, the control characters ftfy removes
+_ASCII_TO_FIX = regex.compile("[&<\x1b%s]" % "".join(regex.escape(chr(c)) for c in ftfy.chardata.CONTROL_CHARS
+                                                    if c < 128))
 _RECENT: OrderedDict[str, None] = OrderedDict()
-_RECENT_MAX, _RECENT_CHARS, _REMEMBER_FROM = 256, 1 << 24, 256
+_RECENT_MAX, _RECENT_CHARS, _REMEMBER_FROM = 4096, 1 << 23, 256
 _recent_lock = threading.Lock()
 _recent_chars = 0
 

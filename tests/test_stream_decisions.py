@@ -200,3 +200,28 @@ def test_model_switch_in_either_order_loses_and_reverts_no_decision(switching_ru
     finally:
         out.close()
         dlq.close()
+
+
+def test_two_copies_in_one_batch_are_linked_and_a_decision_revises_the_second(runtime_factory, corpus):
+    """Issue 27 item 3 through the stream: two events with the same text sent back to back land in one micro-batch
+    (one partition, one produce); the second is linked ``duplicate_of`` the first (both were scored in full with
+    ``duplicate_of: null``: the index is asked before the batch's points are stored), and a decision on the first
+    revises it."""
+    s, rt = runtime_factory(corpus.split("train")[:60])
+    rt.start()
+    out = Collector(s, s.kafka.topic_proposals)
+    updater = next(w for w in rt.workers if w.name == "memory-updater")
+    try:
+        first = article_event(corpus.split("test")[0])
+        second = first.model_copy(update={"article_id": f"{first.article_id}-again"})
+        publish(s, s.kafka.topic_articles, [(b"same-partition", e.to_bytes()) for e in (first, second)])
+        out.wait_for(lambda c: {first.article_id, second.article_id} <= set(c.proposals()), 120, "both proposals")
+        p1, p2 = latest(out, first.article_id), latest(out, second.article_id)
+        assert p2.timings.batch_size == 2 and p1.duplicate_of is None and p2.duplicate_of == first.article_id
+        assert [x.label for x in p2.labels] == [x.label for x in p1.labels]
+        send(s, decision(first.article_id, added=[X]))
+        wait(lambda: updater.applied == 1, 30, "the decision")
+        out.wait_for(lambda c: X in {x.label for x in latest(c, second.article_id).labels}, 60, "the copy revised")
+        assert latest(out, second.article_id).revision == 1
+    finally:
+        out.close()

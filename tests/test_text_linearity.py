@@ -46,7 +46,11 @@ def growth(fn, make) -> tuple[int, float]:
     return n, 0.0
 
 
-@pytest.mark.parametrize("function", list(bench.FUNCTIONS))
+# ours: the encoder's tokenizer (the tokenizers library, in the benchmark when the model is at hand) is not checked here
+OURS = [name for name in bench.FUNCTIONS if not name.startswith("encoder tokenizer")]
+
+
+@pytest.mark.parametrize("function", OURS)
 def test_time_grows_linearly_on_every_worst_input(function):
     fn = bench.FUNCTIONS[function]
     slow = {}
