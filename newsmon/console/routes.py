@@ -1,0 +1,418 @@
+"""The console's routes under ``/console``: the login, the queue, one article, the labels page, the live events
+(server-sent) and the small JSON API the page script calls.
+
+Auth: when ``api.token`` is set, the login form takes it (and the moderator's name) in a POST body and keeps it
+in an HttpOnly, ``SameSite=Strict`` cookie scoped to ``/console`` (never in a URL); every console route
+compares it with the token as ``/v1`` does. Without a token only the name is asked. Pages without a valid
+session redirect to the login (303); the JSON routes and the events answer 401. Every state-changing request
+must also carry the header ``X-Newsmon-Console: 1`` (a cross-site form cannot send it) and a JSON body.
+
+Every console answer carries a Content-Security-Policy that allows only this origin (``default-src 'self'``):
+the page loads nothing from, and sends nothing to, any other host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import secrets
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import parse_qs, quote, unquote
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from markupsafe import Markup, escape
+from pydantic import ValidationError
+
+from newsmon.api.models import LabelTest
+from newsmon.api.service import ApiError, ApiService
+from newsmon.console.feed import ConsoleFeed
+from newsmon.schemas import LabelDefinition, ModeratorDecision
+from newsmon.schemas.base import check_label
+from newsmon.workers.rules import kwe_errors
+
+__all__ = ["mount_console"]
+
+HERE = Path(__file__).parent
+TOKEN_COOKIE, NAME_COOKIE = "newsmon_console", "newsmon_moderator"
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'")
+STREAM_S = 20.0  # one event stream lasts this long, then the browser reconnects (Last-Event-ID): a server
+#                  stopping never waits longer than that for an open console
+MAX_NEIGHBOURS = 20
+
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+router = APIRouter(prefix="/console", include_in_schema=False)
+
+
+class NotLoggedIn(Exception):
+    """No valid console session: pages redirect to the login, JSON routes answer 401."""
+
+    def __init__(self, page: bool):
+        self.page = page
+
+
+# -- plumbing ------------------------------------------------------------------------------------------------
+def mount_console(app: FastAPI, service: ApiService) -> None:
+    """Add ``/console`` (routes, static files, the feed) to the API's ``app``. The feed's reading thread starts
+    at the first console request, so an API nobody moderates from reads nothing more."""
+    app.state.console_feed = ConsoleFeed(service.settings, lambda: service.pipeline.classifier.router,
+                                         service.producer)
+    app.mount("/console/static", StaticFiles(directory=str(HERE / "static")), name="console-static")
+    app.include_router(router)
+    app.add_event_handler("shutdown", app.state.console_feed.close)
+
+    @app.exception_handler(NotLoggedIn)
+    async def not_logged_in(request: Request, exc: NotLoggedIn):
+        if exc.page:
+            target = quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""), safe="/")
+            return RedirectResponse(f"/console/login?next={target}", status_code=303)
+        return JSONResponse({"detail": "not logged in to the console: log in at /console/login", "errors": []},
+                            status_code=401)
+
+    app.add_middleware(ConsoleHeaders)
+
+
+class ConsoleHeaders:
+    """ASGI middleware: the security headers (:data:`CSP` and the rest) on every ``/console`` answer, static
+    files and errors included. Plain ASGI: it never touches the request body."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not scope.get("path", "").startswith("/console"):
+            return await self.app(scope, receive, send)
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in _HEADER_NAMES]
+                message = {**message, "headers": headers + _HEADERS}
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+_HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
+            (b"referrer-policy", b"no-referrer"), (b"cache-control", b"no-store")]
+_HEADER_NAMES = {k for k, _v in _HEADERS}
+
+
+def _service(request: Request) -> ApiService:
+    return request.app.state.service
+
+
+def _feed(request: Request) -> ConsoleFeed:
+    feed: ConsoleFeed = request.app.state.console_feed
+    feed.start()
+    return feed
+
+
+def moderator(request: Request) -> str | None:
+    """The logged-in moderator's name, or None (no name, or the token cookie is missing or wrong)."""
+    name = unquote(request.cookies.get(NAME_COOKIE, "")).strip()
+    if not name:
+        return None
+    token = _service(request).settings.api.token
+    if token is None:
+        return name
+    given = request.cookies.get(TOKEN_COOKIE, "")
+    return name if secrets.compare_digest(given.encode(), token.get_secret_value().encode()) else None
+
+
+def page_user(request: Request) -> str:
+    name = moderator(request)
+    if name is None:
+        raise NotLoggedIn(page=True)
+    return name
+
+
+def api_user(request: Request) -> str:
+    name = moderator(request)
+    if name is None:
+        raise NotLoggedIn(page=False)
+    if request.method not in ("GET", "HEAD") and request.headers.get("x-newsmon-console") != "1":
+        raise ApiError(403, "console requests must carry the header X-Newsmon-Console: 1")
+    return name
+
+
+PageUser = Annotated[str, Depends(page_user)]
+ApiUser = Annotated[str, Depends(api_user)]
+
+
+async def _json(request: Request) -> dict:
+    if not request.headers.get("content-type", "").startswith("application/json"):
+        raise ApiError(415, "send a JSON body (Content-Type: application/json)")
+    try:
+        body = json.loads(await request.body())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(422, f"the body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError(422, "the body must be a JSON object")
+    return body
+
+
+def _page(request: Request, name: str, user: str | None, status: int = 200, **context) -> HTMLResponse:
+    return templates.TemplateResponse(request, name, {"user": user, **context}, status_code=status)
+
+
+# -- login ---------------------------------------------------------------------------------------------------
+def _next(target: str | None) -> str:
+    return target if target and target.startswith("/console") and not target.startswith("//") else "/console"
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_form(request: Request):
+    needs_token = _service(request).settings.api.token is not None
+    return _page(request, "login.html", moderator(request), needs_token=needs_token, error=None,
+                 next=_next(request.query_params.get("next")))
+
+
+@router.post("/login")
+async def login(request: Request):
+    form = {k: v[0] for k, v in parse_qs((await request.body()).decode("utf-8", "replace")).items()}
+    name, given, target = form.get("name", "").strip(), form.get("token", ""), _next(form.get("next"))
+    token = _service(request).settings.api.token
+    error = None
+    if not name or len(name) > 256:
+        error = "Enter your name (1 to 256 characters): it is recorded with each decision."
+    elif token is not None and not secrets.compare_digest(given.encode(), token.get_secret_value().encode()):
+        error = "Wrong token. Ask the operator for the API token (api.token)."
+    if error:
+        return _page(request, "login.html", None, 401 if name else 422, needs_token=token is not None,
+                     error=error, next=target, name=name)
+    response = RedirectResponse(target, status_code=303)
+    secure = request.url.scheme == "https"
+    for key, value in ((NAME_COOKIE, quote(name, safe="")), (TOKEN_COOKIE, given if token is not None else "")):
+        response.set_cookie(key, value, httponly=True, samesite="strict", secure=secure, path="/console")
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request):
+    response = RedirectResponse("/console/login", status_code=303)
+    for key in (NAME_COOKIE, TOKEN_COOKIE):
+        response.delete_cookie(key, path="/console")
+    return response
+
+
+# -- pages ---------------------------------------------------------------------------------------------------
+@router.get("", response_class=HTMLResponse)
+async def queue_page(request: Request, user: PageUser):
+    feed = _feed(request)
+    await run_in_threadpool(feed.started.wait, 5)
+    q = request.query_params
+    filters = {k: q.get(k) or None for k in ("lang", "outlet", "label")}
+    return _page(request, "queue.html", user, items=feed.queue(**filters), facets=feed.facets(), filters=filters)
+
+
+@router.get("/articles/{article_id:path}", response_class=HTMLResponse)
+async def article_page(request: Request, article_id: str, user: PageUser):
+    feed = _feed(request)
+    await run_in_threadpool(feed.started.wait, 5)
+    item = feed.item(article_id)
+    if item is None:
+        return _page(request, "missing.html", user, 404, article_id=article_id)
+    p = item.proposal
+    refs = {}
+    for x in [*p.labels, *p.candidates]:
+        for n in x.neighbours:
+            refs.setdefault(n.article_id, {"ref": n, "supports": []})["supports"].append(x.label)
+    ids = [article_id, *refs]
+    found = await run_in_threadpool(feed.find, ids)
+    point = found.get(article_id, {})
+    neighbours = sorted(refs.values(), key=lambda r: -r["ref"].similarity)[:MAX_NEIGHBOURS]
+    for r in neighbours:
+        r["labels"] = found.get(r["ref"].article_id, {}).get("labels", [])
+    terms = [t for x in [*p.labels, *p.candidates] if x.rule for t in x.rule.matched]
+    title = point.get("title") or item.title
+    text = point.get("text") or ""
+    if title and text.startswith(title):
+        text = text[len(title):].lstrip("\n")
+    state = {"article_id": article_id, "labels": [x.label for x in p.labels],
+             "candidates": [x.label for x in p.candidates], "next": feed.next_after(article_id),
+             "decided": feed.summary(item)["decided"]}
+    return _page(request, "article.html", user, item=item, p=p, title=title, point=point,
+                 title_html=highlight(title or "", terms), text_html=highlight(text, terms), neighbours=neighbours,
+                 state=json.dumps(state))
+
+
+@router.get("/labels", response_class=HTMLResponse)
+async def labels_page(request: Request, user: PageUser):
+    svc = _service(request)
+    state = await run_in_threadpool(svc.state)
+    rows = [{"label": k, "definition": v, "status": "retired" if k in state.retired else "active"}
+            for k, v in sorted(state.definitions.items())]
+    return _page(request, "labels.html", user, rows=rows, renamed=sorted(state.renamed.items()),
+                 version=state.version, test_articles=min(svc.settings.api.test_articles, 200),
+                 selected=request.query_params.get("label") or "")
+
+
+# -- events --------------------------------------------------------------------------------------------------
+@router.get("/events")
+async def events(request: Request, _user: ApiUser):
+    """Server-sent events: ``proposal``, ``decided``, ``applied``, ``not_applied`` (see :mod:`.feed`)."""
+    feed = _feed(request)
+    last = request.headers.get("last-event-id")
+    q, missed = feed.subscribe(int(last) if last and last.isdigit() else None)
+
+    async def stream():
+        try:
+            yield "retry: 300\n\n"
+            for seq, ev in missed:
+                yield _sse(seq, ev)
+            until = time.monotonic() + STREAM_S
+            while (left := until - time.monotonic()) > 0 and not await request.is_disconnected():
+                try:
+                    seq, ev = await asyncio.wait_for(q.get(), timeout=min(left, 5.0))
+                except asyncio.TimeoutError:
+                    yield ": keep-alive\n\n"
+                    continue
+                yield _sse(seq, ev)
+        finally:
+            feed.unsubscribe(q)
+
+    return StreamingResponse(stream(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+def _sse(seq: int, event: dict) -> str:
+    return f"id: {seq}\nevent: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
+
+
+# -- JSON ----------------------------------------------------------------------------------------------------
+@router.get("/api/queue")
+async def queue_json(request: Request, _user: ApiUser, lang: str | None = None, outlet: str | None = None,
+                     label: str | None = None):
+    feed = _feed(request)
+    return {"items": feed.queue(lang, outlet, label), "facets": feed.facets()}
+
+
+@router.post("/api/decide")
+async def decide(request: Request, user: ApiUser):
+    """``{"article_id", "decisions": [{"label", "action"}]}`` -> a :class:`ModeratorDecision` by the logged-in
+    moderator on the decisions topic (acknowledged by the broker before the answer, 202)."""
+    body = await _json(request)
+    feed = _feed(request)
+    try:
+        decision = ModeratorDecision(article_id=body.get("article_id"), decisions=body.get("decisions"),
+                                     moderator=user, decided_at=datetime.now(timezone.utc))
+    except ValidationError as exc:
+        errors = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
+        raise ApiError(422, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors),
+                       errors) from None
+    try:
+        partition, offset = await run_in_threadpool(feed.decide, decision,
+                                                    _service(request).settings.api.publish_timeout_s)
+    except RuntimeError as exc:
+        raise ApiError(503, str(exc)) from None
+    return JSONResponse({"decided_at": decision.decided_at.isoformat(), "partition": partition, "offset": offset,
+                         "next": feed.next_after(decision.article_id)}, status_code=202)
+
+
+@router.get("/api/labels")
+async def label_search(request: Request, _user: ApiUser, q: str = ""):
+    """Labels whose name holds ``q``: the registry's active labels and those in the queue's proposals."""
+    state = await run_in_threadpool(_service(request).state)
+    names = {k for k in state.definitions if k not in state.retired}
+    names |= {x for x in _feed(request).facets()["label"] if x not in state.retired and x not in state.renamed}
+    needle = q.strip().lower()
+    hits = sorted((n for n in names if needle in n), key=lambda n: (not n.startswith(needle), len(n), n))
+    return {"labels": hits[:20]}
+
+
+@router.post("/api/labels/test")
+async def label_test(request: Request, _user: ApiUser):
+    """``{"label", "kwes": [...], "articles": N}`` -> the parser's errors (each KwE's index, reason, position),
+    or the latest N articles the KwEs match with the matched words."""
+    body = await _json(request)
+    kwes = [k for k in body.get("kwes") or [] if isinstance(k, str) and k.strip()]
+    if not kwes:
+        return {"errors": [], "tested": 0, "kwe_matched": 0, "matched": []}
+    bad = kwe_errors(kwes)
+    if bad:
+        return {"errors": [{"index": i, **exc.to_dict(), "message": str(exc)} for i, exc in bad]}
+    try:
+        label = check_label(body.get("label") or "rule-under-test")
+        n = int(body.get("articles") or 50)
+        test = LabelTest(definition=LabelDefinition(kwes=kwes), articles=max(1, min(n, 1000)))
+    except (ValueError, ValidationError) as exc:
+        raise ApiError(422, str(exc)) from None
+    result = await run_in_threadpool(_service(request).test, label, test)
+    return {"errors": [], "tested": result.tested, "kwe_matched": result.kwe_matched,
+            "matched": [{"article_id": m.article_id, "title": m.title, "outlet": m.outlet,
+                         "kwe": m.rule.kwe, "words": m.rule.matched} for m in result.matched]}
+
+
+@router.put("/api/labels/{label:path}")
+async def label_define(request: Request, label: str, user: ApiUser):
+    """``{"kwes": [...], "description"}`` -> ``defined`` / ``updated`` as ``PUT /v1/labels/{label}``."""
+    body = await _json(request)
+    svc = _service(request)
+    label = _label(label)
+    try:
+        definition = LabelDefinition(kwes=[k for k in body.get("kwes") or [] if str(k).strip()],
+                                     description=body.get("description") or None)
+    except ValidationError as exc:
+        raise ApiError(422, "; ".join(e["msg"] for e in exc.errors())) from None
+    bad = kwe_errors(definition.kwes)
+    if bad:
+        raise ApiError(422, "; ".join(f"kwes.{i}: {exc}" for i, exc in bad),
+                       [{"index": i, **exc.to_dict()} for i, exc in bad])
+    state = await run_in_threadpool(svc.state)
+    if label in state.renamed:
+        raise ApiError(409, f"label {label!r} was renamed to {state.renamed[label]!r}")
+    action = "updated" if label in state.definitions else "defined"
+    change = await run_in_threadpool(svc.change, action, label, user, definition=definition)
+    return JSONResponse(change.model_dump(mode="json"), status_code=202)
+
+
+@router.post("/api/labels/{label:path}/rename")
+async def label_rename(request: Request, label: str, user: ApiUser):
+    body = await _json(request)
+    svc = _service(request)
+    label, new = _label(label), _label(body.get("new_label") or "")
+    await run_in_threadpool(svc.view, label)
+    if new == label:
+        raise ApiError(422, "the new name is the label's own")
+    change = await run_in_threadpool(svc.change, "renamed", label, user, new_label=new)
+    return JSONResponse(change.model_dump(mode="json"), status_code=202)
+
+
+@router.delete("/api/labels/{label:path}")
+async def label_retire(request: Request, label: str, user: ApiUser):
+    svc = _service(request)
+    label = _label(label)
+    await run_in_threadpool(svc.view, label)
+    change = await run_in_threadpool(svc.change, "retired", label, user)
+    return JSONResponse(change.model_dump(mode="json"), status_code=202)
+
+
+def _label(raw: str) -> str:
+    try:
+        return check_label(raw)
+    except ValueError as exc:
+        raise ApiError(422, f"label: {exc}") from None
+
+
+# -- text ----------------------------------------------------------------------------------------------------
+def highlight(text: str, terms: list[str]) -> Markup:
+    """``text`` escaped for HTML, each occurrence of a ``terms`` entry (case-insensitive, longest first) in
+    ``<mark>``. One pass of one alternation of literal strings: linear in the text for a bounded term list."""
+    terms = sorted({t for t in terms if t.strip()}, key=len, reverse=True)[:50]
+    if not terms:
+        return Markup(escape(text))
+    pattern = re.compile("|".join(re.escape(t) for t in terms), re.IGNORECASE)
+    out, last = [], 0
+    for m in pattern.finditer(text):
+        out += [escape(text[last:m.start()]), Markup("<mark>"), escape(m.group(0)), Markup("</mark>")]
+        last = m.end()
+    out.append(escape(text[last:]))
+    return Markup("").join(out)
