@@ -79,9 +79,8 @@ def keys(driver, text: str) -> None:
     ActionChains(driver).send_keys(text).perform()
 
 
-def test_console_refuses_without_the_token(api):
-    s, client, _proc = api
-    base = str(client.base_url)
+def refuses_without_the_token(base: str) -> None:
+    """No session, a wrong token, a token in a URL: refused; the session cookie is HttpOnly, SameSite=Strict."""
     with httpx.Client(base_url=base, timeout=30) as anon:  # no bearer token, no session cookie
         r = anon.get("/console", follow_redirects=False)
         assert r.status_code == 303 and r.headers["location"].startswith("/console/login")
@@ -108,6 +107,7 @@ def test_moderate_in_the_browser(api, browser, corpus):
 
     s, client, _proc = api
     base = str(client.base_url)
+    refuses_without_the_token(base)
     decisions = Collector(s, s.kafka.topic_decisions)
     out = Collector(s, s.kafka.topic_proposals)
     hits = [a for a in corpus.split("test") if "Mercator" in a.text]

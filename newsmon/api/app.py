@@ -22,7 +22,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 import newsmon
 from newsmon.api.routes import router
 from newsmon.api.service import ApiError, ApiService
-from newsmon.console import mount_console
 from newsmon.schemas import ArticleEvent
 from newsmon.workers.observability import HEALTH, REGISTRY
 
@@ -151,6 +150,8 @@ def create_app(service: ApiService, with_workers: bool = False) -> FastAPI:
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(router)
+    from newsmon.console import mount_console  # here: the console imports the API's service and models
+
     mount_console(app, service)  # /console: the moderation console (newsmon.console)
     app.add_middleware(BodyLimit, max_bytes=service.settings.api.max_body_bytes)
     app.add_middleware(Measure)  # outermost: a 413 of the body limit is counted too

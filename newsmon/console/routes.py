@@ -67,7 +67,7 @@ def mount_console(app: FastAPI, service: ApiService) -> None:
                                          service.producer)
     app.mount("/console/static", StaticFiles(directory=str(HERE / "static")), name="console-static")
     app.include_router(router)
-    app.add_event_handler("shutdown", app.state.console_feed.close)
+    app.router.on_shutdown.append(app.state.console_feed.close)
 
     @app.exception_handler(NotLoggedIn)
     async def not_logged_in(request: Request, exc: NotLoggedIn):
@@ -159,8 +159,8 @@ async def _json(request: Request) -> dict:
     return body
 
 
-def _page(request: Request, name: str, user: str | None, status: int = 200, **context) -> HTMLResponse:
-    return templates.TemplateResponse(request, name, {"user": user, **context}, status_code=status)
+def _page(request: Request, template: str, user: str | None, status: int = 200, **context) -> HTMLResponse:
+    return templates.TemplateResponse(request, template, {"user": user, **context}, status_code=status)
 
 
 # -- login ---------------------------------------------------------------------------------------------------
