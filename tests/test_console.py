@@ -32,6 +32,21 @@ LABEL, KWE = "client:mercator", "mercator* OR merkator*"
 
 
 @pytest.fixture
+def shared_onnx(newsmon_home, tmp_path):
+    """The serve process's home (``tmp_path/home``, test_api's) shares the session home's ONNX encoder artefacts,
+    so ``newsmon serve`` does not build its own (minutes on a small CPU)."""
+    (newsmon_home / "models" / "onnx").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "home" / "models").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "home" / "models" / "onnx").symlink_to(newsmon_home / "models" / "onnx", target_is_directory=True)
+
+
+@pytest.fixture
+def served(shared_onnx, api):
+    """test_api's ``newsmon serve`` (token required, both workers in it), with the shared ONNX artefacts."""
+    return api
+
+
+@pytest.fixture
 def browser():
     """Headless Chromium at 1280x800 through its chromedriver (Debian's packages; .ci/run installs them)."""
     from selenium import webdriver
@@ -102,10 +117,10 @@ def refuses_without_the_token(base: str) -> None:
         assert anon.post("/console/api/decide", json={}).status_code == 403
 
 
-def test_moderate_in_the_browser(api, browser, corpus):
+def test_moderate_in_the_browser(served, browser, corpus):
     from selenium.webdriver.common.by import By
 
-    s, client, _proc = api
+    s, client, _proc = served
     base = str(client.base_url)
     refuses_without_the_token(base)
     decisions = Collector(s, s.kafka.topic_decisions)
@@ -174,7 +189,6 @@ def test_moderate_in_the_browser(api, browser, corpus):
             assert browser.find_elements(By.CSS_SELECTOR, "#neighbour-rows tr")
         until(browser, lambda d: d.execute_script("return document.readyState") == "complete", 10, "the page")
         time.sleep(0.5)  # the event stream connects
-        browser.save_screenshot(str(IMG / "console-article.png"))
         t0 = time.perf_counter()
         keys(browser, "c")
         until(browser, lambda d: css(d, "#status").get_attribute("data-state") == "applied", 30,
@@ -184,6 +198,7 @@ def test_moderate_in_the_browser(api, browser, corpus):
         print(f"\nkey press -> 'applied' shown: {seen_s * 1000:.0f} ms (the page's own clock: {page_ms} ms)")
         assert seen_s <= 5.0 and page_ms <= 5000  # target 1 s; a loaded 2-core CI machine gets slack
         assert "Decided by ana" in css(browser, "#decided").text
+        browser.save_screenshot(str(IMG / "console-article.png"))
 
         # the decision on the topic, the labels in the memory
         decisions.wait_for(lambda c: c.messages, 30, "the ModeratorDecision on the topic")

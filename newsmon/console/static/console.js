@@ -168,7 +168,7 @@
 
     function syncCandidates() {
       const names = $$("li", added).map((li) => li.dataset.label);
-      for (const b of $$("#candidates button.add")) { b.setAttribute("aria-pressed", String(names.includes(b.dataset.label))); }
+      for (const b of $$(".candidates button.add")) { b.setAttribute("aria-pressed", String(names.includes(b.dataset.label))); }
     }
 
     function decisions() {
@@ -208,7 +208,7 @@
       else if (!banner.textContent.includes("applied")) { banner.textContent += " · applied by the memory"; }
     }
 
-    for (const b of $$("#candidates button.add")) { b.addEventListener("click", () => toggleAdded(b.dataset.label)); }
+    for (const b of $$(".candidates button.add")) { b.addEventListener("click", () => toggleAdded(b.dataset.label)); }
     $("#confirm").addEventListener("click", () => confirm(performance.now()));
     $("#next").addEventListener("click", () => goNext());
 
@@ -274,7 +274,7 @@
         const n = Number(ev.code.slice(5)) - 1;
         ev.preventDefault();
         if (ev.shiftKey) {
-          const b = $$("#candidates button.add")[n];
+          const b = $$(".candidates button.add")[n];
           if (b) { toggleAdded(b.dataset.label); }
         } else {
           const box = $$("#proposed input[type=checkbox]")[n];
