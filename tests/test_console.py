@@ -94,6 +94,18 @@ def keys(driver, text: str) -> None:
     ActionChains(driver).send_keys(text).perform()
 
 
+def test_highlight_escapes_the_text_and_marks_the_matched_words():
+    from newsmon.console.routes import highlight
+
+    html = str(highlight("<b>Mercator</b> & mercatorja, MERCATOR?", ["Mercator", "mercatorja", "<b>"]))
+    assert html == ("<mark>&lt;b&gt;</mark><mark>Mercator</mark>&lt;/b&gt; &amp; <mark>mercatorja</mark>, "
+                    "<mark>MERCATOR</mark>?")
+    assert str(highlight("a < b", [])) == "a &lt; b"
+    started = time.perf_counter()
+    highlight("ab" * 200_000, ["a" * 299 + "c", "b" * 300])  # linear: no backtracking blow-up
+    assert time.perf_counter() - started < 2
+
+
 def refuses_without_the_token(base: str) -> None:
     """No session, a wrong token, a token in a URL: refused; the session cookie is HttpOnly, SameSite=Strict."""
     with httpx.Client(base_url=base, timeout=30) as anon:  # no bearer token, no session cookie
@@ -215,6 +227,20 @@ def test_moderate_in_the_browser(served, browser, corpus):
             queued = {x["article_id"]: x for x in other.get("/console/api/queue").json()["items"]}
             assert queued[e0.article_id]["decided"]["moderator"] == "ana"
             assert queued[e0.article_id]["decided"]["applied"] is True
+            # a bad decision is refused with the reason; rename and retire as the labels page does them
+            h = {"X-Newsmon-Console": "1"}
+            r = other.post("/console/api/decide", headers=h, json={"article_id": e0.article_id, "decisions": [
+                {"label": "A", "action": "added"}, {"label": "a", "action": "rejected"}]})
+            assert r.status_code == 422 and "decided twice" in r.json()["detail"]
+            r = other.put("/console/api/labels/tmp:x", headers=h, json={"kwes": ["krka AND lek"]})
+            assert r.status_code == 422 and r.json()["errors"][0]["position"] == 5
+            assert other.put("/console/api/labels/tmp:x", headers=h, json={"kwes": ["krka"]}).status_code == 202
+            wait_for(lambda: client.get("/v1/labels/tmp:x").status_code == 200, 30, "tmp:x defined")
+            r = other.post("/console/api/labels/tmp:x/rename", headers=h, json={"new_label": "tmp:y"})
+            assert r.status_code == 202 and r.json()["event"]["actor"] == "bo"
+            wait_for(lambda: client.get("/v1/labels/tmp:y").status_code == 200, 30, "tmp:x renamed")
+            assert other.delete("/console/api/labels/tmp:y", headers=h).status_code == 202
+            wait_for(lambda: client.get("/v1/labels/tmp:y").json()["status"] == "retired", 30, "tmp:y retired")
 
         # a near-identical article next: proposed the label, the decided article among its neighbours
         e1 = e0.model_copy(update={"article_id": e0.article_id + "-again", "body": e0.body + " (posodobljeno)"})

@@ -6,8 +6,10 @@ all shipped in the package: no build step, nothing fetched from another host.
 
 * :mod:`.feed`: the proposals and decisions topics read in the serve process; decisions published and watched
   until the memory applied them; the events for the browsers;
-* :mod:`.routes`: the pages, the login, the server-sent events and the page script's JSON routes;
-  :func:`mount_console` adds them to the API's application.
+* :mod:`.routes`: the pages, the login, the server-sent events, deciding; :func:`mount_console` adds the console
+  to the API's application;
+* :mod:`.labels`: the labels page's JSON routes (search, live rule test, define, rename, retire);
+* :mod:`.session`: who is logged in, the security headers, JSON bodies.
 """
 
 from newsmon.console.routes import mount_console

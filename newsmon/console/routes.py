@@ -20,10 +20,9 @@ import secrets
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated
-from urllib.parse import parse_qs, quote, unquote
+from urllib.parse import parse_qs, quote
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
@@ -31,32 +30,22 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup, escape
 from pydantic import ValidationError
 
-from newsmon.api.models import LabelTest
 from newsmon.api.service import ApiError, ApiService
+from newsmon.console import labels
 from newsmon.console.feed import ConsoleFeed
-from newsmon.schemas import LabelDefinition, ModeratorDecision
-from newsmon.schemas.base import check_label
-from newsmon.workers.rules import kwe_errors
+from newsmon.console.session import (NAME_COOKIE, TOKEN_COOKIE, ApiUser, ConsoleHeaders, NotLoggedIn, PageUser,
+                                     console_feed, console_service, moderator, read_json)
+from newsmon.schemas import ModeratorDecision
 
 __all__ = ["mount_console"]
 
 HERE = Path(__file__).parent
-TOKEN_COOKIE, NAME_COOKIE = "newsmon_console", "newsmon_moderator"
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'")
 STREAM_S = 20.0  # one event stream lasts this long, then the browser reconnects (Last-Event-ID): a server
 #                  stopping never waits longer than that for an open console
 MAX_NEIGHBOURS = 20
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 router = APIRouter(prefix="/console", include_in_schema=False)
-
-
-class NotLoggedIn(Exception):
-    """No valid console session: pages redirect to the login, JSON routes answer 401."""
-
-    def __init__(self, page: bool):
-        self.page = page
 
 
 # -- plumbing ------------------------------------------------------------------------------------------------
@@ -67,6 +56,7 @@ def mount_console(app: FastAPI, service: ApiService) -> None:
                                          service.producer)
     app.mount("/console/static", StaticFiles(directory=str(HERE / "static")), name="console-static")
     app.include_router(router)
+    app.include_router(labels.router)
     app.router.on_shutdown.append(app.state.console_feed.close)
 
     @app.exception_handler(NotLoggedIn)
@@ -80,85 +70,6 @@ def mount_console(app: FastAPI, service: ApiService) -> None:
     app.add_middleware(ConsoleHeaders)
 
 
-class ConsoleHeaders:
-    """ASGI middleware: the security headers (:data:`CSP` and the rest) on every ``/console`` answer, static
-    files and errors included. Plain ASGI: it never touches the request body."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or not scope.get("path", "").startswith("/console"):
-            return await self.app(scope, receive, send)
-
-        async def sending(message):
-            if message["type"] == "http.response.start":
-                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in _HEADER_NAMES]
-                message = {**message, "headers": headers + _HEADERS}
-            await send(message)
-
-        await self.app(scope, receive, sending)
-
-
-_HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
-            (b"referrer-policy", b"no-referrer"), (b"cache-control", b"no-store")]
-_HEADER_NAMES = {k for k, _v in _HEADERS}
-
-
-def _service(request: Request) -> ApiService:
-    return request.app.state.service
-
-
-def _feed(request: Request) -> ConsoleFeed:
-    feed: ConsoleFeed = request.app.state.console_feed
-    feed.start()
-    return feed
-
-
-def moderator(request: Request) -> str | None:
-    """The logged-in moderator's name, or None (no name, or the token cookie is missing or wrong)."""
-    name = unquote(request.cookies.get(NAME_COOKIE, "")).strip()
-    if not name:
-        return None
-    token = _service(request).settings.api.token
-    if token is None:
-        return name
-    given = request.cookies.get(TOKEN_COOKIE, "")
-    return name if secrets.compare_digest(given.encode(), token.get_secret_value().encode()) else None
-
-
-def page_user(request: Request) -> str:
-    name = moderator(request)
-    if name is None:
-        raise NotLoggedIn(page=True)
-    return name
-
-
-def api_user(request: Request) -> str:
-    name = moderator(request)
-    if name is None:
-        raise NotLoggedIn(page=False)
-    if request.method not in ("GET", "HEAD") and request.headers.get("x-newsmon-console") != "1":
-        raise ApiError(403, "console requests must carry the header X-Newsmon-Console: 1")
-    return name
-
-
-PageUser = Annotated[str, Depends(page_user)]
-ApiUser = Annotated[str, Depends(api_user)]
-
-
-async def _json(request: Request) -> dict:
-    if not request.headers.get("content-type", "").startswith("application/json"):
-        raise ApiError(415, "send a JSON body (Content-Type: application/json)")
-    try:
-        body = json.loads(await request.body())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(422, f"the body is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise ApiError(422, "the body must be a JSON object")
-    return body
-
-
 def _page(request: Request, template: str, user: str | None, status: int = 200, **context) -> HTMLResponse:
     return templates.TemplateResponse(request, template, {"user": user, **context}, status_code=status)
 
@@ -170,7 +81,7 @@ def _next(target: str | None) -> str:
 
 @router.get("/login", response_class=HTMLResponse)
 async def login_form(request: Request):
-    needs_token = _service(request).settings.api.token is not None
+    needs_token = console_service(request).settings.api.token is not None
     return _page(request, "login.html", moderator(request), needs_token=needs_token, error=None,
                  next=_next(request.query_params.get("next")))
 
@@ -179,7 +90,7 @@ async def login_form(request: Request):
 async def login(request: Request):
     form = {k: v[0] for k, v in parse_qs((await request.body()).decode("utf-8", "replace")).items()}
     name, given, target = form.get("name", "").strip(), form.get("token", ""), _next(form.get("next"))
-    token = _service(request).settings.api.token
+    token = console_service(request).settings.api.token
     error = None
     if not name or len(name) > 256:
         error = "Enter your name (1 to 256 characters): it is recorded with each decision."
@@ -206,7 +117,7 @@ async def logout(request: Request):
 # -- pages ---------------------------------------------------------------------------------------------------
 @router.get("", response_class=HTMLResponse)
 async def queue_page(request: Request, user: PageUser):
-    feed = _feed(request)
+    feed = console_feed(request)
     await run_in_threadpool(feed.started.wait, 5)
     q = request.query_params
     filters = {k: q.get(k) or None for k in ("lang", "outlet", "label")}
@@ -215,7 +126,7 @@ async def queue_page(request: Request, user: PageUser):
 
 @router.get("/articles/{article_id:path}", response_class=HTMLResponse)
 async def article_page(request: Request, article_id: str, user: PageUser):
-    feed = _feed(request)
+    feed = console_feed(request)
     await run_in_threadpool(feed.started.wait, 5)
     item = feed.item(article_id)
     if item is None:
@@ -246,7 +157,7 @@ async def article_page(request: Request, article_id: str, user: PageUser):
 
 @router.get("/labels", response_class=HTMLResponse)
 async def labels_page(request: Request, user: PageUser):
-    svc = _service(request)
+    svc = console_service(request)
     state = await run_in_threadpool(svc.state)
     rows = [{"label": k, "definition": v, "status": "retired" if k in state.retired else "active"}
             for k, v in sorted(state.definitions.items())]
@@ -259,7 +170,7 @@ async def labels_page(request: Request, user: PageUser):
 @router.get("/events")
 async def events(request: Request, _user: ApiUser):
     """Server-sent events: ``proposal``, ``decided``, ``applied``, ``not_applied`` (see :mod:`.feed`)."""
-    feed = _feed(request)
+    feed = console_feed(request)
     last = request.headers.get("last-event-id")
     q, missed = feed.subscribe(int(last) if last and last.isdigit() else None)
 
@@ -291,7 +202,7 @@ def _sse(seq: int, event: dict) -> str:
 @router.get("/api/queue")
 async def queue_json(request: Request, _user: ApiUser, lang: str | None = None, outlet: str | None = None,
                      label: str | None = None):
-    feed = _feed(request)
+    feed = console_feed(request)
     return {"items": feed.queue(lang, outlet, label), "facets": feed.facets()}
 
 
@@ -299,8 +210,8 @@ async def queue_json(request: Request, _user: ApiUser, lang: str | None = None, 
 async def decide(request: Request, user: ApiUser):
     """``{"article_id", "decisions": [{"label", "action"}]}`` -> a :class:`ModeratorDecision` by the logged-in
     moderator on the decisions topic (acknowledged by the broker before the answer, 202)."""
-    body = await _json(request)
-    feed = _feed(request)
+    body = await read_json(request)
+    feed = console_feed(request)
     try:
         decision = ModeratorDecision(article_id=body.get("article_id"), decisions=body.get("decisions"),
                                      moderator=user, decided_at=datetime.now(timezone.utc))
@@ -310,96 +221,11 @@ async def decide(request: Request, user: ApiUser):
                        errors) from None
     try:
         partition, offset = await run_in_threadpool(feed.decide, decision,
-                                                    _service(request).settings.api.publish_timeout_s)
+                                                    console_service(request).settings.api.publish_timeout_s)
     except RuntimeError as exc:
         raise ApiError(503, str(exc)) from None
     return JSONResponse({"decided_at": decision.decided_at.isoformat(), "partition": partition, "offset": offset,
                          "next": feed.next_after(decision.article_id)}, status_code=202)
-
-
-@router.get("/api/labels")
-async def label_search(request: Request, _user: ApiUser, q: str = ""):
-    """Labels whose name holds ``q``: the registry's active labels and those in the queue's proposals."""
-    state = await run_in_threadpool(_service(request).state)
-    names = {k for k in state.definitions if k not in state.retired}
-    names |= {x for x in _feed(request).facets()["label"] if x not in state.retired and x not in state.renamed}
-    needle = q.strip().lower()
-    hits = sorted((n for n in names if needle in n), key=lambda n: (not n.startswith(needle), len(n), n))
-    return {"labels": hits[:20]}
-
-
-@router.post("/api/labels/test")
-async def label_test(request: Request, _user: ApiUser):
-    """``{"label", "kwes": [...], "articles": N}`` -> the parser's errors (each KwE's index, reason, position),
-    or the latest N articles the KwEs match with the matched words."""
-    body = await _json(request)
-    kwes = [k for k in body.get("kwes") or [] if isinstance(k, str) and k.strip()]
-    if not kwes:
-        return {"errors": [], "tested": 0, "kwe_matched": 0, "matched": []}
-    bad = kwe_errors(kwes)
-    if bad:
-        return {"errors": [{"index": i, **exc.to_dict(), "message": str(exc)} for i, exc in bad]}
-    try:
-        label = check_label(body.get("label") or "rule-under-test")
-        n = int(body.get("articles") or 50)
-        test = LabelTest(definition=LabelDefinition(kwes=kwes), articles=max(1, min(n, 1000)))
-    except (ValueError, ValidationError) as exc:
-        raise ApiError(422, str(exc)) from None
-    result = await run_in_threadpool(_service(request).test, label, test)
-    return {"errors": [], "tested": result.tested, "kwe_matched": result.kwe_matched,
-            "matched": [{"article_id": m.article_id, "title": m.title, "outlet": m.outlet,
-                         "kwe": m.rule.kwe, "words": m.rule.matched} for m in result.matched]}
-
-
-@router.put("/api/labels/{label:path}")
-async def label_define(request: Request, label: str, user: ApiUser):
-    """``{"kwes": [...], "description"}`` -> ``defined`` / ``updated`` as ``PUT /v1/labels/{label}``."""
-    body = await _json(request)
-    svc = _service(request)
-    label = _label(label)
-    try:
-        definition = LabelDefinition(kwes=[k for k in body.get("kwes") or [] if str(k).strip()],
-                                     description=body.get("description") or None)
-    except ValidationError as exc:
-        raise ApiError(422, "; ".join(e["msg"] for e in exc.errors())) from None
-    bad = kwe_errors(definition.kwes)
-    if bad:
-        raise ApiError(422, "; ".join(f"kwes.{i}: {exc}" for i, exc in bad),
-                       [{"index": i, **exc.to_dict()} for i, exc in bad])
-    state = await run_in_threadpool(svc.state)
-    if label in state.renamed:
-        raise ApiError(409, f"label {label!r} was renamed to {state.renamed[label]!r}")
-    action = "updated" if label in state.definitions else "defined"
-    change = await run_in_threadpool(svc.change, action, label, user, definition=definition)
-    return JSONResponse(change.model_dump(mode="json"), status_code=202)
-
-
-@router.post("/api/labels/{label:path}/rename")
-async def label_rename(request: Request, label: str, user: ApiUser):
-    body = await _json(request)
-    svc = _service(request)
-    label, new = _label(label), _label(body.get("new_label") or "")
-    await run_in_threadpool(svc.view, label)
-    if new == label:
-        raise ApiError(422, "the new name is the label's own")
-    change = await run_in_threadpool(svc.change, "renamed", label, user, new_label=new)
-    return JSONResponse(change.model_dump(mode="json"), status_code=202)
-
-
-@router.delete("/api/labels/{label:path}")
-async def label_retire(request: Request, label: str, user: ApiUser):
-    svc = _service(request)
-    label = _label(label)
-    await run_in_threadpool(svc.view, label)
-    change = await run_in_threadpool(svc.change, "retired", label, user)
-    return JSONResponse(change.model_dump(mode="json"), status_code=202)
-
-
-def _label(raw: str) -> str:
-    try:
-        return check_label(raw)
-    except ValueError as exc:
-        raise ApiError(422, f"label: {exc}") from None
 
 
 # -- text ----------------------------------------------------------------------------------------------------
