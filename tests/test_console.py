@@ -97,13 +97,14 @@ def keys(driver, text: str) -> None:
 def test_highlight_escapes_the_text_and_marks_the_matched_words():
     from newsmon.console.routes import highlight
 
-    html = str(highlight("<b>Mercator</b> & mercatorja, MERCATOR?", ["Mercator", "mercatorja", "<b>"]))
+    html = str(highlight("<b>Mercator</b> & mercatorja, \"MERCATOR\"?", ["Mercator", "mercatorja", "<b>"]))
     assert html == ("<mark>&lt;b&gt;</mark><mark>Mercator</mark>&lt;/b&gt; &amp; <mark>mercatorja</mark>, "
-                    "<mark>MERCATOR</mark>?")
+                    "&quot;<mark>MERCATOR</mark>&quot;?")
     assert str(highlight("a < b", [])) == "a &lt; b"
-    started = time.perf_counter()
-    highlight("ab" * 200_000, ["a" * 299 + "c", "b" * 300])  # linear: no backtracking blow-up
-    assert time.perf_counter() - started < 2
+    for terms in (["a" * 299 + "c", "b" * 300], ["ab"]):  # linear: no backtracking, cheap per match
+        started = time.perf_counter()
+        highlight("ab" * 100_000, terms)
+        assert time.perf_counter() - started < 3
 
 
 def refuses_without_the_token(base: str) -> None:
