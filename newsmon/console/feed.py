@@ -344,6 +344,11 @@ class ConsoleFeed:
             missed = [e for e in self._events if last_id is not None and e[0] > last_id]
         return q, missed
 
+    def last_id(self) -> int:
+        """The id of the latest event (0 before any): a page rendered now asks for the events after it."""
+        with self._lock:
+            return self._events[-1][0] if self._events else 0
+
     def unsubscribe(self, q: asyncio.Queue) -> None:
         with self._lock:
             self._subscribers = {s for s in self._subscribers if s[1] is not q}

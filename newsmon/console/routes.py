@@ -72,7 +72,11 @@ def mount_console(app: FastAPI, service: ApiService) -> None:
 
 
 def _page(request: Request, template: str, user: str | None, status: int = 200, **context) -> HTMLResponse:
-    return templates.TemplateResponse(request, template, {"user": user, **context}, status_code=status)
+    """A page; ``after``: the latest event's id when it was rendered (its script listens from there on)."""
+    after = getattr(request.state, "after", None)
+    after = request.app.state.console_feed.last_id() if after is None else after
+    return templates.TemplateResponse(request, template, {"user": user, "after": after, **context},
+                                      status_code=status)
 
 
 # -- login ---------------------------------------------------------------------------------------------------
@@ -170,9 +174,12 @@ async def labels_page(request: Request, user: PageUser):
 # -- events --------------------------------------------------------------------------------------------------
 @router.get("/events")
 async def events(request: Request, _user: ApiUser):
-    """Server-sent events: ``proposal``, ``decided``, ``applied``, ``not_applied`` (see :mod:`.feed`)."""
+    """Server-sent events: ``proposal``, ``decided``, ``applied``, ``not_applied`` (see :mod:`.feed`), after the
+    event ``Last-Event-ID`` (or ``?after=``) when given, so nothing between a page's rendering and its connection,
+    or during a reconnection, is missed."""
     feed = console_feed(request)
-    last = request.headers.get("last-event-id")
+    # a reconnecting browser says its last event (Last-Event-ID); a page its first connection's (``?after=``)
+    last = request.headers.get("last-event-id") or request.query_params.get("after")
     q, missed = feed.subscribe(int(last) if last and last.isdigit() else None)
 
     async def stream():

@@ -59,8 +59,12 @@ def console_service(request: Request) -> ApiService:
 
 
 def console_feed(request: Request) -> ConsoleFeed:
+    """The app's feed (its thread started at the first call); notes the latest event's id in
+    ``request.state.after`` before the page reads the feed (the page's script asks for the events after it)."""
     feed: ConsoleFeed = request.app.state.console_feed
     feed.start()
+    if not hasattr(request.state, "after"):
+        request.state.after = feed.last_id()
     return feed
 
 

@@ -34,7 +34,7 @@
 
   function listen(handlers) {
     if (!window.EventSource) { return; }
-    const es = new EventSource("/console/events");
+    const es = new EventSource("/console/events?after=" + encodeURIComponent(document.body.dataset.after || "0"));
     for (const [name, fn] of Object.entries(handlers)) {
       es.addEventListener(name, (e) => fn(JSON.parse(e.data)));
     }
@@ -191,6 +191,7 @@
       setStatus("Sending the decision…", "sending");
       try {
         const r = await api("POST", "/console/api/decide", { article_id: state.article_id, decisions: d });
+        status.dataset.ackMs = String(Math.round(performance.now() - t0));
         me.decidedAt = r.decided_at;
         if (r.next) { state.next = r.next; }
         if (status.dataset.state === "sending") { setStatus("Decided: waiting for the memory to apply it…", "sent"); }
@@ -223,6 +224,7 @@
           me.pending = false;
           const ms = Math.round(performance.now() - me.t0);
           status.dataset.ms = String(ms);
+          status.dataset.memoryMs = String(Math.round(1000 * (ev.seconds || 0)));
           setStatus("Applied by the memory " + (ms / 1000).toFixed(2) + " s after the key press. n: next article.",
                     "applied");
         }
