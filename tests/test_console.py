@@ -260,6 +260,20 @@ def test_moderate_in_the_browser(served, browser, corpus):
         rows = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f"#neighbour-rows tr[data-id='{e0.article_id}']"),
                      30, "the decided article among the neighbours")
         assert LABEL in rows[0].text
+        unlabelled = browser.execute_script(
+            "return [...document.querySelectorAll('input:not([type=hidden]), select, textarea')]"
+            ".filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')).map(e => e.id || e.name)")
+        assert unlabelled == [], unlabelled  # every field has a label a screen reader reads
+
+        # reject one, confirm the rest: two keystrokes again (1 unticks the first label, c decides)
+        first_label = css(browser, "#proposed input[type=checkbox]").get_attribute("data-label")
+        keys(browser, "1")
+        keys(browser, "c")
+        until(browser, lambda d: css(d, "#status").get_attribute("data-state") == "applied", 30, "the rejection applied")
+        decisions.wait_for(lambda c: any(m.key() == e1.article_id.encode() for m in c.messages), 30, "the decision")
+        dec1 = parse_event(ModeratorDecision, [m for m in decisions.messages if m.key() == e1.article_id.encode()][-1]
+                           .value())
+        assert dec1.rejected_labels == [first_label] and first_label not in dec1.accepted_labels
 
         # nothing from another host: every resource the pages loaded came from the console's origin
         loaded = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
