@@ -143,7 +143,8 @@ def test_moderate_in_the_browser(served, browser, corpus):
     decisions = Collector(s, s.kafka.topic_decisions)
     out = Collector(s, s.kafka.topic_proposals)
     hits = [a for a in corpus.split("test") if "Mercator" in a.text]
-    first, others = hits[0], [article_event(a) for a in corpus.split("test")[:6] if a.id != hits[0].id]
+    first = hits[0]
+    others = [article_event(a) for a in corpus.split("test")[:5] if a not in hits] + [article_event(hits[1])]
     try:
         # some articles on the topic first: the labels page tests rules against them
         publish(s, s.kafka.topic_articles, [(e.kafka_key(), e.to_bytes()) for e in others])
@@ -169,7 +170,14 @@ def test_moderate_in_the_browser(served, browser, corpus):
         css(browser, "#l-kwes").clear()
         css(browser, "#l-kwes").send_keys(KWE)
         until(browser, lambda d: "of the last" in css(d, "#l-test-summary").text, 60, "the live test of the rule")
+        matched = browser.find_elements(By.CSS_SELECTOR, "#l-test li")
+        assert hits[1].title in [m.find_element(By.CSS_SELECTOR, ".title").text for m in matched], \
+            css(browser, "#l-test-summary").text
+        assert all(w.text.lower().startswith("mercator") for w in css(browser, "#l-test").find_elements(
+            By.TAG_NAME, "mark"))
         assert not browser.find_elements(By.CSS_SELECTOR, "#l-kwe-error .kwe-error")
+        IMG.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(IMG / "console-labels.png"))
         css(browser, "#l-save").click()
         until(browser, lambda d: "published" in css(d, "#l-status").text, 30, "the label saved")
         wait_for(lambda: client.get(f"/v1/labels/{LABEL}").status_code == 200, 30, "the rule in the registry")
@@ -187,7 +195,6 @@ def test_moderate_in_the_browser(served, browser, corpus):
         assert LABEL in row.text
         items = browser.find_elements(By.CSS_SELECTOR, "#queue li.item")
         assert items[0].get_attribute("data-id") == e0.article_id  # newest first
-        IMG.mkdir(parents=True, exist_ok=True)
         browser.save_screenshot(str(IMG / "console-queue.png"))
 
         # two keystrokes: n opens the newest undecided article, c confirms its labels
