@@ -150,6 +150,9 @@ def create_app(service: ApiService, with_workers: bool = False) -> FastAPI:
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(router)
+    from newsmon.console import mount_console  # here: the console imports the API's service and models
+
+    mount_console(app, service)  # /console: the moderation console (newsmon.console)
     app.add_middleware(BodyLimit, max_bytes=service.settings.api.max_body_bytes)
     app.add_middleware(Measure)  # outermost: a 413 of the body limit is counted too
     app.openapi = lambda: _openapi(app)
