@@ -164,7 +164,7 @@ def test_the_distribution_installs_only_newsmon():
 def test_every_package_folder_is_installed():
     config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
     packages = {module for module, path in module_files() if path.name == "__init__.py"}
-    data = {name for name in config["packages"] if name in config.get("package-data", {})
+    data = {name for name in config["packages"] if name in config.get("package-data", {}) and name not in packages
             and name.rsplit(".", 1)[0] in packages}  # data packages (the JSON Schemas): folders without code
     assert set(config["packages"]) - data == packages, \
         "list every package folder in pyproject [tool.setuptools] packages"
