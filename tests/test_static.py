@@ -173,6 +173,12 @@ def test_ruff_and_mypy_cover_the_folders_of_test_layers():
     assert not [f for f in files if not (REPO / f).is_file()]
 
 
+def test_the_makefile_watches_the_folders_of_test_layers():
+    """``make install`` re-installs when a file is added to one of these folders (the link tree is per file)."""
+    folders = re.search(r"^PACKAGE_FOLDERS := (.*)$", (REPO / "Makefile").read_text(encoding="utf-8"), re.M)
+    assert folders and set(folders.group(1).split()) == set(PACKAGES)
+
+
 def test_the_baselines_only_shrink():
     """At most the entries they came in with, and each ruff entry still has a finding (else remove it)."""
     per_file = {f: codes for f, codes in CONFIG["tool"]["ruff"]["lint"]["per-file-ignores"].items() if "*" not in f}
