@@ -40,10 +40,8 @@ import os
 import random
 import statistics
 import subprocess
-import sys
 import time
 from collections import Counter
-from pathlib import Path
 
 
 from newsmon.shared.data import load_corpus  # noqa: E402

@@ -26,7 +26,7 @@ import shlex
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -100,12 +100,12 @@ class BenchmarkRecord:
         self.tables: list[dict[str, Any]] = []
         self.path: Path | None = None
         self._t0 = 0.0
-        self._started = datetime.now(timezone.utc)
+        self._started = datetime.now(UTC)
         self._load_before = None
 
-    def __enter__(self) -> "BenchmarkRecord":
+    def __enter__(self) -> BenchmarkRecord:
         self._t0 = time.perf_counter()
-        self._started = datetime.now(timezone.utc)
+        self._started = datetime.now(UTC)
         self._load_before = _load()
         return self
 

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from record import BenchmarkRecord
+from datetime import UTC
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
@@ -83,7 +84,7 @@ def poison(kind: str, key: str, ev: dict) -> bytes:
 class Faults(threading.Thread):
     """Injects one fault at a time at random (see the module docstring); ``counts`` per kind."""
 
-    def __init__(self, soak: "Soak", every_s: float, seed: int, kinds: tuple[str, ...] = FAULT_KINDS):
+    def __init__(self, soak: Soak, every_s: float, seed: int, kinds: tuple[str, ...] = FAULT_KINDS):
         super().__init__(daemon=True)
         self.soak, self.every_s, self.rng = soak, every_s, random.Random(seed)
         self.stop = threading.Event()
@@ -235,13 +236,13 @@ class Collector(threading.Thread):
         self.c.close()
 
     def send_decision(self, p) -> None:
-        from datetime import datetime, timezone
+        from datetime import datetime
 
         from newsmon.schemas import LabelDecision, ModeratorDecision
 
         items = [LabelDecision(label=x.label, action="confirmed") for x in p.labels]
         items.append(LabelDecision(label=f"soak:{len(self.decided) % 50}", action="added"))
-        d = ModeratorDecision(article_id=p.article_id, moderator="soak", decided_at=datetime.now(timezone.utc),
+        d = ModeratorDecision(article_id=p.article_id, moderator="soak", decided_at=datetime.now(UTC),
                               decisions=items)
         self.decided[p.article_id] = tuple(d.accepted_labels)
         self.p.produce(self.s.kafka.topic_decisions, key=d.kafka_key(), value=d.to_bytes())

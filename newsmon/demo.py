@@ -16,7 +16,7 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +54,7 @@ def article_event(a: Article) -> ArticleEvent:
     if a.title and body.startswith(a.title):
         body = body[len(a.title):].lstrip("\n ") or body
     return ArticleEvent(article_id=a.id, title=a.title, body=body, lang=a.lang, outlet=a.source or "corpus",
-                        country=COUNTRY.get(a.lang, "SI"), published_at=datetime.now(timezone.utc))
+                        country=COUNTRY.get(a.lang, "SI"), published_at=datetime.now(UTC))
 
 
 def decision_for(article_id: str, proposed: list[str], gold: list[str],
@@ -65,7 +65,7 @@ def decision_for(article_id: str, proposed: list[str], gold: list[str],
     items += [LabelDecision(label=lb, action="rejected") for lb in proposed if lb not in gold_set]
     items += [LabelDecision(label=lb, action="added") for lb in gold if lb not in prop_set]
     return ModeratorDecision(article_id=article_id, decisions=items, moderator=moderator,
-                             decided_at=datetime.now(timezone.utc))
+                             decided_at=datetime.now(UTC))
 
 
 @dataclass

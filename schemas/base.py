@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar
 
 from pydantic import (
@@ -217,7 +217,7 @@ LanguageCode = Annotated[str, AfterValidator(_language_code),
 
 
 def _to_utc(value: datetime) -> datetime:
-    return value.astimezone(timezone.utc)
+    return value.astimezone(UTC)
 
 
 UtcDatetime = Annotated[AwareDatetime, AfterValidator(_to_utc)]

@@ -10,7 +10,7 @@ article) is only in ``newsmon-error``, never in a metric label.
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 
 __all__ = ["DEAD_LETTER_HEADER_NAMES", "DEAD_LETTER_SUFFIX", "HEADER_ERROR", "HEADER_FAILED_AT",
@@ -102,10 +102,10 @@ def dead_letter_headers(error: str, worker: str, topic: str, partition: int, off
         ValueError: ``now`` is naive.
     """
     if now is None:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
     elif now.tzinfo is None or now.utcoffset() is None:
         raise ValueError("dead_letter_headers: now must be timezone-aware")
-    failed_at = now.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    failed_at = now.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     err = error.encode("utf-8", errors="replace")
     if len(err) > MAX_ERROR_HEADER_BYTES:
         err = err[:MAX_ERROR_HEADER_BYTES].decode("utf-8", errors="ignore").encode("utf-8")

@@ -32,7 +32,7 @@ __all__ = ["ENTRY_POINTS", "ComponentSpec", "Options", "RuleName", "RuleSpec", "
            "legacy_params", "options_model", "register_options", "registered"]
 
 Kind = Literal["rule", "component"]
-_REGISTRY: dict[str, dict[str, type["Options"]]] = {"rule": {}, "component": {}}
+_REGISTRY: dict[str, dict[str, type[Options]]] = {"rule": {}, "component": {}}
 #: The entry-point group whose modules register rules and components: this package's scorer
 #: (``newsmon.shared.scoring``) and any deployment's. The wire finds them there, so it never imports the method.
 ENTRY_POINTS = "newsmon.scoring"
@@ -123,7 +123,7 @@ class Step(BaseModel):
         return {"name": value} if isinstance(value, str) else value  # "threshold" = {"name": "threshold"}
 
     @model_validator(mode="after")
-    def _known_options(self) -> "Step":
+    def _known_options(self) -> Step:
         model = options_model(self.kind, self.name, load=False)
         if model is not None:
             object.__setattr__(self, "options", model(**self.options).model_dump(mode="json"))
@@ -221,7 +221,7 @@ class ScoringParams(ScoringCore):
         return v
 
     @model_validator(mode="after")
-    def _steps_registered(self) -> "ScoringParams":
+    def _steps_registered(self) -> ScoringParams:
         for step in (*self.components, *self.rules):
             if options_model(step.kind, step.name) is None:
                 raise PydanticCustomError("unknown_step", "{kind} {name} is not registered (registered: {known})",
@@ -230,7 +230,7 @@ class ScoringParams(ScoringCore):
         return self
 
     def to_wire(self, calibration: str | None = None, source: str = "defaults", note: str | None = None
-                ) -> "ScoringInfo":
+                ) -> ScoringInfo:
         """The wire form: the same fields (per-label thresholds as their count) and where they came from."""
         shared = self.model_dump(exclude={"label_thresholds"})
         return ScoringInfo(**shared, label_thresholds=len(self.label_thresholds or {}), calibration=calibration,
@@ -256,7 +256,7 @@ class ScoringInfo(ScoringCore):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _read_legacy(cls, value: Any, handler: Any) -> "ScoringInfo":
+    def _read_legacy(cls, value: Any, handler: Any) -> ScoringInfo:
         legacy = isinstance(value, dict) and bool(_LEGACY_WIRE & set(value) or "components" not in value
                                                   and "rules" not in value and "source" not in value)
         out = handler(legacy_params(value) if legacy else value)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -115,7 +115,7 @@ def write_adapter(out_dir: str | Path, step: np.ndarray, current_model: str, tra
     W = step @ parent.W if parent is not None else step
     base = parent.base_model if parent is not None else current_model
     np.savez(out / ADAPTER_FILE, W=W, step=step)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     adapter = Adapter(out, base, W, step, trained_on, {})
     info = {"kind": "adapter", "model_id": f"adapter-{stamp}-{adapter.hash8}", "base_model": base,
             "trained_on": trained_on, "parent_model": current_model, "trained_at": stamp, "evaluation": {},

@@ -232,7 +232,6 @@ def test_new_label_replay_counts_by_hand():
 
 
 def test_calibration_chooses_the_new_label_rule_by_replay_and_lists_the_known_labels():
-    rng = np.random.default_rng(1)
     rows, gold = [], []
     for i in range(120):  # 12 stories of 10 articles; each story's label sits on its 10 articles in the memory
         story = i // 10

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import structlog
@@ -57,7 +57,7 @@ def _manifest(settings: Settings, base_model: str, data_sha256: str, mining: dic
     enc = settings.encoder
     base_manifest = Path(base_model) / "newsmon_model.json"
     base_info = json.loads(base_manifest.read_text()) if base_manifest.exists() else {"model_id": base_model}
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return {
         "model_id": f"newsmon-ft-{stamp}-{data_sha256[:8]}", "base_model": base_info.get("model_id", base_model),
         "base_model_path": base_model, "trained_at": stamp, "training_data_sha256": data_sha256,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
@@ -89,7 +89,7 @@ def rollout(settings: Settings, candidate_path: str, corpus: Corpus, candidate_r
     cur = evaluate_model(settings, current_path, corpus, rae=current_rae)
     cand = evaluate_model(settings, candidate_path, corpus, rae=candidate_rae)
     worse = [m for m in ("uF1", "Acc") if cand[m] < cur[m] - tol]
-    now = datetime.now(timezone.utc).isoformat()
+    now = datetime.now(UTC).isoformat()
     reembedded: dict = {}
     if worse:
         reason = "refused: " + ", ".join(f"{m} {100 * cand[m]:.1f} < current {100 * cur[m]:.1f} - tolerance "

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 _TRANSIENT_HTTP = frozenset({408, 429, 502, 503, 504})
 
 
-def connect(url: str, api_key: str | None) -> "QdrantClient":
+def connect(url: str, api_key: str | None) -> QdrantClient:
     """A client of the Qdrant server at ``url`` (one per process or router; close it when done)."""
     from qdrant_client import QdrantClient  # deferred: 1-2 s import, server mode only
 
@@ -116,7 +116,7 @@ class QdrantServerMemory(QdrantAdapter):
             size / distance / uses named vectors.
     """
 
-    def __init__(self, client: "QdrantClient", collection: str, dim: int, *, close_client: bool = False) -> None:
+    def __init__(self, client: QdrantClient, collection: str, dim: int, *, close_client: bool = False) -> None:
         from qdrant_client import models  # deferred: 1-2 s import, server mode only
 
         if not isinstance(collection, str) or not collection:

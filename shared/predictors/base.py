@@ -94,7 +94,7 @@ class Predictor(ABC):
     tunable: ClassVar[bool] = False
 
     @abstractmethod
-    def fit(self, train: TrainingSet) -> "Predictor":
+    def fit(self, train: TrainingSet) -> Predictor:
         """Learn from ``train``; returns self. Methods without training keep the vocabulary only."""
 
     @abstractmethod
@@ -136,13 +136,13 @@ class Predictor(ABC):
         return 0
 
     @classmethod
-    def from_settings(cls, settings: Any, **params: Any) -> "Predictor":
+    def from_settings(cls, settings: Any, **params: Any) -> Predictor:
         """A predictor with its parameters from ``settings`` (a :class:`newsmon.shared.config.Settings`;
         only RAE-XMC reads it, from ``settings.scoring``), overridden by ``params``."""
         return cls(**params)
 
     def tune(self, validation: QueryBatch, Y_val: sp.csr_matrix, n_trials: int, **study: Any
-             ) -> tuple["Predictor", dict[str, Any]]:
+             ) -> tuple[Predictor, dict[str, Any]]:
         """A copy with parameters tuned on ``validation`` (``(n, L)`` gold ``Y_val``) and what the search
         found (reported as the tuned method's params). Only methods with ``tunable = True`` implement it.
 

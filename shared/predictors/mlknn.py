@@ -37,7 +37,7 @@ class MLKNN:
     like1: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     like0: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
 
-    def fit(self, Y_train: sp.csr_matrix, counts_train: np.ndarray) -> "MLKNN":
+    def fit(self, Y_train: sp.csr_matrix, counts_train: np.ndarray) -> MLKNN:
         """Estimate priors and likelihoods.
 
         Args:
@@ -96,7 +96,7 @@ class MlKnnPredictor(Predictor):
         self.model = MLKNN(k=k, s=s)
         self.vocab = LabelVocab()
 
-    def fit(self, train: TrainingSet) -> "MlKnnPredictor":
+    def fit(self, train: TrainingSet) -> MlKnnPredictor:
         """Priors and likelihoods from the training articles' labels and leave-one-out neighbour counts.
 
         Raises:

@@ -47,7 +47,7 @@ class NewsmonPredictor(Predictor):
         self.resolved: Resolved | None = None
         self.scorer: Scorer | None = None
 
-    def fit(self, train: TrainingSet) -> "NewsmonPredictor":
+    def fit(self, train: TrainingSet) -> NewsmonPredictor:
         """The memory is the train split (its labels are the known ones: every other label counts as new for the
         new-label rule, as labels confirmed after a calibration do in the workers); without fixed parameters,
         calibrate on its articles scored leave-one-out (``train.retrieval``) plus ``train.validation``."""
@@ -70,11 +70,11 @@ class NewsmonPredictor(Predictor):
         return self
 
     @classmethod
-    def from_settings(cls, settings: Any, **params: Any) -> "NewsmonPredictor":
+    def from_settings(cls, settings: Any, **params: Any) -> NewsmonPredictor:
         """Calibrated in :meth:`fit` with the objective of ``settings.calibration``."""
         return cls(objective=Objective.from_settings(settings), **params)
 
-    def with_params(self, params: ScoringParams) -> "NewsmonPredictor":
+    def with_params(self, params: ScoringParams) -> NewsmonPredictor:
         """A fitted copy scoring with ``params`` (the same memory, models and known labels: an ablation row)."""
         out = NewsmonPredictor(params)
         out.vocab, out.terms = self.vocab, self.terms

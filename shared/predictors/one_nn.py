@@ -30,7 +30,7 @@ class OneNnPredictor(Predictor):
     def __init__(self) -> None:
         self.vocab = LabelVocab()
 
-    def fit(self, train: TrainingSet) -> "OneNnPredictor":
+    def fit(self, train: TrainingSet) -> OneNnPredictor:
         """Keep the vocabulary (no training)."""
         self.vocab = train.vocab
         return self

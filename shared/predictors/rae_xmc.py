@@ -37,7 +37,7 @@ class RaeXmcPredictor(Predictor):
         self.top_k, self.tau, self.lam, self.threshold = top_k, tau, lam, threshold
         self.vocab = LabelVocab()
 
-    def fit(self, train: TrainingSet) -> "RaeXmcPredictor":
+    def fit(self, train: TrainingSet) -> RaeXmcPredictor:
         """Keep the vocabulary: the memory itself is the model (no training)."""
         self.vocab = train.vocab
         return self
@@ -59,13 +59,13 @@ class RaeXmcPredictor(Predictor):
         return self.top_k
 
     @classmethod
-    def from_settings(cls, settings: Any, **params: Any) -> "RaeXmcPredictor":
+    def from_settings(cls, settings: Any, **params: Any) -> RaeXmcPredictor:
         """k / tau / threshold from ``settings.scoring`` (lambda 1), overridden by ``params``."""
         sc = settings.scoring
         return cls(**{"top_k": sc.top_k, "tau": sc.tau, "threshold": sc.threshold, **params})
 
     def tune(self, validation: QueryBatch, Y_val: sp.csr_matrix, n_trials: int, **study: Any
-             ) -> tuple["RaeXmcPredictor", dict[str, Any]]:
+             ) -> tuple[RaeXmcPredictor, dict[str, Any]]:
         """:func:`tune_rae` on ``validation.retrieval`` (``study``: ``storage``, ``study_name``, ``seed``);
         returns the tuned predictor and ``{top_k, tau, lam, threshold, trials, validation_Acc,
         validation_uF1}``."""
@@ -99,7 +99,7 @@ def tune_rae(val_retrieval: Retrieval, Y_val, vocab: LabelVocab, n_trials: int, 
     label_rows = val_retrieval.label_matrix(vocab)
     K = val_retrieval.k
 
-    def objective(trial: "optuna.Trial") -> float:
+    def objective(trial: optuna.Trial) -> float:
         k = trial.suggest_int("top_k", 1, K)
         tau = trial.suggest_float("tau", 0.005, 1.0, log=True)
         lam = trial.suggest_float("lam", 0.5, 2.0)

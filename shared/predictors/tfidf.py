@@ -27,7 +27,7 @@ class TfidfOneVsAll:
     max_features: int = 200_000
     n_jobs: int = 2
 
-    def fit(self, texts: Sequence[str], Y: sp.csr_matrix) -> "TfidfOneVsAll":
+    def fit(self, texts: Sequence[str], Y: sp.csr_matrix) -> TfidfOneVsAll:
         """Fit on ``n`` texts and their ``(n, L)`` 0/1 labels.
 
         Raises:
@@ -92,7 +92,7 @@ class _TfidfPredictor(Predictor):
     def __init__(self, max_features: int = 200_000, n_jobs: int = 2) -> None:
         self.model = TfidfOneVsAll(kind=self.kind, max_features=max_features, n_jobs=n_jobs)
 
-    def fit(self, train: TrainingSet) -> "_TfidfPredictor":
+    def fit(self, train: TrainingSet) -> _TfidfPredictor:
         """One binary classifier per label with at least one training article."""
         self.model.fit(list(train.texts), train.labels)
         return self

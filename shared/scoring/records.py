@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from functools import cached_property
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -66,7 +66,7 @@ class CalibrationRecord(BaseModel):
     figures: dict[str, float] = Field(default_factory=dict)
     fit_on: dict[str, Any] = Field(default_factory=dict)
     written_by: str = "tune"
-    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     labels: list[str] | None = None
     models: str | None = None
 
@@ -109,7 +109,7 @@ def effective_scoring(settings: Settings, record: CalibrationRecord | None) -> t
 
 def record_id(record: CalibrationRecord) -> str:
     """A short id of a record for proposals and logs: ``<collection>@<UTC time, seconds>``."""
-    return f"{record.collection}@{record.created_at.astimezone(timezone.utc):%Y%m%dT%H%M%SZ}"
+    return f"{record.collection}@{record.created_at.astimezone(UTC):%Y%m%dT%H%M%SZ}"
 
 
 class CalibrationStore:

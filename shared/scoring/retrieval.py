@@ -79,7 +79,7 @@ class Retrieval:
         return self.sims if self.cosines is None else self.cosines
 
     @classmethod
-    def from_neighbours(cls, neighbours: Sequence[Sequence], top_k: int | None = None) -> "Retrieval":
+    def from_neighbours(cls, neighbours: Sequence[Sequence], top_k: int | None = None) -> Retrieval:
         """Build from the memory's search result: ``m`` lists of objects with ``article_id``,
         ``similarity`` and ``labels`` (e.g. :class:`newsmon.shared.memory.Neighbour`), each sorted by
         similarity."""
@@ -102,7 +102,7 @@ class Retrieval:
         return cls(ids, sims, labels, titles, texts)
 
     @classmethod
-    def concat(cls, parts: Sequence["Retrieval"]) -> "Retrieval":
+    def concat(cls, parts: Sequence[Retrieval]) -> Retrieval:
         """The queries of ``parts``, in order, cut to the smallest K; titles and texts kept when every part has
         them, the cosines when any part was fused."""
         k = min(p.k for p in parts)
@@ -125,7 +125,7 @@ class Retrieval:
         flat = [labels for row in self.labels for labels in row]
         return vocab.encode(flat)
 
-    def rows(self, idx: Sequence[int]) -> "Retrieval":
+    def rows(self, idx: Sequence[int]) -> Retrieval:
         """The queries ``idx`` (positions), in that order."""
         ix = np.asarray(idx, dtype=int)
 
@@ -135,7 +135,7 @@ class Retrieval:
         return Retrieval(self.ids[ix], self.sims[ix], pick(self.labels), pick(self.titles), pick(self.texts),
                          None if self.cosines is None else self.cosines[ix])
 
-    def head(self, k: int) -> "Retrieval":
+    def head(self, k: int) -> Retrieval:
         """The first ``k`` neighbours of each query."""
         return Retrieval(self.ids[:, :k], self.sims[:, :k], [row[:k] for row in self.labels],
                          None if self.titles is None else [row[:k] for row in self.titles],

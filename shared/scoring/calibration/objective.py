@@ -27,7 +27,7 @@ class Objective:
     macro: float = 0.0
 
     @classmethod
-    def from_settings(cls, settings: Any) -> "Objective":
+    def from_settings(cls, settings: Any) -> Objective:
         """The weights of ``settings.calibration`` (a :class:`newsmon.shared.config.CalibrationSettings`)."""
         c = settings.calibration
         return cls(c.micro_f1, c.subset_accuracy, c.macro_f1)

@@ -65,7 +65,7 @@ class HeadScores:
     probs: np.ndarray
 
     @staticmethod
-    def concat(parts: Sequence["HeadScores"]) -> "HeadScores":
+    def concat(parts: Sequence[HeadScores]) -> HeadScores:
         """Rows of ``parts`` stacked, over the union of their labels (0 where a part has no model for a label).
 
         Raises:
@@ -82,7 +82,7 @@ class HeadScores:
             row += p.probs.shape[0]
         return HeadScores(labels, out)
 
-    def relabel(self, fn: Callable[[tuple[str, ...]], tuple[str, ...]]) -> "HeadScores":
+    def relabel(self, fn: Callable[[tuple[str, ...]], tuple[str, ...]]) -> HeadScores:
         """The scores under the label registry's names (``fn`` maps a label tuple to its current names): a
         renamed label keeps its model, two merged labels the higher probability, a retired label goes."""
         names: dict[str, np.ndarray] = {}
@@ -115,7 +115,7 @@ class HeadModel:
         self.coef = np.zeros((0, 0), dtype=np.float32)  # (H, V)
         self.intercept = np.zeros(0, dtype=np.float32)
 
-    def fit(self, texts: Sequence[str], label_sets: Sequence[Sequence[str]]) -> "HeadModel":
+    def fit(self, texts: Sequence[str], label_sets: Sequence[Sequence[str]]) -> HeadModel:
         """Fit on ``n`` articles and their label sets; a label on every article (or on too few) gets no model.
         Returns self."""
         counts: dict[str, int] = {}
@@ -194,7 +194,7 @@ def calibration_head_scores(memory_texts: Sequence[str], memory_labels: Sequence
     so a caller that also scores test articles fits it once). Each ``C`` is computed once."""
     fitted = fitted if fitted is not None else head_models(memory_texts, memory_labels)
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def at(c: float) -> HeadScores:
         full = fitted(c)
         parts = [out_of_fold(memory_texts, memory_labels, c, full=full)] if include_memory and len(memory_texts) else []

@@ -40,12 +40,12 @@ class LabelHits:
     cosines: np.ndarray
 
     @classmethod
-    def concat(cls, parts: Sequence["LabelHits"]) -> "LabelHits":
+    def concat(cls, parts: Sequence[LabelHits]) -> LabelHits:
         """The queries of ``parts`` in order, cut to the smallest ``n``."""
         n = min(p.cosines.shape[1] for p in parts)
         return cls([row[:n] for p in parts for row in p.labels], np.vstack([p.cosines[:, :n] for p in parts]))
 
-    def relabel(self, fn: Callable[[tuple[str, ...]], tuple[str, ...]]) -> "LabelHits":
+    def relabel(self, fn: Callable[[tuple[str, ...]], tuple[str, ...]]) -> LabelHits:
         """The hits with each label mapped through ``fn`` (a label tuple -> label tuple function: the label
         registry's renames; a label mapped to nothing, i.e. retired, is dropped with its cosine)."""
         labels, cos = [], np.full_like(self.cosines, -np.inf)
@@ -71,7 +71,7 @@ class LabelKeys:
         self.counts: list[int] = []
         self._matrix: tuple[np.ndarray, np.ndarray] | None = None  # (L, d) float32 sums and their squared norms
 
-    def add(self, vectors: np.ndarray, label_sets: Iterable[Sequence[str]]) -> "LabelKeys":
+    def add(self, vectors: np.ndarray, label_sets: Iterable[Sequence[str]]) -> LabelKeys:
         """Add ``(n, d)`` float32 article embeddings with their label sets (unlabelled articles add nothing).
 
         Raises:

@@ -69,13 +69,13 @@ class TopLabels:
     scores: np.ndarray
 
     @staticmethod
-    def concat(parts: Sequence["TopLabels"]) -> "TopLabels":
+    def concat(parts: Sequence[TopLabels]) -> TopLabels:
         """The rows of ``parts`` in order (widened to the widest)."""
         n = max((p.scores.shape[1] for p in parts), default=0)
         rows = [np.pad(p.scores, ((0, 0), (0, n - p.scores.shape[1]))) for p in parts]
         return TopLabels([r for p in parts for r in p.labels], np.vstack(rows) if rows else np.zeros((0, 0), np.float32))
 
-    def relabel(self, fn: Callable[[tuple[str, ...]], tuple[str, ...]]) -> "TopLabels":
+    def relabel(self, fn: Callable[[tuple[str, ...]], tuple[str, ...]]) -> TopLabels:
         """Under the label registry's names: a renamed label keeps its score, two merged the higher, a retired label
         goes."""
         labels, scores = [], np.zeros_like(self.scores)

@@ -57,7 +57,7 @@ class DecisionState:
 
     @classmethod
     def start(cls, retrieval: Retrieval, vocab: LabelVocab, scores: np.ndarray, params: ScoringParams,
-              reasons: bool = False, **context: Any) -> "DecisionState":
+              reasons: bool = False, **context: Any) -> DecisionState:
         """The state before the first rule: nothing proposed."""
         m, L = scores.shape
         return cls(retrieval, vocab, scores, params, np.zeros((m, L), dtype=bool), np.ones(L, dtype=np.float64),
