@@ -19,7 +19,7 @@ $(BIN)/python:
 # rewritten only when that list changes).
 PACKAGE_FOLDERS := newsmon schemas shared training_jobs workers
 FILE_LIST := build/newsmon-files.txt
-$(shell mkdir -p build && find $(PACKAGE_FOLDERS) -type f \( -name '*.py' -o -name '*.json' -o -name py.typed \) \
+$(shell mkdir -p build && find $(PACKAGE_FOLDERS) -type f \( -name '*.py' -o -name '*.json' -o -name py.typed -o -name '*.html' -o -name '*.js' -o -name '*.css' \) \
 	-not -path '*/__pycache__/*' | LC_ALL=C sort > $(FILE_LIST).new && \
 	{ cmp -s $(FILE_LIST).new $(FILE_LIST) || mv $(FILE_LIST).new $(FILE_LIST); }; rm -f $(FILE_LIST).new)
 

@@ -9,11 +9,12 @@ phrases and prefixes, and the direct matcher), the near-duplicate check (``strip
 split, ``normalize_text``, the MinHash signature via ``NearDuplicateIndex.find``), the lexical vectors
 (``term_rows``, ``sparse_terms``, the fusion's ``TermVectors`` and local TF-IDF cosine), the abstention's word
 count, the label policy (``check_label`` on a long label, refused), the long-article windows
-(``long_text.windows`` over one token id per character) and, when the model is in ``$NEWSMON_HOME``, the
-encoder's tokenizer (what ``Encoder.encode`` runs on the whole text before cutting it into windows). The inputs (:data:`INPUTS`) are the worst found: runs of
-one format character (U+200B, U+FEFF, U+2060) or of mixed ones, combining marks in an order NFC has to sort,
-U+FF9E half-width sound marks between them (NFKC makes those combining marks), one repeated letter (as one
-word, and as 100,000 one-letter words: every phrase position and shingle alike), one repeated word without spaces, markup (entities, tags, unclosed comments and ``<script``), and a mix of all.
+(``long_text.windows`` over one token id per character) and, when the model is in ``$NEWSMON_HOME``, the encoder's
+tokenizer (what ``Encoder.encode`` runs on the whole text before cutting it into windows). The inputs (:data:`INPUTS`)
+are the worst found: runs of one format character (U+200B, U+FEFF, U+2060) or of mixed ones, combining marks in an
+order NFC has to sort, U+FF9E half-width sound marks between them (NFKC makes those combining marks), one repeated
+letter (as one word, and as 100,000 one-letter words: every phrase position and shingle alike), one repeated word
+without spaces, markup (entities, tags, unclosed comments and ``<script``), and a mix of all.
 
 Each cell is the CPU time of this thread (the machine is shared: a wall clock counts the other processes' turns),
 the best of ``--repeat`` runs at ``--chars`` characters; "growth" is the largest ratio, over the

@@ -46,8 +46,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 __all__ = ["ARTICLE_ID_MAX_LENGTH", "ARTICLE_ID_RULE", "ArticleId", "Event", "FiniteFloat", "LABEL_MAX_LENGTH",
-           "LABEL_MAX_RAW_LENGTH", "Label", "LanguageCode", "Name", "NonNegativeMs", "Part", "Url", "UtcDatetime", "canonical_label",
-           "check_article_id", "check_label", "check_language_code", "first_duplicate", "show_value"]
+           "LABEL_MAX_RAW_LENGTH", "Label", "LanguageCode", "Name", "NonNegativeMs", "Part", "Url", "UtcDatetime",
+           "canonical_label", "check_article_id", "check_label", "check_language_code", "first_duplicate", "show_value"]
 
 ARTICLE_ID_MAX_LENGTH = 256
 #: Characters an article id may hold (after its first one, which is a letter or digit).

@@ -94,12 +94,12 @@ MAX_COMBINING_RUN = 30
 # tests/test_text_linearity.py checks that no other character does) beyond MAX_COMBINING_RUN. CPython's normalisation
 # sorts a run of combining marks by insertion (quadratic: 10 s for 40,000 alternating marks), so every NFC/NFKC of
 # untrusted text here runs after this cap.
-_MARK_RUN = regex.compile(r"([\p{M}\uff9e\uff9f]{%d})[\p{M}\uff9e\uff9f]++" % MAX_COMBINING_RUN)
+_MARK_RUN = regex.compile(r"([\p{M}\uff9e\uff9f]{" + str(MAX_COMBINING_RUN) + r"})[\p{M}\uff9e\uff9f]++")
 # Space separators other than the space (no-break space U+00A0 from &nbsp;, the thin and en/em spaces, U+3000)
 # read as a space; the line and paragraph separators as a line break.
 _SPACE_TABLE = {cp: " " for cp in (0x00A0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000)}
 _SPACE_TABLE.update({0x2028: "\n", 0x2029: "\n"})
-_SPACE_CHARS = regex.compile("[%s]" % "".join(chr(c) for c in _SPACE_TABLE))
+_SPACE_CHARS = regex.compile("[{}]".format("".join(chr(c) for c in _SPACE_TABLE)))
 
 # HTML: the elements of HTML 5 and the older presentational ones. A tag of one of them is removed (a block
 # element's tag becomes a line break); anything else in angle brackets (``a <b and c> d`` in a plain text, where
@@ -111,8 +111,8 @@ _INLINE_TAGS = ("a abbr area audio b base bdi bdo big button canvas caption cite
                 "del dfn em embed font i iframe img input ins kbd label legend link map mark meta meter noscript "
                 "object optgroup option output param picture progress q rp rt ruby s samp select small source span "
                 "strike strong sub sup template textarea time track tt u var video wbr").split()
-_TAG_RE = re.compile(r"</?(%s)(?:[\s/][^<>]*)?>" % "|".join(sorted(_BLOCK_TAGS + _INLINE_TAGS, key=len,
-                                                                     reverse=True)), re.IGNORECASE)
+_TAG_RE = re.compile(r"</?(" + "|".join(sorted(_BLOCK_TAGS + _INLINE_TAGS, key=len, reverse=True))
+                     + r")(?:[\s/][^<>]*)?>", re.IGNORECASE)
 _BLOCK = frozenset(_BLOCK_TAGS)
 # `&amp;` before an entity or `&`: a text escaped twice (`&amp;scaron;`) reads as once, so cleaning a clean text
 # changes nothing
@@ -225,10 +225,10 @@ def clean_text(text: str) -> str:
 #: with a fixed cost per call that makes a text of short lines slow; one piece for the whole text would let
 #: one line's mojibake decide for all of them).
 _FTFY_SEGMENT = 4096
-_FTFY_CONTROL = regex.compile("[%s]" % "".join(regex.escape(chr(c)) for c in ftfy.chardata.CONTROL_CHARS))
+_FTFY_CONTROL = regex.compile("[" + "".join(regex.escape(chr(c)) for c in ftfy.chardata.CONTROL_CHARS) + "]")
 # what clean_text can change in an ASCII text: markup, terminal escapes, the control characters ftfy removes
-_ASCII_TO_FIX = regex.compile("[&<\x1b%s]" % "".join(regex.escape(chr(c)) for c in ftfy.chardata.CONTROL_CHARS
-                                                    if c < 128))
+_ASCII_TO_FIX = regex.compile("[&<\x1b" + "".join(regex.escape(chr(c)) for c in ftfy.chardata.CONTROL_CHARS
+                                                  if c < 128) + "]")
 _RECENT: OrderedDict[str, None] = OrderedDict()
 _RECENT_MAX, _RECENT_CHARS, _REMEMBER_FROM = 4096, 1 << 23, 256
 _recent_lock = threading.Lock()

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from test_api import TOKEN, api, wait_for  # noqa: F401 (fixtures)
+from test_stream import REPO, Collector, corpus, publish  # noqa: F401 (fixtures)
 
 from newsmon.demo import article_event
 from newsmon.schemas import LabelProposal, ModeratorDecision, parse_event
-from test_api import TOKEN, api, wait_for  # noqa: F401 (fixtures)
-from test_stream import REPO, Collector, corpus, publish  # noqa: F401 (fixtures)
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 IMG = REPO / "docs" / "tutorials" / "img"
@@ -264,7 +264,8 @@ def test_moderate_in_the_browser(served, browser, corpus):
         assert LABEL in got, p1.labels
         assert e0.article_id in [n.article_id for n in got[LABEL].neighbours], got[LABEL]
         browser.get(base + "/console/articles/" + e1.article_id)
-        rows = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f"#neighbour-rows tr[data-id='{e0.article_id}']"),
+        row_css = f"#neighbour-rows tr[data-id='{e0.article_id}']"
+        rows = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, row_css),
                      30, "the decided article among the neighbours")
         assert LABEL in rows[0].text
         unlabelled = browser.execute_script(
@@ -276,7 +277,8 @@ def test_moderate_in_the_browser(served, browser, corpus):
         first_label = css(browser, "#proposed input[type=checkbox]").get_attribute("data-label")
         keys(browser, "1")
         keys(browser, "c")
-        until(browser, lambda d: css(d, "#status").get_attribute("data-state") == "applied", 30, "the rejection applied")
+        until(browser, lambda d: css(d, "#status").get_attribute("data-state") == "applied", 30,
+              "the rejection applied")
         decisions.wait_for(lambda c: any(m.key() == e1.article_id.encode() for m in c.messages), 30, "the decision")
         dec1 = parse_event(ModeratorDecision, [m for m in decisions.messages if m.key() == e1.article_id.encode()][-1]
                            .value())

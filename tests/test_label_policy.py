@@ -7,7 +7,7 @@ them with the character and its position; the memory updater dead-letters such a
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -15,7 +15,7 @@ from newsmon.schemas import DeadLetterReason, InvalidEvent, LabelEvent, Moderato
 from newsmon.schemas.base import LABEL_MAX_RAW_LENGTH, check_label
 from newsmon.shared.data import load_corpus
 
-NOW = datetime(2026, 12, 1, 12, tzinfo=timezone.utc).isoformat()
+NOW = datetime(2026, 12, 1, 12, tzinfo=UTC).isoformat()
 
 
 @pytest.mark.parametrize("label, where", [("\u0000", "U+0000 at position 0"), ("x\u0000y", "U+0000 at position 1"),

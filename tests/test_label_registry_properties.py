@@ -85,7 +85,7 @@ def check_sequence(registries: list[LabelRegistry], actions: list[tuple]) -> Non
         # the one check of both stores and the API says the same beforehand
         expected = conflict(act[0], act[1], prior.renamed, prior.retired, act[2] if "renamed" in kinds else None)
         assert expected == refused[0], (act, expected, refused[0])
-        for b, a, why in zip(before, after, refused):
+        for b, a, why in zip(before, after, refused, strict=True):
             if why is None:
                 assert a.version > b.version
             else:

@@ -6,8 +6,14 @@ import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score, f1_score, ndcg_score, precision_score, recall_score
 
-from newsmon.shared.metrics import (classification_metrics, evaluate, f1_by_frequency, label_groups,
-                                    precision_at_k, recall_at_k)
+from newsmon.shared.metrics import (
+    classification_metrics,
+    evaluate,
+    f1_by_frequency,
+    label_groups,
+    precision_at_k,
+    recall_at_k,
+)
 
 
 @pytest.fixture

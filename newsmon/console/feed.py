@@ -26,8 +26,9 @@ import threading
 import time
 import uuid
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, cast
 
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -126,8 +127,9 @@ class ConsoleFeed:
                     continue
                 real = [m for m in msgs if m.error() is None]
                 for m in msgs:
-                    if m.error() is not None and m.error().code() != KafkaError._PARTITION_EOF:
-                        log.warning("console feed: consumer error", error=str(m.error()))
+                    err = m.error()
+                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                        log.warning("console feed: consumer error", error=str(err))
                 if real:
                     self._take(real)
                 self._check_pending()
@@ -164,9 +166,9 @@ class ConsoleFeed:
         for m in msgs:
             try:
                 if m.topic() == k.topic_proposals:
-                    proposals.append(parse_event(LabelProposal, m.value()))
+                    proposals.append(cast(LabelProposal, parse_event(LabelProposal, m.value())))
                 elif m.topic() == k.topic_decisions:
-                    decisions.append(parse_event(ModeratorDecision, m.value()))
+                    decisions.append(cast(ModeratorDecision, parse_event(ModeratorDecision, m.value())))
             except InvalidEvent as exc:  # the workers dead-letter it; the console only skips it
                 log.info("console feed: invalid event skipped", topic=m.topic(), reason=exc.reason)
         if proposals:

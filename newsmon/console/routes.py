@@ -19,8 +19,9 @@ import json
 import re
 import secrets
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, FastAPI, Request
@@ -34,8 +35,18 @@ from pydantic import ValidationError
 from newsmon.api.service import ApiError, ApiService
 from newsmon.console import labels
 from newsmon.console.feed import ConsoleFeed
-from newsmon.console.session import (NAME_COOKIE, TOKEN_COOKIE, ApiUser, ConsoleHeaders, NotLoggedIn, PageUser,
-                                     console_feed, console_service, moderator, read_json)
+from newsmon.console.session import (
+    NAME_COOKIE,
+    TOKEN_COOKIE,
+    ApiUser,
+    ConsoleHeaders,
+    NotLoggedIn,
+    PageUser,
+    console_feed,
+    console_service,
+    moderator,
+    read_json,
+)
 from newsmon.schemas import ModeratorDecision
 
 __all__ = ["mount_console"]
@@ -126,7 +137,8 @@ async def queue_page(request: Request, user: PageUser):
     await run_in_threadpool(feed.started.wait, 5)
     q = request.query_params
     filters = {k: q.get(k) or None for k in ("lang", "outlet", "label")}
-    return _page(request, "queue.html", user, items=feed.queue(**filters), facets=feed.facets(), filters=filters)
+    items = feed.queue(lang=filters["lang"], outlet=filters["outlet"], label=filters["label"])
+    return _page(request, "queue.html", user, items=items, facets=feed.facets(), filters=filters)
 
 
 @router.get("/articles/{article_id:path}", response_class=HTMLResponse)
@@ -137,7 +149,7 @@ async def article_page(request: Request, article_id: str, user: PageUser):
     if item is None:
         return _page(request, "missing.html", user, 404, article_id=article_id)
     p = item.proposal
-    refs = {}
+    refs: dict[str, dict[str, Any]] = {}
     for x in [*p.labels, *p.candidates]:
         for n in x.neighbours:
             refs.setdefault(n.article_id, {"ref": n, "supports": []})["supports"].append(x.label)
@@ -191,7 +203,7 @@ async def events(request: Request, _user: ApiUser):
             while (left := until - time.monotonic()) > 0 and not await request.is_disconnected():
                 try:
                     seq, ev = await asyncio.wait_for(q.get(), timeout=min(left, 5.0))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     yield ": keep-alive\n\n"
                     continue
                 yield _sse(seq, ev)
@@ -222,7 +234,7 @@ async def decide(request: Request, user: ApiUser):
     feed = console_feed(request)
     try:
         decision = ModeratorDecision(article_id=body.get("article_id"), decisions=body.get("decisions"),
-                                     moderator=user, decided_at=datetime.now(timezone.utc))
+                                     moderator=user, decided_at=datetime.now(UTC))
     except ValidationError as exc:
         errors = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
         raise ApiError(422, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors),
