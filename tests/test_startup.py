@@ -252,7 +252,7 @@ def test_light_commands_never_import_torch(tmp_path, args):
 def test_memory_stats_on_an_empty_home_says_what_to_run(tmp_path):
     proc, _ = _newsmon(["memory", "stats"], _env(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    assert "is empty" in proc.stdout and "newsmon memory build" in proc.stdout, proc.stdout
+    assert "is empty" in proc.stdout and "newsmon memory build --data PATH --calibrate" in proc.stdout, proc.stdout
     assert str(tmp_path / "home" / "memory") in proc.stdout
     assert not (tmp_path / "home" / "models").exists()  # no model was imported either
 
