@@ -10,6 +10,7 @@ use the classic group protocol.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -59,6 +60,18 @@ def port_or_free(port: int, host: str = "127.0.0.1") -> int:
     return port
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: on Linux, ask for SIGTERM when its parent dies (strictly: when the thread that
+    started it ends; every caller starts it from a thread that lives as long as the broker is used), so a broker
+    is never left behind by a parent killed (SIGKILL, a crash) before it could stop it; elsewhere nothing."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class TansuBroker:
     """A Tansu broker process on a free loopback port (in memory only).
 
@@ -90,7 +103,7 @@ class TansuBroker:
         self.proc = subprocess.Popen(
             [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
              "--storage-engine", "memory://tansu/"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + self.start_timeout_s
         # wait for the listener before creating a client: librdkafka logs every refused connection as FAIL
         while time.monotonic() < deadline and self.proc.poll() is None:

@@ -25,7 +25,8 @@ def suggestion_id(text: str) -> str:
 class SuggestText(BaseModel):
     """The minimal request of ``POST /v1/suggest``: a text, and its language when known.
 
-    It is proposed as the article event ``{"article_id": <article_id or suggest-<hash>>, "title": <title>,
+    It is proposed as the article event ``{"schema_version": 1, "article_id": <article_id or suggest-<hash>>,
+    "title": <title>,
     "body": <text>, "lang": <lang>, "outlet": "api", "country": "ZZ", "published_at": <now>}`` (label rules
     with a country, outlet or section filter do not match it: those fields are unknown). Without ``lang`` the
     language is detected among the memory's languages.
@@ -43,7 +44,8 @@ class SuggestText(BaseModel):
 
     def event(self, lang: str) -> dict:
         """The article event (JSON object) this request stands for, in language ``lang``."""
-        return {"article_id": self.article_id or suggestion_id(self.text), "title": self.title, "body": self.text,
+        return {"schema_version": 1, "article_id": self.article_id or suggestion_id(self.text), "title": self.title,
+                "body": self.text,
                 "lang": lang, "outlet": "api", "country": "ZZ", "published_at": datetime.now(timezone.utc).isoformat()}
 
 

@@ -118,14 +118,14 @@ def _events_of_texts(svc: ApiService, items: list[dict]) -> list[dict]:
 @router.post("/decisions", response_model=DecisionSent, tags=["proposals"],
              summary="Send a moderator decision on an article's labels", responses={202: {"model": DecisionSent}})
 async def decide(svc: Service, response: Response, decision: Annotated[dict, Body(
-        description="A ModeratorDecision; `decided_at` defaults to now.", examples=[
+        description="A ModeratorDecision; `schema_version` defaults to 1, `decided_at` to now.", examples=[
             {"article_id": "suggest-3f9c1a0b7d2e", "moderator": "ana",
              "decisions": [{"label": "krka", "action": "confirmed"}, {"label": "gospodarstvo", "action": "added"}]}])]):
     """Publish a `ModeratorDecision` on the decisions topic, as the moderation tool does: each label
     `confirmed`, `rejected` or `added`. The memory updater applies it to the article in the knowledge memory
     (an article proposed through `/v1/suggest` is stored there, pending), so it is evidence for the next
     proposals. `200` once applied, `202` when published but not applied within `api.apply_wait_s`."""
-    body = {"decided_at": datetime.now(timezone.utc).isoformat(), **decision}
+    body = {"schema_version": 1, "decided_at": datetime.now(timezone.utc).isoformat(), **decision}
     try:
         event = parse_event(ModeratorDecision, json.dumps(body).encode())
     except InvalidEvent as exc:
