@@ -41,7 +41,8 @@ def script(blocks: list[str], home: Path, data: Path, port: int) -> str:
     for i, block in enumerate(blocks):
         block = re.sub(r"^export NEWSMON_HOME=.*$", f"export NEWSMON_HOME={home}", block, flags=re.M)
         block = re.sub(r"^export NEWSMON_DATA=.*$", f"export NEWSMON_DATA={data}", block, flags=re.M)
-        out += [f"echo '{MARK.format(i)}'", block.replace("localhost:8080", f"127.0.0.1:{port}")]
+        # a newline first: curl's answers end without one, and the marker must start its own line
+        out += [f"echo; echo '{MARK.format(i)}'", block.replace("localhost:8080", f"127.0.0.1:{port}")]
     return "\n".join(out) + "\n"
 
 

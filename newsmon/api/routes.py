@@ -75,6 +75,11 @@ async def suggest(svc: Service, articles: Annotated[Any, Body(description="`{\"t
     items = articles if isinstance(articles, list) else [articles]
     if not items or not all(isinstance(a, dict) for a in items):
         raise ApiError(422, f"the body is not an article: {SUGGEST_BODY}")
+    neither = [i for i, a in enumerate(items) if "text" not in a and "body" not in a]
+    if neither:
+        raise ApiError(422, "; ".join(f"article {i}: no `text` (the minimal form) and no `body` (an ArticleEvent)"
+                                      for i in neither) + f": {SUGGEST_BODY}",
+                       [{"index": i, "loc": ["text"], "msg": "Field required"} for i in neither])
     if any(_is_text(a) for a in items):
         items = await run_in_threadpool(_events_of_texts, svc, items)
     return await run_in_threadpool(svc.suggest, items)
