@@ -166,11 +166,10 @@ class KafkaSettings(BaseModel):
         return base + [f"{t}.dlq" for t in (self.topic_articles, self.topic_decisions, self.topic_label_events)]
 
     def client_config(self) -> dict[str, str]:
-        """librdkafka options of consumers and producers (bootstrap, security, pass-through); ValueError unset."""
-        if not self.bootstrap_servers:
-            raise ValueError("no Kafka configured: set NEWSMON_KAFKA__BOOTSTRAP_SERVERS")
-        conf: dict[str, str] = {"bootstrap.servers": self.bootstrap_servers,
-                                "security.protocol": self.security_protocol, "log.connection.close": "false"}
+        """librdkafka options of consumers and producers (bootstrap when set, security, pass-through)."""
+        conf: dict[str, str] = {"security.protocol": self.security_protocol, "log.connection.close": "false"}
+        if self.bootstrap_servers:  # unset: an embedded broker fills it in first (newsmon.broker)
+            conf["bootstrap.servers"] = self.bootstrap_servers
         if self.sasl_mechanism:
             conf["sasl.mechanism"] = self.sasl_mechanism
         if self.sasl_username:

@@ -87,7 +87,7 @@ def test_demo_runs_end_to_end(sentinews_slice, newsmon_home, tmp_path):
                                                r"(right|wrong)|no label proposed), gold ", ln)]
     assert len(headers) == 5, text[-4000:]
     # and the decision rule that proposed it (the demo's thresholds are its own calibration's)
-    why = r"(above its threshold [\d.]+|(label-set vote|tail support|new-label support|floor \(.*\)).*)"
+    why = r"(above its threshold [\d.]+|(label-set vote|label count|tail support|new-label support|floor \(.*\)).*)"
     assert any(re.match(rf"^  [✓✗] \S.*  [01]\.\d{{3}}  retrieval  {why}$", ln) for ln in screen), text[-4000:]
     titled = [ln for ln in screen if re.match(r"^      0\.\d{3}  sl-test-\d+  \S", ln)]
     assert titled, text[-4000:]
