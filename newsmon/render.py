@@ -123,8 +123,7 @@ def render_proposal(p: LabelProposal, gold: Sequence[str] | None = None, neighbo
     if header is None:
         header = p.article_id
         if gold_set is not None:
-            right = sum(1 for x in p.labels if x.label in gold_set)
-            header += f": {right} of {len(p.labels)} proposed labels right, {len(gold_set)} gold"
+            header += f": {labels_right(p, gold_set)}, {len(gold_set)} gold"
         if p.duplicate_of:
             header += f" (near-copy of {p.duplicate_of})"
     lines = [Text(header, style="bold")]
@@ -155,3 +154,15 @@ def print_proposal(console: Console, p: LabelProposal, **kwargs) -> None:
     line whole anywhere else (a file, a pipe, a log collector), so that a label, its rule and each neighbour stay on
     one line there (rich wraps output that is not a terminal at 80 columns)."""
     console.print(render_proposal(p, **kwargs), soft_wrap=not console.is_terminal)
+
+
+def labels_right(p: LabelProposal, gold: set[str] | list[str]) -> str:
+    """How many proposed labels the gold labels confirm, in words: ``2 of 3 proposed labels right``, ``the
+    proposed label right`` / ``wrong`` for one, ``no label proposed`` for none (never "0 of 0")."""
+    gold = set(gold)
+    right, n = sum(1 for x in p.labels if x.label in gold), len(p.labels)
+    if n == 0:
+        return "no label proposed"
+    if n == 1:
+        return f"the proposed label {'right' if right else 'wrong'}"
+    return f"{right} of {n} proposed labels right"

@@ -104,7 +104,6 @@ class EncoderSettings(BaseModel):
 class MemorySettings(BaseModel):
     """The knowledge memory (Qdrant)."""
 
-
     url: MaskedUrl | None = Field(None, description="Qdrant server URL; unset = the embedded engine (qdrant-edge). "
                                   "Shown with any password masked.")
     api_key: SecretStr | None = Field(None, description="Qdrant API key (server mode; put it in a Secret). Never "
@@ -121,7 +120,9 @@ class MemorySettings(BaseModel):
 class KafkaSettings(BaseModel):
     """Kafka (any Kafka-protocol broker). ``client_options`` pass straight through to librdkafka."""
 
-    bootstrap_servers: str = Field("127.0.0.1:9092", description="Comma-separated host:port list.")
+    bootstrap_servers: str | None = Field(None, description="Comma-separated host:port list; unset = an embedded "
+                                          "broker (the bundled Tansu on a free loopback port, data in memory only) "
+                                          "started by `newsmon serve`, `newsmon worker all` and the demo.")
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT", description="librdkafka security.protocol.")
     sasl_mechanism: str | None = Field(None, description="PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER ...")
@@ -165,9 +166,10 @@ class KafkaSettings(BaseModel):
         return base + [f"{t}.dlq" for t in (self.topic_articles, self.topic_decisions, self.topic_label_events)]
 
     def client_config(self) -> dict[str, str]:
-        """librdkafka options shared by consumers and producers (bootstrap, security, pass-through)."""
-        conf: dict[str, str] = {"bootstrap.servers": self.bootstrap_servers,
-                                "security.protocol": self.security_protocol, "log.connection.close": "false"}
+        """librdkafka options of consumers and producers (bootstrap when set, security, pass-through)."""
+        conf: dict[str, str] = {"security.protocol": self.security_protocol, "log.connection.close": "false"}
+        if self.bootstrap_servers:  # unset: an embedded broker fills it in first (newsmon.broker)
+            conf["bootstrap.servers"] = self.bootstrap_servers
         if self.sasl_mechanism:
             conf["sasl.mechanism"] = self.sasl_mechanism
         if self.sasl_username:
@@ -258,11 +260,12 @@ class ApiSettings(BaseModel):
                                "topic) POST /v1/labels/{label}/test matches by default.")
     publish_timeout_s: float = Field(10.0, gt=0, description="Wait for the broker to acknowledge a label event "
                                      "(seconds); 503 after it.")
+    apply_wait_s: float = Field(5.0, ge=0, description="Wait for the memory updater to apply a label change or "
+                                "decision (seconds): 200 once applied (GET shows it), else 202 after this.")
 
 
 class TrainingSettings(BaseModel):
     """The nightly job: hard-negative mining, contrastive fine-tuning, tuning, rollout."""
-
 
     top: int = Field(500, ge=2, description="Neighbours searched per training article when mining.")
     n_neg: int = Field(15, ge=1, description="Hard negatives kept per query.")

@@ -103,17 +103,19 @@ def test_define_a_label_over_http_then_propose_rename_and_retire(api, corpus):
         r = client.get(f"/v1/labels/{LABEL}")
         assert r.status_code == 404 and "unknown label" in r.json()["detail"]
 
-        # define over HTTP: the LabelEvent is on the topic, the registry has it
+        # define over HTTP: the LabelEvent is on the topic, the registry has it when the answer comes (200, read
+        # your writes: the GET right after it shows the label)
         r = client.put(f"/v1/labels/{LABEL}", params={"actor": "analyst"}, json={"kwes": [KWE]})
-        assert r.status_code == 202, r.text
+        assert r.status_code == 200 and r.json()["applied"] is True, r.text
         assert r.json()["event"]["action"] == "defined"
+        view = client.get(f"/v1/labels/{LABEL}").json()
+        assert view["status"] == "active" and view["definition"]["kwes"] == [KWE] and view["examples"] == 0
         events.wait_for(lambda c: c.messages, 30, "the LabelEvent on the topic")
         ev = parse_event(LabelEvent, events.messages[0].value())
         assert events.messages[0].key() == LABEL.encode()
         assert (ev.action, ev.label, ev.definition.kwes, ev.actor) == ("defined", LABEL, [KWE], "analyst")
-        view = wait_for(lambda: client.get(f"/v1/labels/{LABEL}").status_code == 200
-                        and client.get(f"/v1/labels/{LABEL}").json(), 30, "the definition in the registry")
-        assert view["status"] == "active" and view["definition"]["kwes"] == [KWE] and view["examples"] == 0
+        r = client.put(f"/v1/labels/{LABEL}", json={"kwes": [KWE]})  # the same definition again: nothing to publish
+        assert r.status_code == 200 and r.json()["event"] is None and "already" in r.json()["note"], r.text
 
         # its effect on the next proposal: on the stream and over HTTP, from the KwE alone
         e0 = article_event(hits[0])
@@ -164,10 +166,10 @@ def test_define_a_label_over_http_then_propose_rename_and_retire(api, corpus):
         r = client.post("/v1/suggest", json=[bad])
         assert r.status_code == 422 and "article 0" in r.json()["detail"] and "ISO 639-1" in r.json()["detail"]
 
-        # rename moves the rule; retire stops it
+        # rename moves the rule; retire stops it; each readable at once; retiring twice publishes nothing more
         r = client.post(f"/v1/labels/{LABEL}/rename", json={"new_label": "client:mercator-group"})
-        assert r.status_code == 202
-        wait_for(lambda: client.get(f"/v1/labels/{LABEL}").json()["status"] == "renamed", 30, "the rename")
+        assert r.status_code == 200 and r.json()["applied"], r.text
+        assert client.get(f"/v1/labels/{LABEL}").json()["status"] == "renamed"
         assert client.put(f"/v1/labels/{LABEL}", json={"kwes": [KWE]}).status_code == 409
         # issue 27: no other event on the renamed-away name, and no rename into it (it dropped the first rename);
         # a label of control characters is refused by the one label policy
@@ -176,9 +178,10 @@ def test_define_a_label_over_http_then_propose_rename_and_retire(api, corpus):
         assert r.status_code == 409 and "renamed to 'client:mercator-group'" in r.json()["detail"], r.text
         r = client.put("/v1/labels/%00", json={"kwes": [KWE]})
         assert r.status_code == 422 and "control character U+0000" in r.json()["detail"], r.text
-        assert client.delete("/v1/labels/client:mercator-group").status_code == 202
-        wait_for(lambda: client.get("/v1/labels/client:mercator-group").json()["status"] == "retired", 30,
-                 "the retirement")
+        assert client.delete("/v1/labels/client:mercator-group").status_code == 200
+        assert client.get("/v1/labels/client:mercator-group").json()["status"] == "retired"
+        r = client.delete("/v1/labels/client:mercator-group")
+        assert r.status_code == 200 and r.json()["event"] is None and "already retired" in r.json()["note"], r.text
         r = client.post("/v1/suggest", json=[json.loads(article_event(hits[3]).to_bytes())])
         assert all(not x.label.startswith("client:mercator") for x in LabelProposal.model_validate(r.json()[0])
                    .labels)
@@ -187,7 +190,9 @@ def test_define_a_label_over_http_then_propose_rename_and_retire(api, corpus):
         # order they happened before comparing
         events.wait_for(lambda c: len(c.messages) >= 3, 30, "the rename's and the retirement's LabelEvents")
         logged = sorted((parse_event(LabelEvent, m.value()) for m in events.messages), key=lambda e: e.occurred_at)
-        assert [e.action for e in logged] == ["defined", "renamed", "retired"]
+        assert [e.action for e in logged] == ["defined", "renamed", "retired"]  # no second definition or retirement
+
+        plain_text_decisions_and_4xx(client, corpus)
 
         # operations
         metrics = client.get("/metrics").text
@@ -195,9 +200,72 @@ def test_define_a_label_over_http_then_propose_rename_and_retire(api, corpus):
         assert "newsmon_articles_total" in metrics  # the workers' metrics, same process
         doc = client.get("/openapi.json").json()
         assert {"/v1/suggest", "/v1/labels/{label}", "/v1/labels/{label}/rename", "/v1/labels/{label}/test"} <= \
-            set(doc["paths"]) and "ArticleEvent" in doc["components"]["schemas"]
+            set(doc["paths"]) and {"ArticleEvent", "SuggestText"} <= set(doc["components"]["schemas"])
+        text = json.dumps(doc)
+        assert "``" not in text and ":class:" not in text  # Markdown descriptions, no reStructuredText
     finally:
         events.close()
         out.close()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0
+
+
+def _raw(port: int, request: bytes, timeout: float = 10) -> bytes:
+    """Send ``request`` on a plain socket and return what the server answers before it closes or ``timeout``."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(request)
+        chunks = []
+        try:
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+                if b"\r\n\r\n" in b"".join(chunks) and b"}" in chunks[-1]:
+                    break
+        except TimeoutError:
+            pass
+    return b"".join(chunks)
+
+
+def plain_text_decisions_and_4xx(client, corpus):
+    """Issue 28 items 4 and 5, issue 27 item 6 (run by the test above, on its server): `{"text": ...}` is
+    proposed like an article event; a decision sent over HTTP is applied before the answer and changes the next
+    proposal; the token is checked before the body is read; a form-encoded body gets 415 and how to send JSON;
+    malformed JSON says why in words."""
+    port = int(str(client.base_url).rsplit(":", 1)[1])
+    text = corpus.split("test")[0].text
+    r = client.post("/v1/suggest", json={"text": text, "lang": "sl"})
+    assert r.status_code == 200, r.text
+    (first,) = [LabelProposal.model_validate(p) for p in r.json()]
+    assert first.article_id.startswith("suggest-") and first.scoring is not None
+    r = client.post("/v1/suggest", json=[{"text": text}, {"text": "Vlada je sprejela proračun."}])  # lang detected
+    assert r.status_code == 200 and [p["article_id"] for p in r.json()][0] == first.article_id, r.text
+    # a decision on it over HTTP: applied before the answer; the next proposal of a near text carries the label
+    added = "client:tutorial-label"
+    r = client.post("/v1/decisions", json={"article_id": first.article_id, "moderator": "ana",
+                                           "decisions": [{"label": added, "action": "added"}]})
+    assert r.status_code == 200 and r.json()["applied"] is True, r.text
+    r = client.post("/v1/suggest", json={"text": text + " Dodatek.", "lang": "sl"})
+    nxt = LabelProposal.model_validate(r.json()[0])
+    assert added in {x.label for x in [*nxt.labels, *nxt.candidates]}, nxt
+    # 4xx that say what to send
+    r = client.post("/v1/suggest", json={"txt": text})
+    assert r.status_code == 422 and '{"text": "..."' in r.json()["detail"], r.text
+    r = client.post("/v1/suggest", content=b'{"text": ', headers={"Content-Type": "application/json"})
+    assert r.status_code == 422 and r.json()["detail"].startswith("the body is not valid JSON: "), r.text
+    assert "at character 9" in r.json()["detail"] and "Content-Type: application/json" in r.json()["detail"]
+    r = client.post("/v1/suggest", content=b'{"text": "x"}',
+                    headers={"Content-Type": "application/x-www-form-urlencoded"})  # curl -d without -H
+    assert r.status_code == 415 and "Content-Type: application/json" in r.json()["detail"], r.text
+    assert client.post(f"/v1/labels/{LABEL}/test").status_code in (200, 404)  # no body: no 422
+    r = client.get("/v1/nothing-here")
+    assert r.status_code == 404 and "/docs" in r.json()["detail"]
+    # the token before the body: malformed JSON without a token is 401, not 422; a 9 MB body declared and never
+    # sent is answered 401 at once (the server did not wait to read it)
+    r = httpx.post(f"{client.base_url}/v1/suggest", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 401, r.text
+    t0 = time.monotonic()
+    answer = _raw(port, b"POST /v1/suggest HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: 9000000\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
+    assert time.monotonic() - t0 < 5

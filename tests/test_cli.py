@@ -12,6 +12,14 @@ from newsmon.cli import app
 runner = CliRunner()
 
 
+
+def _one_proposal(stdout: str):
+    """The proposal `suggest --json` printed: a list of one LabelProposal, the shape POST /v1/suggest answers."""
+    from newsmon.schemas import LabelProposal, parse_event
+
+    (got,) = json.loads(stdout)
+    return parse_event(LabelProposal, json.dumps(got).encode("utf-8"))  # exactly the object of the topic
+
 def _last_json_line(output: str) -> dict:
     # progress bars share the captured stream (stderr mixed into output), so the JSON may follow one
     lines = [x[x.index("{"):] for x in output.splitlines() if "{" in x]
@@ -112,7 +120,7 @@ def test_memory_build_then_suggest_explains_with_neighbours(cli_env, sentinews_s
     art = next(r for r in rows if r["split"] == "train" and len(r["labels"]) >= 2)
     res = runner.invoke(app, ["suggest", art["text"], "--lang", "sl", "--top-k", "1", "--json"])
     assert res.exit_code == 0, res.output
-    got = parse_event(LabelProposal, res.stdout.encode("utf-8"))  # exactly the object of the topic
+    got = _one_proposal(res.stdout)  # exactly the object of the topic
     assert {x.label for x in got.labels} == set(art["labels"])
     assert all(x.neighbours[0].article_id == art["id"] for x in got.labels)
     assert got.labels[0].neighbours[0].similarity > 0.99 and got.labels[0].neighbours[0].title == art["title"]
@@ -124,7 +132,7 @@ def test_memory_build_then_suggest_explains_with_neighbours(cli_env, sentinews_s
     test_art = next(r for r in rows if r["split"] == "test")
     res = runner.invoke(app, ["suggest", test_art["text"], "--threshold", "1.0", "--json", "--id", "t-1"])
     assert res.exit_code == 0, res.output
-    got = parse_event(LabelProposal, res.stdout.encode("utf-8"))
+    got = _one_proposal(res.stdout)
     assert got.article_id == "t-1" and got.labels == [] and got.scoring.threshold == 1.0
     assert 1 <= len(got.candidates) <= 20 and got.scoring.top_k == 50
     scores = [x.score for x in got.candidates]
@@ -161,18 +169,18 @@ def test_calibration_reaches_suggest_and_explicit_options_win(cli_env, sentinews
                 if r["split"] == "test")["text"]
     res = runner.invoke(app, ["suggest", text, "--lang", "sl", "--json"])
     assert res.exit_code == 0, res.output
-    got = parse_event(LabelProposal, res.stdout.encode("utf-8"))
+    got = _one_proposal(res.stdout)
     assert got.scoring.calibration is not None and got.scoring.calibration.startswith("newsmon_sl_")
     calibrated, calibrated_k = got.scoring, got.scoring.top_k
     # without --lang: the memory's one language, and its record (never the defaults while a calibration exists)
     res = runner.invoke(app, ["suggest", text, "--json"])
     assert res.exit_code == 0, res.output
-    got = parse_event(LabelProposal, res.stdout.encode("utf-8"))
+    got = _one_proposal(res.stdout)
     assert got.scoring == calibrated and got.scoring.source == "calibration" and got.scoring.note is None
     res = runner.invoke(app, ["suggest", text])  # the header names the record too
     assert f"calibration {calibrated.calibration}" in " ".join(res.output.split()), res.output
     res = runner.invoke(app, ["suggest", text, "--lang", "sl", "--json", "--threshold", "0.99"])
-    got = parse_event(LabelProposal, res.stdout.encode("utf-8"))
+    got = _one_proposal(res.stdout)
     assert got.scoring.threshold == 0.99 and got.scoring.top_k == calibrated_k
     assert got.scoring.source == "calibration+settings" and "settings" in got.scoring.note
     res = runner.invoke(app, ["settings"])  # the effective scoring per language memory

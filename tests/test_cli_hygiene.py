@@ -11,7 +11,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from newsmon.cli import app
+from newsmon.cli import app, reflow
 
 runner = CliRunner()
 
@@ -135,3 +135,26 @@ def test_tune_runs_on_other_data_do_not_share_an_optimum(shared_data, newsmon_ho
     with pytest.raises(ValueError, match="other data"):
         tune(s, load_corpus(tmp_path / "b.jsonl"), model, 2, resume=first["study"])
     assert len(optuna.get_all_study_names(reveal(s.training.optuna_storage))) == 3
+
+
+def _commands(group, path=()):
+    for info in group.registered_commands:
+        yield (*path, info.name or info.callback.__name__), info
+    for sub in group.registered_groups:
+        yield from _commands(sub.typer_instance, (*path, sub.name))
+
+
+def test_help_wraps_at_words_not_at_the_docstrings_line_breaks():
+    """Issue 28 item 6: a help screen wraps its description at the terminal's width, between words; the line
+    breaks of the docstring in the source never end a screen line (at 200 columns every paragraph shorter than
+    the screen is one line)."""
+    checked = 0
+    for path, info in _commands(app):
+        out = runner.invoke(app, [*path, "--help"], terminal_width=200, env={"COLUMNS": "200"}).output
+        screen = [" ".join(ln.split()) for ln in out.splitlines()]
+        for para in reflow(info.callback.__doc__ or "").split("\n\n"):
+            if "\n" in para or len(para) > 180:
+                continue  # a list keeps its items' lines; a long paragraph wraps at the screen's width
+            assert " ".join(para.split()) in screen, (path, para, out)
+            checked += 1
+    assert checked >= 10

@@ -75,15 +75,19 @@ def test_demo_runs_end_to_end(sentinews_slice, newsmon_home, tmp_path):
     assert "knowledge memory: {'sl': 80} articles" in text
     assert "streamed 10 articles" in text and "10 moderator decisions applied" in text
     assert "micro-F1" in text and "subset accuracy" in text
+    assert "macro-F1 averages the F1 of each label" in text  # the summary says what macro-F1 is, in one line
+    assert " 0 of 0 " not in text
+    assert re.search(r"^(calibrated sl|reused the calibration of sl) ", text, re.M), text[-3000:]
     # the malformed line: reported with its number when the corpus is read, and counted in the summary
     assert "skipped line 6: invalid JSON" in text
     assert "; 1 bad corpus line skipped" in text
     # five proposals in full: per label its mark against the gold labels, score, source and the rule, then the
     # neighbours with similarity, id and title
-    headers = [ln for ln in screen if re.match(r"^sl-test-\d+: \d+ of \d+ proposed labels right, gold ", ln)]
+    headers = [ln for ln in screen if re.match(r"^sl-test-\d+: (\d+ of \d+ proposed labels right|the proposed label "
+                                               r"(right|wrong)|no label proposed), gold ", ln)]
     assert len(headers) == 5, text[-4000:]
     # and the decision rule that proposed it (the demo's thresholds are its own calibration's)
-    why = r"(above its threshold [\d.]+|(label-set vote|tail support|new-label support|floor \(.*\)).*)"
+    why = r"(above its threshold [\d.]+|(label-set vote|label count|tail support|new-label support|floor \(.*\)).*)"
     assert any(re.match(rf"^  [✓✗] \S.*  [01]\.\d{{3}}  retrieval  {why}$", ln) for ln in screen), text[-4000:]
     titled = [ln for ln in screen if re.match(r"^      0\.\d{3}  sl-test-\d+  \S", ln)]
     assert titled, text[-4000:]
@@ -92,3 +96,16 @@ def test_demo_runs_end_to_end(sentinews_slice, newsmon_home, tmp_path):
     assert bars and all(re.fullmatch(r"(memory build|proposals) ━+ \d+/\d+ \d+:\d\d:\d\d remaining [-\d:]+\s*", ln)
                         for ln in bars), bars
     assert not any("proposals" in ln and "[info" in ln for ln in screen)
+
+
+def test_a_warm_demo_reuses_the_calibration(sentinews_slice, newsmon_home, tmp_path):
+    """Issue 28 item 3: the demo rebuilds its memory from the same articles on every run; the second run finds
+    the calibration of the same inputs in the home's cache and says so, instead of calibrating again."""
+    env = {**os.environ, "NEWSMON_HOME": str(newsmon_home), "NEWSMON_DATA": str(sentinews_slice)}
+    for run in range(2):  # the first run calibrates unless an earlier session's run already did
+        code, raw = run_in_terminal([sys.executable, "-m", "newsmon.cli", "demo", "--show", "0", "--limit", "2"],
+                                    env, timeout=900)
+        text = "\n".join(screen_lines(raw))
+        assert code == 0, text[-3000:]
+    assert re.search(r"^reused the calibration of sl from .* \(memory, model, validation articles, settings and "
+                     r"code unchanged\)", text, re.M), text[-3000:]

@@ -153,7 +153,7 @@ def test_suggest_on_a_tiny_memory_in_the_image(image, run_args, shared_data, tmp
     query = picked[3]
     proc = podman_run(image, run_args, "suggest", "--json", query["text"], mounts=mounts)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = json.loads(proc.stdout)
+    (out,) = json.loads(proc.stdout)  # a list of one proposal, as POST /v1/suggest answers
     proposed = {x["label"] for x in out["labels"]}
     assert proposed, f"no proposal: {out}"
     assert proposed <= {lab for r in picked for lab in r["labels"]}

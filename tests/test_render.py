@@ -122,3 +122,16 @@ def test_a_proposal_printed_to_a_file_keeps_each_line_whole():
     terminal = Console(file=io.StringIO(), width=80, force_terminal=True, color_system=None)
     print_proposal(terminal, p, gold=["odpuščanje"], neighbours=2, candidates=2, header=header)
     assert max(len(x) for x in terminal.file.getvalue().splitlines()) <= 80
+
+
+def test_the_header_never_says_0_of_0():
+    """Issue 28 item 6: a proposal with no label says so; one label is right or wrong, never "1 of 1"."""
+    from newsmon.render import labels_right
+
+    sr = _examples()[1]
+    empty = sr.model_copy(update={"labels": []})
+    assert _text(empty, gold=["нис"]).splitlines()[0] == "rts-2024-5391207: no label proposed, 1 gold"
+    one = sr.model_copy(update={"labels": sr.labels[:1]})
+    assert labels_right(one, ["нис"]) == "the proposed label right" and labels_right(one, []) == \
+        "the proposed label wrong"
+    assert labels_right(sr, ["нис"]) == "1 of 2 proposed labels right"

@@ -181,6 +181,55 @@ def test_worker_waits_and_reports_not_ready_when_told_to(tmp_path):
     assert "Traceback" not in err and "s3cret" not in err
 
 
+# -- the embedded broker ------------------------------------------------------------------------------------------
+def test_commands_that_need_a_shared_broker_refuse_to_run_without_one(tmp_path):
+    """No NEWSMON_KAFKA__BOOTSTRAP_SERVERS: a single role and the topics commands end with one line saying what
+    to set (an embedded broker would not be shared with the other process), before any model loads."""
+    for args in (["worker", "classifier"], ["worker", "memory-updater"], ["topics", "create"], ["topics", "check"],
+                 ["serve", "--no-workers"]):
+        proc, took = _newsmon(args, _env(tmp_path))
+        assert proc.returncode == 2, (args, proc.stderr)
+        [line] = _error_lines(proc)
+        assert "NEWSMON_KAFKA__BOOTSTRAP_SERVERS" in line, line
+        assert took < 30
+
+
+def test_worker_all_without_kafka_runs_on_an_embedded_broker(newsmon_home, tmp_path):
+    """`newsmon worker all` with no Kafka configured starts the bundled Tansu on a loopback port, creates the
+    topics, says that the data lives in memory only, becomes ready, and ends cleanly on SIGTERM (the broker with
+    it)."""
+    env = _env(tmp_path, NEWSMON_HOME=str(newsmon_home), NEWSMON_MEMORY__PATH=str(tmp_path / "memory"),
+               NEWSMON_KAFKA__SESSION_TIMEOUT_MS="6000")
+    port = env["NEWSMON_WORKER__HTTP_PORT"]
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "newsmon.cli", "worker", "all"], cwd=REPO, env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline, status, body = time.monotonic() + 180, None, {}
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                status, body = _get(f"http://127.0.0.1:{port}/readyz")
+                if status == 200:
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"/readyz never 200: {status} {body} (exit {proc.poll()}):\n{log.read_text()[-3000:]}")
+        assert set(body["workers"]) == {"classifier", "memory-updater"}, body
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = log.read_text()
+    assert proc.returncode == 0, err
+    assert "embedded Kafka broker (Tansu) on 127.0.0.1:" in err and "in memory only" in err, err
+    assert "Traceback" not in err
+
+
 # -- light commands ---------------------------------------------------------------------------------------------
 LIGHT = """
 import atexit, sys
@@ -203,7 +252,7 @@ def test_light_commands_never_import_torch(tmp_path, args):
 def test_memory_stats_on_an_empty_home_says_what_to_run(tmp_path):
     proc, _ = _newsmon(["memory", "stats"], _env(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    assert "is empty" in proc.stdout and "newsmon memory build" in proc.stdout, proc.stdout
+    assert "is empty" in proc.stdout and "newsmon memory build --data PATH --calibrate" in proc.stdout, proc.stdout
     assert str(tmp_path / "home" / "memory") in proc.stdout
     assert not (tmp_path / "home" / "models").exists()  # no model was imported either
 

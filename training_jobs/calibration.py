@@ -19,6 +19,8 @@ import numpy as np
 import structlog
 
 from newsmon.shared.classifier import Classifier
+from newsmon.training_jobs import calibration_cache
+from newsmon.training_jobs.calibration_cache import calibration_inputs
 from newsmon.shared.data import Article
 from newsmon.shared.evaluation.neighbours import search_by_language
 from newsmon.shared.memory import SearchFilter
@@ -38,6 +40,7 @@ class LanguageCalibration:
     record: CalibrationRecord
     steps: list[dict]
     seconds: float
+    reused: bool = False  # an earlier calibration of the same inputs (calibration_cache), not computed again
 
 
 def _leave_one_out(clf: Classifier, lang: str, k: int, limit: int | None) -> tuple[MemoryArticles, Retrieval]:
@@ -61,14 +64,14 @@ def _leave_one_out(clf: Classifier, lang: str, k: int, limit: int | None) -> tup
 
 
 def _write_record(clf: Classifier, lang: str, result: CalibrationResult, cal: CalibrationSet, fit_on: dict,
-                  written_by: str) -> CalibrationRecord:
+                  written_by: str, inputs: str | None = None) -> CalibrationRecord:
     """Store the calibration record of ``lang``'s collection (what ``result`` chose, fitted on ``fit_on``) after the
     models it judged (the chosen components' models and the label counts, :mod:`newsmon.shared.scoring.stored`), so
     a worker never reads a record without its models."""
     record = CalibrationRecord(collection=clf.collection(lang), language=lang, model_version=clf.model_version,
                                params=result.params.model_dump(mode="json"), objective=cal.objective.name,
                                figures=result.figures,
-                               fit_on=fit_on, written_by=written_by, labels=result.known_labels)
+                               fit_on=fit_on, written_by=written_by, labels=result.known_labels, inputs=inputs)
     cache = ModelCache(record_id(record))
     for spec in result.params.components:
         key = (spec.name, get_component(spec.name).model_key(spec.parsed()))
@@ -90,9 +93,12 @@ def label_counts(clf: Classifier, lang: str) -> dict[str, int]:
 
 
 def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), written_by: str = "tune",
-                     corpus: str | None = None, max_memory_articles: int | None = None
+                     corpus: str | None = None, max_memory_articles: int | None = None, reuse: bool = True
                      ) -> dict[str, LanguageCalibration]:
-    """Calibrate every language memory of ``clf``'s model version and store the records.
+    """Calibrate every language memory of ``clf``'s model version and store the records; a language whose
+    calibration inputs (memory articles, model version, validation articles, settings, code) are those of an
+    earlier calibration gets that one instead (:mod:`newsmon.training_jobs.calibration_cache`), unless ``reuse``
+    is off.
 
     Args:
         clf: the classifier (encoder, memory router, calibration store) of the model version to calibrate.
@@ -114,10 +120,16 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
     out: dict[str, LanguageCalibration] = {}
     for lang in clf.languages():
         t0 = time.perf_counter()
+        val = [a for a in validation if a.lang == lang and a.labels]
+        inputs = calibration_inputs(clf, lang, val)
+        found = _reusable(clf, lang, inputs) if reuse else None
+        if found is not None:
+            out[lang] = LanguageCalibration(found[0], found[1], time.perf_counter() - t0, reused=True)
+            log.info("calibration reused (same inputs)", collection=found[0].collection, inputs=inputs[:12])
+            continue
         memory, loo = _leave_one_out(clf, lang, k, max_memory_articles)
         if not len(memory):
             continue
-        val = [a for a in validation if a.lang == lang and a.labels]
         val_r, queries = None, None
         if val:
             queries = Queries([a.text for a in val], clf.encoder.encode([a.text for a in val], role="query"))
@@ -129,12 +141,22 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
         result = calibrate(cal, clf.terms)
         record = _write_record(clf, lang, result, cal, {"memory_articles_leave_one_out": cal.held_out,
                                                         "validation_articles": len(val), "corpus": corpus},
-                               written_by)
+                               written_by, inputs)
+        calibration_cache.save(clf, record, result.steps)
         out[lang] = LanguageCalibration(record, result.steps, time.perf_counter() - t0)
         log.info("calibrated", collection=record.collection, params=record.params,
                  micro_f1=round(result.figures["micro_f1"], 4),
                  subset_accuracy=round(result.figures["subset_accuracy"], 4), seconds=round(out[lang].seconds, 1))
     if not out:
         raise ValueError("nothing to calibrate: no language memory holds labelled articles (run `newsmon memory "
-                         "build` first)")
+                         "build --data PATH --calibrate` first)")
     return out
+
+
+def _reusable(clf: Classifier, lang: str, inputs: str) -> tuple[CalibrationRecord, list[dict]] | None:
+    """An earlier calibration of ``inputs`` for ``lang``: its current record, else the home cache's (installed as
+    the record); None when there is none."""
+    record = calibration_cache.current(clf, lang, inputs)
+    if record is not None:
+        return record, calibration_cache.steps(clf, inputs)
+    return calibration_cache.restore(clf, lang, inputs)

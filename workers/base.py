@@ -125,6 +125,7 @@ class BatchWorker:
         self._producer = make_producer(self.settings, self.instance)
         HEALTH.register(self.name)
         HEALTH.set_ready(self.name, None)
+        HEALTH.joining(self.name)  # ready once the group assigned its partitions (_group_change)
         log.info("worker started", worker=self.name, instance=self.instance, group=self.group, topics=self.topics)
         try:
             while not stop.is_set():
@@ -268,6 +269,10 @@ class BatchWorker:
     def _group_change(self, event: str, partitions: list[TopicPartition]) -> None:
         self.group_events[event] += 1
         GROUP_EVENTS.labels(self.name, event).inc()
+        if event == "assigned":
+            HEALTH.joined(self.name)
+        elif event in ("lost", "consumer_recreated"):
+            HEALTH.joining(self.name)
         if event == "lost":
             log.warning("partitions lost: this member was removed from the group; the batch in flight will not "
                         "be committed and the consumer rejoins", worker=self.name, partitions=len(partitions))

@@ -2,7 +2,8 @@
 
 ``GET /metrics`` (Prometheus text format), ``GET /healthz`` (200 while the worker loops are alive: each loop
 beats at least every poll; 503 when a loop has not beaten for ``stale_after_s``), ``GET /readyz`` (200 once
-every worker has its model, memory and consumer up and is not paused on a failing dependency; 503 otherwise,
+every worker has its model, memory and consumer up, its consumer holds its partition assignment, and it is not
+paused on a failing dependency; 503 otherwise,
 with the reason; both with the knowledge memory's mode, ``{"memory": {"mode": "embedded", "path": ...}}`` or
 ``{"mode": "server", "url": ...}`` without credentials).
 """
@@ -59,6 +60,7 @@ class Health:
         self._lock = threading.Lock()
         self._beats: dict[str, float] = {}
         self._ready: dict[str, str | None] = {}
+        self._joined: dict[str, bool] = {}  # a consumer's worker: whether it has its partition assignment
         self._info: dict = {}
 
     def set_info(self, **info) -> None:
@@ -82,10 +84,21 @@ class Health:
             self._ready[worker] = not_ready_reason
         PAUSED.labels(worker).set(0 if not_ready_reason is None else 1)
 
+    def joining(self, worker: str) -> None:
+        """``worker``'s consumer is (re)joining its group: not ready until :meth:`joined`."""
+        with self._lock:
+            self._joined[worker] = False
+
+    def joined(self, worker: str) -> None:
+        """``worker``'s consumer got its partition assignment (possibly empty: more members than partitions)."""
+        with self._lock:
+            self._joined[worker] = True
+
     def unregister(self, worker: str) -> None:
         with self._lock:
             self._beats.pop(worker, None)
             self._ready.pop(worker, None)
+            self._joined.pop(worker, None)
 
     def live(self) -> tuple[bool, dict]:
         now = time.monotonic()
@@ -94,8 +107,12 @@ class Health:
         return all(a < self.stale_after_s for a in ages.values()), {"beat_age_s": ages}
 
     def ready(self) -> tuple[bool, dict]:
+        """Ready when every registered worker is ready (not paused) and has its partition assignment."""
         with self._lock:
             state, info = dict(self._ready), dict(self._info)
+            for w, joined in self._joined.items():
+                if not joined and state.get(w) is None:
+                    state[w] = "joining its consumer group (no partitions assigned yet)"
         return bool(state) and all(v is None for v in state.values()), {"workers": {
             w: "ready" if v is None else v for w, v in state.items()}, **info}
 

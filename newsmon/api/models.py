@@ -3,14 +3,50 @@
 
 from __future__ import annotations
 
+import hashlib
+from datetime import datetime, timezone
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from newsmon.schemas import LabelDefinition, LabelEvent, RuleEvidence
-from newsmon.schemas.base import Label, LanguageCode
+from newsmon.schemas import LabelDefinition, LabelEvent, ModeratorDecision, RuleEvidence
+from newsmon.schemas.base import ArticleId, Label, LanguageCode
 
-__all__ = ["ErrorBody", "LabelChange", "LabelTest", "LabelTestResult", "LabelView", "RenameBody", "TestedArticle"]
+__all__ = ["DecisionSent", "ErrorBody", "LabelChange", "LabelTest", "LabelTestResult", "LabelView", "RenameBody",
+           "SuggestText", "TestedArticle", "suggestion_id"]
+
+
+def suggestion_id(text: str) -> str:
+    """The article id a text sent without one gets (``newsmon suggest``, ``POST /v1/suggest`` with ``text``):
+    ``suggest-`` and the first 12 hex digits of the SHA-256 of its UTF-8 text (the same text, the same id)."""
+    return "suggest-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+class SuggestText(BaseModel):
+    """The minimal request of ``POST /v1/suggest``: a text, and its language when known.
+
+    It is proposed as the article event ``{"schema_version": 1, "article_id": <article_id or suggest-<hash>>,
+    "title": <title>,
+    "body": <text>, "lang": <lang>, "outlet": "api", "country": "ZZ", "published_at": <now>}`` (label rules
+    with a country, outlet or section filter do not match it: those fields are unknown). Without ``lang`` the
+    language is detected among the memory's languages.
+    """
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"text": "Krka je lani povečala prihodke od prodaje.", "lang": "sl"}]})
+
+    text: str = Field(min_length=1, pattern=r"\S", description="The article: title and body, plain text.")
+    lang: LanguageCode | None = Field(None, description="ISO 639-1 code; default: detected among the knowledge "
+                                                        "memory's languages.")
+    title: str | None = Field(None, description="Headline, when it is not part of `text`.")
+    article_id: ArticleId | None = Field(None, description="Id of the proposal (and of the article stored as "
+                                                           "pending, for decisions); default `suggest-<hash>`.")
+
+    def event(self, lang: str) -> dict:
+        """The article event (JSON object) this request stands for, in language ``lang``."""
+        return {"schema_version": 1, "article_id": self.article_id or suggestion_id(self.text), "title": self.title,
+                "body": self.text,
+                "lang": lang, "outlet": "api", "country": "ZZ", "published_at": datetime.now(timezone.utc).isoformat()}
 
 
 class ErrorBody(BaseModel):
@@ -39,14 +75,34 @@ class LabelView(BaseModel):
 
 
 class LabelChange(BaseModel):
-    """A label change accepted (202): the ``LabelEvent`` published, and where the broker stored it. The workers
-    apply it when the memory updater consumes it (usually within a second); ``GET /v1/labels/{label}`` shows
-    it from then on."""
+    """A label change: the `LabelEvent` published, where the broker stored it, and whether the memory updater
+    applied it before the answer.
 
-    event: LabelEvent
+    `200` with `applied: true`: applied; `GET /v1/labels/{label}` shows it and the next proposals use it. `202`
+    with `applied: false`: published, not applied within `api.apply_wait_s` (the memory updater is behind or
+    down; it applies the event when it reads it). `200` with `event: null`: nothing to change (retiring a retired
+    label, the same definition again); no event is published.
+    """
+
+    event: LabelEvent | None
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    applied: bool = True
+    note: str | None = Field(None, description="Why nothing was published, when `event` is null.")
+
+
+class DecisionSent(BaseModel):
+    """A moderator decision published to the decisions topic (`POST /v1/decisions`), where the broker stored
+    it, and whether the memory updater applied it before the answer (`200`, `applied: true`: the article is
+    evidence for the next proposals) or not within `api.apply_wait_s` (`202`, `applied: false`: a decision for an
+    article the memory does not hold yet, or an updater that is behind)."""
+
+    decision: ModeratorDecision
     topic: str
     partition: int
     offset: int
+    applied: bool
 
 
 class RenameBody(BaseModel):

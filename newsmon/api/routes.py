@@ -6,16 +6,20 @@ so ``/v1/labels/Krka`` is the label ``krka``; a label holding ``/`` is written a
 
 from __future__ import annotations
 
+import json
 import secrets
+from datetime import datetime, timezone
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import ValidationError
 
-from newsmon.api.models import ErrorBody, LabelChange, LabelTest, LabelTestResult, LabelView, RenameBody
+from newsmon.api.models import (DecisionSent, ErrorBody, LabelChange, LabelTest, LabelTestResult, LabelView,
+                                RenameBody, SuggestText)
 from newsmon.api.service import ApiError, ApiService
-from newsmon.schemas import LabelDefinition, LabelProposal
+from newsmon.schemas import InvalidEvent, LabelDefinition, LabelProposal, ModeratorDecision, parse_event
 from newsmon.schemas.base import check_label
 from newsmon.workers.labels import conflict
 from newsmon.workers.rules import kwe_errors
@@ -56,16 +60,87 @@ def canonical(label: str) -> str:
         raise ApiError(422, f"path.label: {exc}", [{"loc": ["path", "label"], "msg": str(exc)}]) from None
 
 
+SUGGEST_BODY = ('send {"text": "...", "lang": "sl"} (lang optional), a full ArticleEvent, or a non-empty list of '
+                'them, as JSON with `Content-Type: application/json`')
+
+
 @router.post("/suggest", response_model=list[LabelProposal], tags=["proposals"],
-             summary="Propose labels for one or more articles")
-async def suggest(svc: Service, articles: Annotated[Any, Body(description="An ArticleEvent or a list of them.")]):
-    """One ``ArticleEvent`` (JSON object) or a list of them in; their ``LabelProposal``s out, in order, the
-    same objects the classifier produces on the proposals topic (validated the same way; stored as pending
-    points, so moderator decisions on them work)."""
+             summary="Propose labels for a text or for article events")
+async def suggest(svc: Service, articles: Annotated[Any, Body(description="`{\"text\": ..., \"lang\": ...}`, an "
+                                                                 "ArticleEvent, or a list of them.")]):
+    """The minimal call: `{"text": "...", "lang": "sl"}` (`lang` optional: detected among the memory's
+    languages). A full `ArticleEvent` (as on the `articles` topic) or a list mixing both is taken too. The answer
+    is always a list of `LabelProposal`s, in order: the objects the classifier produces on the proposals topic
+    (the same stages; each article stored as a pending point, so moderator decisions on it work), the shape
+    `newsmon suggest --json` prints."""
     items = articles if isinstance(articles, list) else [articles]
     if not items or not all(isinstance(a, dict) for a in items):
-        raise ApiError(422, "the body must be an ArticleEvent object or a non-empty list of them")
+        raise ApiError(422, f"the body is not an article: {SUGGEST_BODY}")
+    neither = [i for i, a in enumerate(items) if "text" not in a and "body" not in a]
+    if neither:
+        raise ApiError(422, "; ".join(f"article {i}: no `text` (the minimal form) and no `body` (an ArticleEvent)"
+                                      for i in neither) + f": {SUGGEST_BODY}",
+                       [{"index": i, "loc": ["text"], "msg": "Field required"} for i in neither])
+    if any(_is_text(a) for a in items):
+        items = await run_in_threadpool(_events_of_texts, svc, items)
     return await run_in_threadpool(svc.suggest, items)
+
+
+def _is_text(item: dict) -> bool:
+    """Whether a request item is the minimal form (``text``, no ``body``) rather than an ArticleEvent."""
+    return "text" in item and "body" not in item
+
+
+def _events_of_texts(svc: ApiService, items: list[dict]) -> list[dict]:
+    """The request items with each minimal one (:class:`SuggestText`) replaced by its article event (its language
+    detected when not given).
+
+    Raises:
+        ApiError: 422 naming each invalid item and field, or a language that cannot be detected.
+    """
+    out, errors = [], []
+    for i, item in enumerate(items):
+        if not _is_text(item):
+            out.append(item)
+            continue
+        try:
+            req = SuggestText.model_validate(item)
+        except ValidationError as exc:
+            errors += [{"index": i, "loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
+            continue
+        lang = req.lang or svc.pipeline.classifier.language_of([req.text])[0]
+        if lang is None:
+            errors.append({"index": i, "loc": ["lang"], "msg": "the knowledge memory is empty, so no language to "
+                           "detect: send lang (and build the memory: `newsmon memory build --data PATH "
+                           "--calibrate`)"})
+            continue
+        out.append(req.event(lang))
+    if errors:
+        raise ApiError(422, "; ".join(f"article {e['index']}: {'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                      for e in errors), errors)
+    return out
+
+
+@router.post("/decisions", response_model=DecisionSent, tags=["proposals"],
+             summary="Send a moderator decision on an article's labels", responses={202: {"model": DecisionSent}})
+async def decide(svc: Service, response: Response, decision: Annotated[dict, Body(
+        description="A ModeratorDecision; `schema_version` defaults to 1, `decided_at` to now.", examples=[
+            {"article_id": "suggest-3f9c1a0b7d2e", "moderator": "ana",
+             "decisions": [{"label": "krka", "action": "confirmed"}, {"label": "gospodarstvo", "action": "added"}]}])]):
+    """Publish a `ModeratorDecision` on the decisions topic, as the moderation tool does: each label
+    `confirmed`, `rejected` or `added`. The memory updater applies it to the article in the knowledge memory
+    (an article proposed through `/v1/suggest` is stored there, pending), so it is evidence for the next
+    proposals. `200` once applied, `202` when published but not applied within `api.apply_wait_s`."""
+    body = {"schema_version": 1, "decided_at": datetime.now(timezone.utc).isoformat(), **decision}
+    try:
+        event = parse_event(ModeratorDecision, json.dumps(body).encode())
+    except InvalidEvent as exc:
+        raise ApiError(422, f"{exc.reason}; send {{\"article_id\": ..., \"moderator\": ..., \"decisions\": "
+                            f"[{{\"label\": ..., \"action\": \"confirmed\" | \"rejected\" | \"added\"}}]}}",
+                       [{"loc": ["body"], "msg": exc.reason}]) from None
+    sent = await run_in_threadpool(svc.decide, event)
+    response.status_code = 200 if sent.applied else 202
+    return sent
 
 
 @router.get("/labels", tags=["labels"], summary="The labels the registry knows")
@@ -82,48 +157,69 @@ async def get_label(svc: Service, label: str):
     return await run_in_threadpool(svc.view, canonical(label))
 
 
-@router.post("/labels/{label:path}/rename", response_model=LabelChange, status_code=202, tags=["labels"],
-             summary="Rename a label")
-async def rename_label(svc: Service, label: str, body: RenameBody, actor: Actor = None):
-    """Publish ``renamed``: the new name takes over the old one's history and definition."""
+@router.post("/labels/{label:path}/rename", response_model=LabelChange, tags=["labels"],
+             summary="Rename a label", responses={202: {"model": LabelChange}})
+async def rename_label(svc: Service, label: str, body: RenameBody, response: Response, actor: Actor = None):
+    """Publish `renamed`: the new name takes over the old one's history and definition. `200` once applied,
+    `202` when published but not applied within `api.apply_wait_s` (see `LabelChange`)."""
     label = canonical(label)
     await run_in_threadpool(svc.view, label)  # 404 when unknown
     if body.new_label == label:
-        raise ApiError(422, "new_label is the label itself")
+        raise ApiError(422, "new_label is the label itself: send {\"new_label\": \"<another name>\"}")
+    state = await run_in_threadpool(svc.state)
+    if state.renamed.get(label) == body.new_label:
+        return LabelChange(event=None, note=f"{label!r} is already renamed to {body.new_label!r}")
     await _refuse_conflict(svc, "renamed", label, body.new_label)
-    return await run_in_threadpool(svc.change, "renamed", label, actor, new_label=body.new_label)
+    return _answer(response, await run_in_threadpool(svc.change, "renamed", label, actor, new_label=body.new_label))
 
 
 @router.post("/labels/{label:path}/test", response_model=LabelTestResult, tags=["labels"],
              summary="Which articles a label's KwEs match")
-async def test_label(svc: Service, label: str, body: LabelTest):
-    """Match the label's definition (or the one posted) against a posted text, or the latest articles."""
+async def test_label(svc: Service, label: str, body: LabelTest | None = None):
+    """Match the label's definition (or the one posted) against a posted text, or the latest articles. No body
+    (or `{}`): the stored definition against the latest articles."""
     label = canonical(label)
+    body = body or LabelTest()
     if body.definition is not None:
         _check_kwes(body.definition, ("body", "definition", "kwes"))
     return await run_in_threadpool(svc.test, label, body)
 
 
-@router.put("/labels/{label:path}", response_model=LabelChange, status_code=202, tags=["labels"],
-            summary="Define or change a label")
-async def put_label(svc: Service, label: str, definition: LabelDefinition, actor: Actor = None):
-    """Publish ``defined`` (a new label) or ``updated`` (it had a definition) with the KwEs and filters.
-    A KwE that does not parse is refused (422) with its index, the reason and the character position."""
+@router.put("/labels/{label:path}", response_model=LabelChange, tags=["labels"],
+            summary="Define or change a label", responses={202: {"model": LabelChange}})
+async def put_label(svc: Service, label: str, definition: LabelDefinition, response: Response,
+                    actor: Actor = None):
+    """Publish `defined` (a new label) or `updated` (it had a definition) with the KwEs and filters, e.g.
+    `{"kwes": ["krka OR krke"]}`. A KwE that does not parse is refused (422) with its index, the reason and the
+    character position. `200` once applied (`GET` shows it, the next proposals use it), `202` when published but
+    not applied within `api.apply_wait_s`; the same definition again changes nothing (`200`, no event)."""
     label = canonical(label)
     _check_kwes(definition, ("body", "kwes"))
     state = await _refuse_conflict(svc, "defined", label)
+    if state.definitions.get(label) == definition and label not in state.retired:
+        return LabelChange(event=None, note=f"{label!r} already has this definition")
     action = "updated" if label in state.definitions else "defined"
-    return await run_in_threadpool(svc.change, action, label, actor, definition=definition)
+    return _answer(response, await run_in_threadpool(svc.change, action, label, actor, definition=definition))
 
 
-@router.delete("/labels/{label:path}", response_model=LabelChange, status_code=202, tags=["labels"],
-               summary="Retire a label")
-async def retire_label(svc: Service, label: str, actor: Actor = None):
-    """Publish ``retired``: never proposed again, its rules stop matching."""
+@router.delete("/labels/{label:path}", response_model=LabelChange, tags=["labels"], summary="Retire a label",
+               responses={202: {"model": LabelChange}})
+async def retire_label(svc: Service, label: str, response: Response, actor: Actor = None):
+    """Publish `retired`: never proposed again, its rules stop matching. Retiring a retired label changes
+    nothing (`200`, no event)."""
     label = canonical(label)
     await run_in_threadpool(svc.view, label)  # 404 when unknown
+    state = await run_in_threadpool(svc.state)
+    if label in state.retired:
+        return LabelChange(event=None, note=f"{label!r} is already retired")
     await _refuse_conflict(svc, "retired", label)
-    return await run_in_threadpool(svc.change, "retired", label, actor)
+    return _answer(response, await run_in_threadpool(svc.change, "retired", label, actor))
+
+
+def _answer(response: Response, change: LabelChange) -> LabelChange:
+    """``change`` with its status: 200 when applied before the answer, 202 when only published."""
+    response.status_code = 200 if change.applied else 202
+    return change
 
 
 async def _refuse_conflict(svc: ApiService, action: str, label: str, new_label: str | None = None):

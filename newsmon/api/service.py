@@ -14,14 +14,16 @@ import time
 from datetime import datetime, timezone
 
 import structlog
-from confluent_kafka import KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from pydantic import ValidationError
 
-from newsmon.api.models import LabelChange, LabelTest, LabelTestResult, LabelView, TestedArticle
-from newsmon.schemas import ArticleEvent, DeadLetterReason, InvalidEvent, LabelEvent, LabelProposal, parse_event
+from newsmon.api.models import DecisionSent, LabelChange, LabelTest, LabelTestResult, LabelView, TestedArticle
+from newsmon.schemas import (ArticleEvent, DeadLetterReason, InvalidEvent, LabelEvent, LabelProposal,
+                             ModeratorDecision, parse_event)
 from newsmon.shared.classifier import Classifier
 from newsmon.shared.config import Settings, reveal
 from newsmon.shared.dedup import NearDuplicateIndex
+from newsmon.shared.logs import RateLimitedLogBridge
 from newsmon.shared.kwe import ArticleMeta, LabelRuleIndex, RuleFilters
 from newsmon.shared.text import clean_text, tokenize
 from newsmon.workers.kafka_io import make_producer, read_latest
@@ -32,6 +34,10 @@ from newsmon.workers.rules import article_meta, count_examples, rule_evidence, r
 log = structlog.get_logger(__name__)
 
 __all__ = ["ApiError", "ApiService", "build_service"]
+
+
+class NotLoaded(Exception):
+    """The label registry has not applied every label event yet (readiness)."""
 
 
 class ApiError(Exception):
@@ -57,6 +63,8 @@ class ApiService:
         self.registry: LabelRegistry = pipeline.registry
         self.producer = producer
         self._lock = threading.Lock()  # one suggest batch at a time through the pipeline
+        self._lock_offsets = threading.Lock()
+        self._offsets: Consumer | None = None  # reads the memory updater's committed offsets (never joins)
 
     # -- proposals ---------------------------------------------------------------------------------
     def suggest(self, articles: list[dict]) -> list[LabelProposal]:
@@ -117,6 +125,16 @@ class ApiService:
             ApiError: 503 when the broker does not acknowledge within ``api.publish_timeout_s``.
         """
         topic = self.settings.kafka.topic_label_events
+        msg = self._produce(topic, event, "label event")
+        log.info("label event published", action=event.action, label=event.label, actor=event.actor)
+        return LabelChange(event=event, topic=topic, partition=msg.partition(), offset=msg.offset())
+
+    def _produce(self, topic: str, event, what: str) -> Message:
+        """Produce ``event`` (keyed as on the wire) to ``topic``; the broker's acknowledged message.
+
+        Raises:
+            ApiError: 503 when the broker does not acknowledge within ``api.publish_timeout_s``.
+        """
         done: dict = {}
 
         def delivered(err, msg):
@@ -126,12 +144,34 @@ class ApiService:
             self.producer.produce(topic, key=event.kafka_key(), value=event.to_bytes(), on_delivery=delivered)
             self.producer.flush(self.settings.api.publish_timeout_s)
         except (KafkaException, BufferError) as exc:
-            raise ApiError(503, f"the label event could not be published: {exc}") from exc
+            raise ApiError(503, f"the {what} could not be published: {exc}") from exc
         if "msg" not in done or done["err"] is not None:
-            raise ApiError(503, f"the broker did not acknowledge the label event: {done.get('err') or 'timeout'}")
-        msg = done["msg"]
-        log.info("label event published", action=event.action, label=event.label, actor=event.actor)
-        return LabelChange(event=event, topic=topic, partition=msg.partition(), offset=msg.offset())
+            raise ApiError(503, f"the broker did not acknowledge the {what}: {done.get('err') or 'timeout'}")
+        return done["msg"]
+
+    def decide(self, decision: ModeratorDecision) -> DecisionSent:
+        """Publish a moderator decision to the decisions topic (as the moderation tool does) and wait up to
+        ``api.apply_wait_s`` seconds for the memory updater to apply it (the article in the memory carries the
+        confirmed and added labels and none of the rejected ones).
+
+        Raises:
+            ApiError: 503 as :meth:`publish`.
+        """
+        topic = self.settings.kafka.topic_decisions
+        msg = self._produce(topic, decision, "decision")
+        log.info("decision published", article_id=decision.article_id, moderator=decision.moderator)
+        keep = set(decision.accepted_labels)
+        drop = {d.label for d in decision.decisions if d.action == "rejected"}
+        router = self.pipeline.classifier.router
+        deadline = time.monotonic() + self.settings.api.apply_wait_s
+        applied = False
+        while not applied and time.monotonic() < deadline:
+            found = router.find(decision.article_id)
+            applied = found is not None and keep <= set(found[1].labels) and not drop & set(found[1].labels)
+            if not applied:
+                time.sleep(0.05)
+        return DecisionSent(decision=decision, topic=topic, partition=msg.partition(), offset=msg.offset(),
+                            applied=applied)
 
     def change(self, action: str, label: str, actor: str | None = None, **fields) -> LabelChange:
         """Publish a :class:`LabelEvent` ``action`` on ``label`` (``definition`` / ``new_label`` in ``fields``).
@@ -146,7 +186,22 @@ class ApiService:
             errors = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
             raise ApiError(422, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors),
                            errors) from None
-        return self.publish(event)
+        change = self.publish(event)
+        change.applied = self.wait_applied(event)
+        return change
+
+    def wait_applied(self, event: LabelEvent) -> bool:
+        """Wait up to ``api.apply_wait_s`` seconds until the registry shows ``event`` applied (the memory updater
+        consumed it), so a ``GET`` after the answer reads the write; True when it does."""
+        deadline = time.monotonic() + self.settings.api.apply_wait_s
+        while True:
+            if applied(event, self.state()):
+                return True
+            if time.monotonic() >= deadline:
+                log.info("label event not applied yet", action=event.action, label=event.label,
+                         waited_s=self.settings.api.apply_wait_s)
+                return False
+            time.sleep(0.02)
 
     def test(self, label: str, body: LabelTest) -> LabelTestResult:
         """Which articles the label's rule (or ``body.definition``) matches: a posted text, or the latest
@@ -191,21 +246,59 @@ class ApiService:
 
     # -- health ------------------------------------------------------------------------------------
     def ready(self) -> tuple[bool, dict]:
-        """Whether the registry, the memory and the broker answer (a dict with the reason when not)."""
+        """Whether the memory and the broker answer and the label registry is loaded: it answers, and the memory
+        updater's group has applied (committed) every label event on the topic (a dict with the reason when
+        not)."""
         checks = {}
-        for name, fn in (("label registry", self.registry.snapshot),
+        for name, fn in (("label registry", self.registry_loaded),
                          ("memory", lambda: self.pipeline.classifier.router.languages(refresh=True)),
                          ("kafka", lambda: self.producer.list_topics(timeout=2))):
             try:
                 fn()
                 checks[name] = "ok"
             except Exception as exc:  # noqa: BLE001 -- any failure means not ready, with its reason
-                checks[name] = f"{type(exc).__name__}: {exc}"
+                checks[name] = f"{type(exc).__name__}: {exc}" if not isinstance(exc, NotLoaded) else str(exc)
         return all(v == "ok" for v in checks.values()), checks
+
+    def registry_loaded(self) -> None:
+        """Check that the registry answers and that the memory updater's group committed every label event on
+        the ``label-events`` topic (each is committed after it is applied).
+
+        Raises:
+            NotLoaded: label events not applied yet (how many); KafkaException: the broker did not answer.
+        """
+        self.registry.snapshot()
+        k = self.settings.kafka
+        with self._lock_offsets:
+            if self._offsets is None:
+                self._offsets = Consumer({**k.client_config(), "group.id": k.updater_group,
+                                          "enable.auto.commit": False, "logger": RateLimitedLogBridge("kafka.api")})
+            c = self._offsets
+            meta = c.list_topics(k.topic_label_events, timeout=2).topics[k.topic_label_events]
+            parts = [TopicPartition(k.topic_label_events, p) for p in meta.partitions]
+            behind = 0
+            for tp in c.committed(parts, timeout=2):
+                low, high = c.get_watermark_offsets(tp, timeout=2)
+                behind += max(0, high - max(tp.offset, low))
+        if behind:
+            raise NotLoaded(f"{behind} label events not applied yet by the memory updater ({k.updater_group})")
 
     def close(self) -> None:
         """Flush the producer (label events already acknowledged are unaffected)."""
         self.producer.flush(5)
+        if self._offsets is not None:
+            self._offsets.close()
+
+
+def applied(event: LabelEvent, state: RegistryState) -> bool:
+    """Whether ``state`` shows ``event``: the definition stored and active, the label retired, the rename made."""
+    if event.action in ("defined", "updated"):
+        return state.definitions.get(event.label) == event.definition and event.label not in state.retired
+    if event.action == "retired":
+        return event.label in state.retired
+    if event.action == "renamed":
+        return state.renamed.get(event.label) == event.new_label
+    return event.label not in state.retired  # added
 
 
 def build_service(settings: Settings, classifier: Classifier | None = None, registry: LabelRegistry | None = None,

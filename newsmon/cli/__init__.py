@@ -8,7 +8,9 @@ them.
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
 
 # before any module below imports huggingface_hub / tokenizers, which read these at import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the hub is unreachable from our machines; never wait on it
@@ -68,6 +70,37 @@ train_app.command("finetune")(train.train_finetune)
 train_app.command("tune")(train.train_tune)
 train_app.command("rollout")(train.train_rollout)
 train_app.command("nightly")(train.train_nightly)
+
+
+def reflow(doc: str) -> str:
+    """A docstring as help text that wraps at words: each paragraph (blank-line separated) joined into one line,
+    which the terminal's help screen then wraps at its width; a paragraph of list items (lines starting with
+    ``-``, ``*`` or a number) keeps one line per item. Typer keeps a docstring's line breaks after its first
+    paragraph, so a source line break would end a screen line mid-sentence."""
+    out = []
+    for para in inspect.cleandoc(doc).split("\n\n"):
+        lines = [ln.strip() for ln in para.splitlines() if ln.strip()]
+        items: list[str] = []
+        for ln in lines:
+            if items and not re.match(r"^([-*]|\d+[.)])\s", ln):
+                items[-1] += " " + ln
+            else:
+                items.append(ln)
+        out.append("\n".join(items) if len(items) > 1 and all(re.match(r"^([-*]|\d+[.)])\s", i) for i in items)
+                   else " ".join(items))
+    return "\n\n".join(out)
+
+
+def _reflow_help(group: typer.Typer) -> None:
+    """Set every command's help (of ``group`` and its sub-groups) to its docstring :func:`reflow`-ed."""
+    for info in group.registered_commands:
+        if info.help is None and info.callback is not None and info.callback.__doc__:
+            info.help = reflow(info.callback.__doc__)
+    for sub in group.registered_groups:
+        _reflow_help(sub.typer_instance)
+
+
+_reflow_help(app)
 
 
 def main() -> None:  # pragma: no cover

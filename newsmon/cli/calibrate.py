@@ -20,9 +20,14 @@ def tune_cmd(
     data: Annotated[Optional[Path], typer.Option(
         help="Corpus whose validation split is added to the memory's own articles (default: none; the "
              "memory is scored leave-one-out).")] = None,
+    recalibrate: Annotated[bool, typer.Option("--recalibrate", help="Calibrate even when an earlier calibration "
+                                              "has the same inputs.")] = False,
 ) -> None:
     """Calibrate the scoring of every language memory on its own articles (leave-one-out) plus the corpus's
-    validation split, and store the calibration record that the workers, `suggest` and `eval` use."""
+    validation split, and store the calibration record that the workers, `suggest` and `eval` use.
+
+    A language whose inputs (memory articles, model version, validation articles, settings, code) are those of
+    an earlier calibration reuses it (in seconds) unless --recalibrate is given."""
     from newsmon.shared.classifier import Classifier  # deferred: see the module docstring
 
     s = settings_from_env()
@@ -32,19 +37,19 @@ def tune_cmd(
         validation = corpus_or_fail(s).split("validation")
     clf = Classifier(s)
     try:
-        done = run_calibration(clf, validation, "tune", str(data) if data else None)
+        done = run_calibration(clf, validation, "tune", str(data) if data else None, reuse=not recalibrate)
     finally:
         clf.close()
     print_calibration(done)
 
 
-def run_calibration(clf, validation, written_by: str, corpus: str | None) -> dict:
+def run_calibration(clf, validation, written_by: str, corpus: str | None, reuse: bool = True) -> dict:
     """:func:`newsmon.training_jobs.calibration.calibrate_memory`, failing with one line when there is nothing
     to calibrate."""
     from newsmon.training_jobs.calibration import calibrate_memory  # deferred: see the module docstring
 
     try:
-        return calibrate_memory(clf, validation, written_by=written_by, corpus=corpus)
+        return calibrate_memory(clf, validation, written_by=written_by, corpus=corpus, reuse=reuse)
     except ValueError as exc:
         fail(str(exc))
 
@@ -54,6 +59,13 @@ def print_calibration(done: dict) -> None:
     for lang, cal in done.items():
         r = cal.record
         f = r.figures
+        if cal.reused:
+            console.print(f"{lang}: reused the calibration of {r.created_at:%Y-%m-%d %H:%M} UTC (by {r.written_by}): "
+                          f"memory, model, validation articles, settings and code unchanged (--recalibrate to "
+                          "calibrate again)", soft_wrap=True, markup=False)
+            if not cal.steps:
+                console.print(f"{lang}: {r.params}; objective {f['objective']:.3f}", soft_wrap=True, markup=False)
+                continue
         table = Table(title=f"calibration of {r.collection} ({r.fit_on['memory_articles_leave_one_out']} memory "
                             f"articles leave-one-out + {r.fit_on['validation_articles']} validation; "
                             f"{cal.seconds:.1f} s)")

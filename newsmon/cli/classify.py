@@ -8,7 +8,6 @@ instead of 0.3 s).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import time
@@ -28,8 +27,10 @@ def memory_build(
     split: Annotated[str, typer.Option(help="Split to load into the memory.")] = "train",
     limit: Annotated[Optional[int], typer.Option(min=1, help="Read only the first N valid articles.")] = None,
     calibrate: Annotated[bool, typer.Option("--calibrate", help="Then calibrate the scoring on the memory "
-                                            "(leave-one-out) and the corpus's validation split, as `newsmon tune`."
-                                            )] = False,
+                                            "(leave-one-out) and the corpus's validation split, as `newsmon tune`; "
+                                            "an earlier calibration of the same inputs is reused.")] = False,
+    recalibrate: Annotated[bool, typer.Option("--recalibrate", help="With --calibrate: calibrate even when an "
+                                              "earlier calibration has the same inputs.")] = False,
 ) -> None:
     """Embed the labelled articles of one split and upsert them into the knowledge memory."""
     from newsmon.cli.calibrate import print_calibration, run_calibration  # deferred: see the module docstring
@@ -49,7 +50,8 @@ def memory_build(
                           "embed_s": round(rep.embed_s, 2), "upsert_s": round(rep.upsert_s, 2),
                           "bad_lines": len(corpus.bad_lines)}))
         if calibrate:
-            print_calibration(run_calibration(clf, corpus.split("validation"), "memory build", str(corpus.path)))
+            print_calibration(run_calibration(clf, corpus.split("validation"), "memory build", str(corpus.path),
+                                              reuse=not recalibrate))
     finally:
         clf.close()
 
@@ -62,7 +64,8 @@ def memory_stats() -> None:
     where = s.memory.url and f"the Qdrant server {s.memory_mode()['url']}" or str(s.memory_mode()["path"])
     names = stored_collections(s)
     if not names:
-        console.print(f"the knowledge memory at {where} is empty: fill it with `newsmon memory build --data PATH` "
+        console.print(f"the knowledge memory at {where} is empty: fill it with `newsmon memory build --data PATH "
+                      "--calibrate` "
                       f"(default NEWSMON_DATA={s.data}), then `newsmon suggest TEXT` proposes labels",
                       soft_wrap=True, markup=False)
         return
@@ -81,7 +84,7 @@ def memory_stats() -> None:
         router.close()
     if not out:
         console.print(f"the knowledge memory at {where} has no collection of the model version {version}, only "
-                      f"{', '.join(names)}: `newsmon memory build` fills it with this model (or set "
+                      f"{', '.join(names)}: `newsmon memory build --calibrate` fills it with this model (or set "
                       "NEWSMON_ENCODER__MODEL to the model of those collections)", soft_wrap=True, markup=False)
         return
     print(json.dumps(out, indent=2))
@@ -97,7 +100,8 @@ def suggest(
     article_id: Annotated[Optional[str], typer.Option("--id", help="Article id of the proposal (default: "
                                                       "suggest-<hash of the text>).")] = None,
     as_json: Annotated[bool, typer.Option(
-        "--json", help="Print the LabelProposal as on the label-proposals topic.")] = False,
+        "--json", help="Print the proposal as JSON, in the shape POST /v1/suggest answers: a list holding the "
+        "LabelProposal (as on the label-proposals topic).")] = False,
 ) -> None:
     """Propose labels for one article: each label with its score, source and evidence (the neighbours with
     their titles and similarity), and the best labels below the threshold."""
@@ -115,9 +119,11 @@ def suggest(
         except ValueError as exc:
             fail(f"--id: {exc}")
     s = settings_from_env(scoring__top_k=top_k, scoring__tau=tau, scoring__threshold=threshold)
+    from newsmon.api.models import suggestion_id
+
     proposal = _propose_one(s, text, lang, article_id or suggestion_id(text))
-    if as_json:
-        print(proposal.model_dump_json(indent=2))
+    if as_json:  # the body POST /v1/suggest answers: a list of LabelProposals, here of one
+        print(json.dumps([proposal.model_dump(mode="json")], indent=2, ensure_ascii=False))
         return
     from newsmon.render import print_proposal, thresholds_in_words  # deferred: see the module docstring
 
@@ -130,12 +136,6 @@ def suggest(
         console.print(f"(no label proposed: {proposal.abstained})", markup=False)
     if not proposal.labels and proposal.candidates:
         console.print("(lower the threshold with --threshold to propose the labels below it)")
-
-
-def suggestion_id(text: str) -> str:
-    """The article id ``suggest`` gives an article: ``suggest-`` and the first 12 hex digits of the SHA-256 of
-    its UTF-8 text (the same text, the same id)."""
-    return "suggest-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
 def _article_text(text: str | None, file: Path | None) -> str:
@@ -173,7 +173,8 @@ def _propose_one(s: Settings, text: str, lang: str | None, article_id: str) -> L
     try:
         known = clf.languages()
         if not known:
-            fail("the knowledge memory is empty for this model: run `newsmon memory build` first")
+            fail("the knowledge memory is empty for this model: run `newsmon memory build --data PATH --calibrate` "
+                 "first")
         lang = clf.language_of([text], [lang])[0]
         if lang and lang not in known:
             err.print(f"[yellow]note:[/yellow] no {lang!r} memory; searching {', '.join(known)} (cross-lingual)")

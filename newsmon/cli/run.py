@@ -19,17 +19,25 @@ from newsmon.cli.common import err, fail, settings_from_env
 def worker_cmd(
     role: Annotated[str, typer.Argument(help="classifier, memory-updater, or all (one process; embedded mode).")],
 ) -> None:
-    """Run a production worker against the Kafka, Qdrant and Redis given by the settings, until SIGTERM."""
-    from newsmon.workers.base import StartupError  # deferred: see the module docstring
+    """Run a production worker against the Kafka, Qdrant and Redis given by the settings, until SIGTERM.
+
+    Without NEWSMON_KAFKA__BOOTSTRAP_SERVERS, `worker all` starts an embedded broker (in memory only); a single
+    role needs a configured one."""
+    from newsmon.broker import kafka_or_embedded  # deferred: see the module docstring
+    from newsmon.broker import NO_KAFKA
+    from newsmon.workers.base import StartupError
     from newsmon.workers.runtime import ROLES, run_until_signalled
 
     s = settings_from_env()
     roles = ROLES if role == "all" else (role,)
     if any(r not in ROLES for r in roles):
         fail(f"unknown role {role!r}; choose classifier, memory-updater or all")
+    if not s.kafka.bootstrap_servers and role != "all":
+        fail(f"{NO_KAFKA}; a single role shares its broker with the other role's process")
     try:
-        code = run_until_signalled(s, roles)
-    except StartupError as exc:
+        with kafka_or_embedded(s):
+            code = run_until_signalled(s, roles)
+    except (StartupError, RuntimeError) as exc:
         fail(str(exc), 1)
     raise typer.Exit(code)
 
@@ -39,11 +47,16 @@ def serve_cmd(
     port: Annotated[Optional[int], typer.Option(help="Port (default: NEWSMON_API__PORT, 8080).")] = None,
     workers: Annotated[Optional[bool], typer.Option(
         "--workers/--no-workers", help="Also run both workers in this process (default: in embedded mode, "
-        "without NEWSMON_MEMORY__URL, where only one process can open the memory).")] = None,
+        "without NEWSMON_MEMORY__URL, where only one process can open the memory, or without "
+        "NEWSMON_KAFKA__BOOTSTRAP_SERVERS, where the broker is embedded).")] = None,
 ) -> None:
     """Serve the HTTP API (FastAPI under uvicorn) until SIGTERM: /v1/suggest, /v1/labels/..., /docs, /healthz,
-    /readyz, /metrics. Label changes are published as LabelEvents to Kafka."""
+    /readyz, /metrics. Label changes are published as LabelEvents to Kafka.
+
+    Without NEWSMON_KAFKA__BOOTSTRAP_SERVERS it starts an embedded broker (in memory only) and runs both workers
+    in this process: `newsmon memory build --calibrate` then `newsmon serve` is a working local service."""
     from newsmon.api.server import serve  # deferred: see the module docstring
+    from newsmon.broker import kafka_or_embedded
     from newsmon.workers.base import StartupError
 
     s = settings_from_env()
@@ -53,9 +66,15 @@ def serve_cmd(
         s.api.port = port
     if s.api.token is None:
         err.print("[yellow]note:[/yellow] NEWSMON_API__TOKEN is not set: the API accepts every client")
+    if not s.kafka.bootstrap_servers:
+        if workers is False:
+            fail("--no-workers needs a shared broker: set NEWSMON_KAFKA__BOOTSTRAP_SERVERS (without it `newsmon "
+                 "serve` starts an embedded broker that only the workers of this process can reach)")
+        workers = True
     try:
-        serve(s, workers)
-    except StartupError as exc:
+        with kafka_or_embedded(s):
+            serve(s, workers)
+    except (StartupError, RuntimeError) as exc:
         fail(str(exc), 1)
 
 

@@ -13,8 +13,13 @@ from newsmon.cli.common import fail, settings_from_env
 
 
 def _topics(s) -> list[str]:
+    """The topics of both roles; ends the command when no broker is configured (an embedded one would be
+    gone with this command)."""
+    from newsmon.broker import NO_KAFKA
     from newsmon.workers.topics import topics_of_roles  # deferred: see the module docstring
 
+    if not s.kafka.bootstrap_servers:
+        fail(NO_KAFKA)
     return topics_of_roles(s.kafka, ("classifier", "memory-updater"))
 
 

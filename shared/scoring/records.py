@@ -55,6 +55,9 @@ class CalibrationRecord(BaseModel):
         labels: the labels of the memory it was fitted on, sorted; the new-label rule
             (:mod:`newsmon.shared.scoring.rules.new_label_support`) serves every other label (confirmed since). None in
             records written before this field: the rule is then off.
+        inputs: the SHA-256 of everything the calibration depended on (memory articles, model version, validation
+            articles, settings, code: :mod:`newsmon.training_jobs.calibration_cache`); a calibration of the same
+            inputs is reused instead of repeated. None in records written before this field.
     """
 
     version: int = RECORD_VERSION
@@ -69,6 +72,7 @@ class CalibrationRecord(BaseModel):
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     labels: list[str] | None = None
     models: str | None = None
+    inputs: str | None = None
 
     @cached_property
     def known_labels(self) -> frozenset[str] | None:
