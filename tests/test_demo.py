@@ -102,7 +102,7 @@ def test_a_warm_demo_reuses_the_calibration(sentinews_slice, newsmon_home, tmp_p
     """Issue 28 item 3: the demo rebuilds its memory from the same articles on every run; the second run finds
     the calibration of the same inputs in the home's cache and says so, instead of calibrating again."""
     env = {**os.environ, "NEWSMON_HOME": str(newsmon_home), "NEWSMON_DATA": str(sentinews_slice)}
-    for run in range(2):  # the first run calibrates unless an earlier session's run already did
+    for _run in range(2):  # the first run calibrates unless an earlier session's run already did
         code, raw = run_in_terminal([sys.executable, "-m", "newsmon.cli", "demo", "--show", "0", "--limit", "2"],
                                     env, timeout=900)
         text = "\n".join(screen_lines(raw))

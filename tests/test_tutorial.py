@@ -1,7 +1,7 @@
 """The tutorial "Your own corpus" (docs/tutorials/your-own-corpus.md) run as written (issue 28 items 1 and 2 and
 the acceptance test): every ```bash block of the page, in order, in one bash process, in a fresh home with no
-Kafka configured, on a real slice of sentinews_sl (45 articles). Only what must differ on a test machine is replaced: the home
-and corpus of the two ``export`` lines, and the API port (``localhost:8080`` -> a free port, set as
+Kafka configured, on a real slice of sentinews_sl (45 articles). Only what must differ on a test machine is replaced:
+the home and corpus of the two ``export`` lines, and the API port (``localhost:8080`` -> a free port, set as
 ``NEWSMON_API__PORT``). The encoder's
 imported checkpoint is linked from the session home (importing it is not what the page teaches).
 

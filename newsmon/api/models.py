@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,7 +46,7 @@ class SuggestText(BaseModel):
         """The article event (JSON object) this request stands for, in language ``lang``."""
         return {"schema_version": 1, "article_id": self.article_id or suggestion_id(self.text), "title": self.title,
                 "body": self.text,
-                "lang": lang, "outlet": "api", "country": "ZZ", "published_at": datetime.now(timezone.utc).isoformat()}
+                "lang": lang, "outlet": "api", "country": "ZZ", "published_at": datetime.now(UTC).isoformat()}
 
 
 class ErrorBody(BaseModel):

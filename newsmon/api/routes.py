@@ -8,16 +8,24 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import datetime, timezone
-from typing import Annotated, Any
+from datetime import UTC, datetime
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 
-from newsmon.api.models import (DecisionSent, ErrorBody, LabelChange, LabelTest, LabelTestResult, LabelView,
-                                RenameBody, SuggestText)
+from newsmon.api.models import (
+    DecisionSent,
+    ErrorBody,
+    LabelChange,
+    LabelTest,
+    LabelTestResult,
+    LabelView,
+    RenameBody,
+    SuggestText,
+)
 from newsmon.api.service import ApiError, ApiService
 from newsmon.schemas import InvalidEvent, LabelDefinition, LabelProposal, ModeratorDecision, parse_event
 from newsmon.schemas.base import check_label
@@ -98,7 +106,8 @@ def _events_of_texts(svc: ApiService, items: list[dict]) -> list[dict]:
     Raises:
         ApiError: 422 naming each invalid item and field, or a language that cannot be detected.
     """
-    out, errors = [], []
+    out: list[Any] = []
+    errors: list[dict[str, Any]] = []
     for i, item in enumerate(items):
         if not _is_text(item):
             out.append(item)
@@ -131,9 +140,9 @@ async def decide(svc: Service, response: Response, decision: Annotated[dict, Bod
     `confirmed`, `rejected` or `added`. The memory updater applies it to the article in the knowledge memory
     (an article proposed through `/v1/suggest` is stored there, pending), so it is evidence for the next
     proposals. `200` once applied, `202` when published but not applied within `api.apply_wait_s`."""
-    body = {"schema_version": 1, "decided_at": datetime.now(timezone.utc).isoformat(), **decision}
+    body = {"schema_version": 1, "decided_at": datetime.now(UTC).isoformat(), **decision}
     try:
-        event = parse_event(ModeratorDecision, json.dumps(body).encode())
+        event = cast(ModeratorDecision, parse_event(ModeratorDecision, json.dumps(body).encode()))
     except InvalidEvent as exc:
         raise ApiError(422, f"{exc.reason}; send {{\"article_id\": ..., \"moderator\": ..., \"decisions\": "
                             f"[{{\"label\": ..., \"action\": \"confirmed\" | \"rejected\" | \"added\"}}]}}",

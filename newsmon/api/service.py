@@ -18,13 +18,20 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 from pydantic import ValidationError
 
 from newsmon.api.models import DecisionSent, LabelChange, LabelTest, LabelTestResult, LabelView, TestedArticle
-from newsmon.schemas import (ArticleEvent, DeadLetterReason, InvalidEvent, LabelEvent, LabelProposal,
-                             ModeratorDecision, parse_event)
+from newsmon.schemas import (
+    ArticleEvent,
+    DeadLetterReason,
+    InvalidEvent,
+    LabelEvent,
+    LabelProposal,
+    ModeratorDecision,
+    parse_event,
+)
 from newsmon.shared.classifier import Classifier
 from newsmon.shared.config import Settings, reveal
 from newsmon.shared.dedup import NearDuplicateIndex
-from newsmon.shared.logs import RateLimitedLogBridge
 from newsmon.shared.kwe import ArticleMeta, LabelRuleIndex, RuleFilters
+from newsmon.shared.logs import RateLimitedLogBridge
 from newsmon.shared.text import clean_text, tokenize
 from newsmon.workers.kafka_io import make_producer, read_latest
 from newsmon.workers.labels import LabelRegistry, RegistryState, open_registry

@@ -97,7 +97,8 @@ def _reflow_help(group: typer.Typer) -> None:
         if info.help is None and info.callback is not None and info.callback.__doc__:
             info.help = reflow(info.callback.__doc__)
     for sub in group.registered_groups:
-        _reflow_help(sub.typer_instance)
+        if sub.typer_instance is not None:
+            _reflow_help(sub.typer_instance)
 
 
 _reflow_help(app)

@@ -23,8 +23,10 @@ def worker_cmd(
 
     Without NEWSMON_KAFKA__BOOTSTRAP_SERVERS, `worker all` starts an embedded broker (in memory only); a single
     role needs a configured one."""
-    from newsmon.broker import kafka_or_embedded  # deferred: see the module docstring
-    from newsmon.broker import NO_KAFKA
+    from newsmon.broker import (
+        NO_KAFKA,
+        kafka_or_embedded,  # deferred: see the module docstring
+    )
     from newsmon.workers.base import StartupError
     from newsmon.workers.runtime import ROLES, run_until_signalled
 
