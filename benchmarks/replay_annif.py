@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -130,6 +131,7 @@ def replay_annif(s: Settings, project: str, every: int | None, train: list[Artic
         chunk = test[start:start + step]
         out[start:start + len(chunk)] = decide_limit_threshold(ws.suggest(project, [a.text for a in chunk])[0],
                                                                limit, threshold)
+    shutil.rmtree(ws.root, ignore_errors=True)
     return out, time.perf_counter() - t0, {"limit": limit, "threshold": threshold, "retrains": retrains}
 
 

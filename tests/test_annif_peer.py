@@ -75,9 +75,10 @@ def test_ratios_to_the_best_peer_row():
 
 def test_eval_with_the_annif_peer_on_a_slice(annif_installed, monkeypatch, newsmon_home, sentinews_slice, tmp_path):
     monkeypatch.setenv("NEWSMON_HOME", str(newsmon_home))
+    monkeypatch.setenv("NEWSMON_BENCHMARK_RESULTS", str(tmp_path / "results"))
     out = tmp_path / "eval"
     res = runner.invoke(app, ["eval", "--data", str(sentinews_slice), "--methods", "svm", "--peers", "annif",
-                              "--out", str(out)])
+                              "--out", str(out), "--record"])
     assert res.exit_code == 0, res.output
     report = json.loads((out / "results.json").read_text())
     methods = report["methods"]
@@ -94,3 +95,8 @@ def test_eval_with_the_annif_peer_on_a_slice(annif_installed, monkeypatch, newsm
     assert methods["svm"]["measured_in"].startswith("eval process") and methods["svm"]["peak_rss_mib"] > 10
     md = (out / "results.md").read_text()
     assert "| Annif omikuji-parabel |" in md and "| method | wall s | peak RSS MiB | measured in |" in md
+    # --record: the benchmark record eval.<corpus> with the quality and the cost tables
+    record = json.loads(next((tmp_path / "results").glob("eval.*/*.json")).read_text())
+    assert [t["title"] for t in record["tables"]] == ["Quality on the test split (%)", "Cost of each row"]
+    assert record["command"].startswith("newsmon ") and "--peers annif" in record["command"]
+    assert [r[0] for r in record["tables"][1]["rows"]] == [methods[k]["name"] for k in methods]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -69,7 +68,10 @@ def eval_cmd(
     for name, wall, rss, where in cost_rows(report):
         console.print(f"{name}: {wall} s, peak RSS {rss} MiB ({where})", highlight=False)
     if recorder is not None:
-        _write_record(recorder, report, data or s.data)
+        given = {"--data": data, "--methods": methods, "--tune": tune or None, "--out": out, "--limit": limit,
+                 "--peers": peers or None}
+        command = ["newsmon", "eval"] + [str(x) for k, v in given.items() if v is not None for x in (k, v)]
+        _write_record(recorder, report, data or s.data, shlex.join([*command, "--record"]))
     console.print(f"wall time {report['timings']['wall_s']:.1f} s; wrote {out_dir}/results.json, results.md, "
                   "f1_by_frequency.png")
 
@@ -102,15 +104,15 @@ def _recorder():
     return module
 
 
-def _write_record(recorder, report: dict, data: Path) -> None:
-    """The run as the benchmark record ``eval.<corpus>``: the quality table, the cost table (wall time and peak
+def _write_record(recorder, report: dict, data: Path, command: str) -> None:
+    """The run of ``command`` as the benchmark record ``eval.<corpus>``: the quality table, the cost table (wall time and peak
     RSS of each row) and the ratios; the full report stays in the output folder."""
     from newsmon.shared.evaluation import table_notes, table_rows
     from newsmon.shared.evaluation.report import cost_rows
 
     header, rows = table_rows(report)
     with recorder.BenchmarkRecord(recorder.run_name("eval", data)) as rec:
-        rec.command = "newsmon " + shlex.join(sys.argv[1:])
+        rec.command = command
         rec.table("Quality on the test split (%)", header, rows, note=" ".join(table_notes(report)))
         rec.table("Cost of each row", ["method", "wall s", "peak RSS MiB", "measured in"], cost_rows(report),
                   note="Rows measured in the eval process exclude the shared embedding and search "
