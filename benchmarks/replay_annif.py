@@ -8,8 +8,8 @@ from their first test article on, as the labels a newsroom adds every month. The
 file order, one at a time:
 
 - **newsmon**: the ``newsmon`` predictor with the parameters an ``eval`` run calibrated (``--params``: its
-  ``results.json``; else the settings'), its models fitted on the train split (known labels: the train split's); each article is
-  searched in the knowledge memory as the workers do (hybrid, by language), scored, decided, and then stored in
+  ``results.json``; else the settings'), its models fitted on the train split (known labels: the train split's);
+  each article is searched in the knowledge memory as the workers do (hybrid, by language), scored, decided, and then stored in
   the memory with its gold labels (the moderator's decision), so the next article can retrieve it and its labels
   at once. Nothing is retrained.
 - **Annif** (``--project``, default Omikuji Parabel; limit and threshold chosen on validation by micro-F1 once,
@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from record import BenchmarkRecord, run_name
 
 from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS
@@ -46,10 +47,13 @@ from newsmon.shared.evaluation.neighbours import _eval_memory_settings, search_b
 from newsmon.shared.memory import MemoryRouter
 from newsmon.shared.metrics import classification_metrics
 from newsmon.shared.predictors import LabelVocab, NewsmonPredictor, QueryBatch, TrainingSet
-from newsmon.shared.predictors.annif_peer import (AnnifWorkspace, annif_executable, choose_limit_threshold,
-                                                  decide_limit_threshold)
+from newsmon.shared.predictors.annif_peer import (
+    AnnifWorkspace,
+    annif_executable,
+    choose_limit_threshold,
+    decide_limit_threshold,
+)
 from newsmon.shared.scoring.decision import neighbours_needed
-from record import BenchmarkRecord, run_name
 
 
 def hide_new_labels(train: list[Article], val: list[Article], test: list[Article], share: float, seed: int
@@ -159,7 +163,8 @@ def figures(Y: np.ndarray, Z: np.ndarray, mask: np.ndarray) -> list:
 def replay(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
     s = Settings(data=Path(args.data))
     corpus = load_corpus(s.data)
-    train, val, test = corpus.split("train")[:args.train_limit], corpus.split("validation"), corpus.split("test")[:args.test_limit]
+    train, val = corpus.split("train")[:args.train_limit], corpus.split("validation")
+    test = corpus.split("test")[:args.test_limit]
     new, train_labels, val_labels = hide_new_labels(train, val, test, args.new_share, args.seed)
     vocab = LabelVocab(lb for labels in train_labels for lb in labels)
     vocab.extend(lb for a in test for lb in a.labels)
@@ -189,8 +194,8 @@ def replay(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
     rec.table(f"Replay of the test split in order ({args.data})",
               ["method", "stream micro-F1", "stream macro-F1", "new-label P", "new-label R", "new-label F1",
                "wall s"], rows,
-              note=f"{len(train)} train articles; {len(test)} test articles in file order; {len(new)} new labels ({n_new} seen again after their "
-                   f"first article), hidden from train and validation (share {args.new_share}, seed {args.seed}); "
+              note=f"{len(train)} train articles; {len(test)} test articles in file order; {len(new)} new labels "
+                   f"({n_new} seen again after their first article), hidden from train and validation (share {args.new_share}, seed {args.seed}); "
                    "new-label figures over their occurrences after the first. Figures in %.")
 
 

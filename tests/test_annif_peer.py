@@ -14,8 +14,13 @@ from typer.testing import CliRunner
 
 from newsmon.cli import app
 from newsmon.shared.evaluation.report import format_peer_ratios, ratios_to_peer
-from newsmon.shared.predictors.annif_peer import (ANNIF_REQUIREMENTS, PeerUnavailable, annif_executable,
-                                                  choose_limit_threshold, decide_limit_threshold)
+from newsmon.shared.predictors.annif_peer import (
+    ANNIF_REQUIREMENTS,
+    PeerUnavailable,
+    annif_executable,
+    choose_limit_threshold,
+    decide_limit_threshold,
+)
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]

@@ -50,6 +50,11 @@ def api(tansu, newsmon_home, tmp_path, redis_url, encoder, corpus):
     from newsmon.shared.memory import MemoryRouter
 
     s = stream_settings(tansu, newsmon_home, tmp_path, redis_url)
+    # the serve process shares the session home's ONNX encoder artefacts instead of building its own (minutes on a
+    # small CPU; built once into the session home by the first process that needs them)
+    (newsmon_home / "models" / "onnx").mkdir(parents=True, exist_ok=True)
+    (s.home / "models").mkdir(parents=True, exist_ok=True)
+    (s.home / "models" / "onnx").symlink_to(newsmon_home / "models" / "onnx", target_is_directory=True)
     router = MemoryRouter(s, encoder.model_id, encoder.dim)
     Classifier(s, encoder=encoder, router=router).add_articles(corpus.split("train")[:60])
     router.close()  # releases the embedded memory for the API process

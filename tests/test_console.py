@@ -33,20 +33,17 @@ FETCH_WAIT_MS = 100
 
 
 @pytest.fixture
-def shared_onnx(newsmon_home, tmp_path, monkeypatch):
-    """The serve process's home (``tmp_path/home``, test_api's) shares the session home's ONNX encoder artefacts,
-    so ``newsmon serve`` does not build its own (minutes on a small CPU). Its consumers wait at most
-    :data:`FETCH_WAIT_MS` for a fetch (librdkafka's default 500 ms: Tansu answers a waiting fetch when the wait
-    ends, not when a message arrives, and a decision waits that long before the memory updater sees it)."""
+def fast_fetch(monkeypatch):
+    """The serve process's consumers wait at most :data:`FETCH_WAIT_MS` for a fetch (librdkafka's default 500 ms:
+    Tansu answers a waiting fetch when the wait ends, not when a message arrives, and a decision waits that long
+    before the memory updater sees it). test_api's ``api`` fixture shares the session home's ONNX encoder
+    artefacts with the serve process."""
     monkeypatch.setenv("NEWSMON_KAFKA__CLIENT_OPTIONS", json.dumps({"fetch.wait.max.ms": str(FETCH_WAIT_MS)}))
-    (newsmon_home / "models" / "onnx").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "home" / "models").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "home" / "models" / "onnx").symlink_to(newsmon_home / "models" / "onnx", target_is_directory=True)
 
 
 @pytest.fixture
-def served(shared_onnx, api):
-    """test_api's ``newsmon serve`` (token required, both workers in it), with the shared ONNX artefacts."""
+def served(fast_fetch, api):
+    """test_api's ``newsmon serve`` (token required, both workers in it), with a short fetch wait."""
     return api
 
 

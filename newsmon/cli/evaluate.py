@@ -105,8 +105,8 @@ def _recorder():
 
 
 def _write_record(recorder, report: dict, data: Path, command: str) -> None:
-    """The run of ``command`` as the benchmark record ``eval.<corpus>``: the quality table, the cost table (wall time and peak
-    RSS of each row) and the ratios; the full report stays in the output folder."""
+    """The run of ``command`` as the benchmark record ``eval.<corpus>``: the quality table, the cost table (wall time
+    and peak RSS of each row) and the ratios; the full report stays in the output folder."""
     from newsmon.shared.evaluation import table_notes, table_rows
     from newsmon.shared.evaluation.report import cost_rows
 

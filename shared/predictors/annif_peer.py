@@ -74,7 +74,7 @@ class Usage:
     seconds: float = 0.0
     peak_rss_mib: float = 0.0
 
-    def add(self, other: "Usage") -> "Usage":
+    def add(self, other: Usage) -> Usage:
         return Usage(self.seconds + other.seconds, max(self.peak_rss_mib, other.peak_rss_mib))
 
 
@@ -208,7 +208,7 @@ class AnnifWorkspace:
         self.env["NLTK_DATA"] = str(nltk_data_dir(self.exe.parent.parent) or "")
 
     @classmethod
-    def for_training_set(cls, exe: Path, train: TrainingSet, jobs: int) -> "AnnifWorkspace":
+    def for_training_set(cls, exe: Path, train: TrainingSet, jobs: int) -> AnnifWorkspace:
         """The workspace of ``train`` (created, with vocabulary and corpus loaded, on first use; removed when
         ``train`` is)."""
         ws = _WORKSPACES.get(id(train))
@@ -332,10 +332,10 @@ class AnnifPredictor(Predictor):
         self._usage = Usage()
 
     @classmethod
-    def from_settings(cls, settings: Any, **params: Any) -> "AnnifPredictor":
+    def from_settings(cls, settings: Any, **params: Any) -> AnnifPredictor:
         return cls(home=params.pop("home", settings.home), **params)
 
-    def fit(self, train: TrainingSet) -> "AnnifPredictor":
+    def fit(self, train: TrainingSet) -> AnnifPredictor:
         """Train the project (the ensemble: its two sources) on ``train`` and choose limit and threshold on
         ``train.validation_texts`` / ``train.validation_labels`` (without them: limit 1, threshold 0).
 
