@@ -9,9 +9,9 @@ file order, one at a time:
 
 - **newsmon**: the ``newsmon`` predictor with the parameters an ``eval`` run calibrated (``--params``: its
   ``results.json``; else the settings'), its models fitted on the train split (known labels: the train split's);
-  each article is searched in the knowledge memory as the workers do (hybrid, by language), scored, decided, and then stored in
-  the memory with its gold labels (the moderator's decision), so the next article can retrieve it and its labels
-  at once. Nothing is retrained.
+  each article is searched in the knowledge memory as the workers do (hybrid, by language), scored, decided, and
+  then stored in the memory with its gold labels (the moderator's decision), so the next article can retrieve it
+  and its labels at once. Nothing is retrained.
 - **Annif** (``--project``, default Omikuji Parabel; limit and threshold chosen on validation by micro-F1 once,
   as ``eval`` does) retrained every ``--every`` articles on the train split plus the test articles decided so far
   (the simulated nightly job), and once never retrained.
@@ -195,7 +195,8 @@ def replay(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
               ["method", "stream micro-F1", "stream macro-F1", "new-label P", "new-label R", "new-label F1",
                "wall s"], rows,
               note=f"{len(train)} train articles; {len(test)} test articles in file order; {len(new)} new labels "
-                   f"({n_new} seen again after their first article), hidden from train and validation (share {args.new_share}, seed {args.seed}); "
+                   f"({n_new} seen again after their first article), hidden from train and validation "
+                   f"(share {args.new_share}, seed {args.seed}); "
                    "new-label figures over their occurrences after the first. Figures in %.")
 
 
