@@ -217,6 +217,10 @@ class WorkerSettings(BaseModel):
     wait_for_dependencies: bool = Field(False, description="At start-up, wait for an unreachable Kafka, Redis or "
                                         "Qdrant server (or missing topics), reporting not-ready on /readyz, "
                                         "instead of exiting non-zero after startup_timeout_s.")
+    error_policy: str | None = Field(
+        None, description="The stream's error policy: 'package.module:factory', the factory called with the "
+        "settings and returning policy(failure) -> Verdict (newsmon.workers.policy: retry, pause, dead_letter "
+        "with a reason, rejoin); unset = the default policy. See the docs, \"Streaming and error policy\".")
 
 
 class CalibrationSettings(BaseModel):

@@ -88,25 +88,25 @@ class ClassifierWorker(BatchWorker):
 
     def handle_batch(self, msgs: list[Message], outbox: Outbox) -> None:
         p = self.pipeline
-        self.at(DeadLetterStage.MODEL_SWITCH)
-        switch_model(self, p.follow_promotion)
-        self.at(DeadLetterStage.VALIDATE)
-        ahead = self._current if self._current is not None and self._current.msgs is msgs else None
-        prepared = take(ahead, p) if ahead is not None else None  # after a model switch: its vectors dropped
-        batch, rejected = prepared if prepared is not None else p.validate(msgs)
-        for m, exc in rejected:
-            self.reject(outbox, m, exc.code, exc.reason)
-            ARTICLES.labels("dead_letter").inc()
+        with self.stage(DeadLetterStage.MODEL_SWITCH):
+            switch_model(self, p.follow_promotion)
+        with self.stage(DeadLetterStage.VALIDATE):
+            ahead = self._current if self._current is not None and self._current.msgs is msgs else None
+            prepared = take(ahead, p) if ahead is not None else None  # after a model switch: its vectors dropped
+            batch, rejected = prepared if prepared is not None else p.validate(msgs)
+            for m, exc in rejected:
+                self.refuse(outbox, m, exc, DeadLetterStage.VALIDATE)
+                ARTICLES.labels("dead_letter").inc()
         if not batch.items:
             return
-        p.propose(batch, self.at)  # near-duplicates, embed, retrieve and score, label rules, store pending points
-        self.at(DeadLetterStage.EMIT)
-        for m, proposal in p.emit(batch):
-            outbox.produce(m, self.settings.kafka.topic_proposals, proposal.kafka_key(), proposal.to_bytes())
-            outbox.done(m)
-            ARTICLES.labels("duplicate" if proposal.duplicate_of else "proposed").inc()
-            PROPOSALS_PER_ARTICLE.observe(len(proposal.labels))
-        p.observe(batch)
+        p.propose(batch, self.stage)  # near-duplicates, embed, retrieve and score, label rules, store pending points
+        with self.stage(DeadLetterStage.EMIT):
+            for m, proposal in p.emit(batch):
+                outbox.produce(m, self.settings.kafka.topic_proposals, proposal.kafka_key(), proposal.to_bytes())
+                outbox.done(m)
+                ARTICLES.labels("duplicate" if proposal.duplicate_of else "proposed").inc()
+                PROPOSALS_PER_ARTICLE.observe(len(proposal.labels))
+            p.observe(batch)
 
 
 __all__ = ["ClassifierWorker", "DependencyDown"]

@@ -52,42 +52,45 @@ class MemoryUpdaterWorker(BatchWorker):
 
     def handle_batch(self, msgs: list[Message], outbox: Outbox) -> None:
         svc = self.service
-        self.at(DeadLetterStage.MODEL_SWITCH)
-        switch_model(self, svc.follow_promotion)
-        svc.new_batch()
+        with self.stage(DeadLetterStage.MODEL_SWITCH):
+            switch_model(self, svc.follow_promotion)
+            svc.new_batch()
         for m in msgs:
             if Outbox.key_of(m) in outbox.handled:
                 continue
             consumed = time.perf_counter()
-            self.at(DeadLetterStage.VALIDATE)
-            try:
-                ev = svc.parse(m)
-            except InvalidEvent as exc:
-                self.reject(outbox, m, exc.code, exc.reason)
-                continue
+            with self.stage(DeadLetterStage.VALIDATE):
+                try:
+                    ev = svc.parse(m)
+                except InvalidEvent as exc:
+                    self.refuse(outbox, m, exc, DeadLetterStage.VALIDATE)
+                    continue
             if isinstance(ev, LabelEvent):
-                self.at(DeadLetterStage.LABEL_EVENT)
-                refused = self.call("label registry", svc.apply_label_event, ev)
-                if refused:
-                    self.reject(outbox, m, DeadLetterReason.LABEL_CONFLICT, refused)
-                    continue
+                with self.stage(DeadLetterStage.LABEL_EVENT):
+                    refused = self.call("label registry", svc.apply_label_event, ev)
+                    if refused:
+                        self.refuse(outbox, m, InvalidEvent(refused, "LabelEvent", DeadLetterReason.LABEL_CONFLICT),
+                                    DeadLetterStage.LABEL_EVENT)
+                        continue
             else:
-                self.at(DeadLetterStage.DECISION)
-                outcome = self.call("memory", svc.apply_decision, ev)
-                self.outcomes[outcome] += 1
-                if outcome == "unknown":
-                    self.reject(outbox, m, DeadLetterReason.UNKNOWN_ARTICLE, f"unknown article {ev.article_id!r}: "
-                                "no embedding in the knowledge memory to attach labels to")
-                    DECISIONS.labels("dead_letter").inc()
-                    continue
-                DECISIONS.labels(outcome).inc()
-                if outcome == "applied":
-                    self.applied += 1
-                    for revised in self.call("memory", svc.revise_copies, ev):
-                        outbox.produce(m, self.settings.kafka.topic_proposals, revised.kafka_key(),
-                                       revised.to_bytes())
-                        self.revisions += 1
-                latency = time.perf_counter() - consumed
-                DECISION_LATENCY.observe(latency)
-                self.latencies_s = self.latencies_s[-9999:] + [latency]
+                with self.stage(DeadLetterStage.DECISION):
+                    outcome = self.call("memory", svc.apply_decision, ev)
+                    self.outcomes[outcome] += 1
+                    if outcome == "unknown":
+                        DECISIONS.labels("dead_letter").inc()
+                        self.refuse(outbox, m, InvalidEvent(
+                            f"unknown article {ev.article_id!r}: no embedding in the knowledge memory to attach "
+                            "labels to", "ModeratorDecision", DeadLetterReason.UNKNOWN_ARTICLE),
+                            DeadLetterStage.DECISION)
+                        continue
+                    DECISIONS.labels(outcome).inc()
+                    if outcome == "applied":
+                        self.applied += 1
+                        for revised in self.call("memory", svc.revise_copies, ev):
+                            outbox.produce(m, self.settings.kafka.topic_proposals, revised.kafka_key(),
+                                           revised.to_bytes())
+                            self.revisions += 1
+                    latency = time.perf_counter() - consumed
+                    DECISION_LATENCY.observe(latency)
+                    self.latencies_s = self.latencies_s[-9999:] + [latency]
             outbox.done(m)
