@@ -151,8 +151,9 @@ class KafkaSettings(BaseModel):
                                             "default.")
     session_timeout_ms: int = Field(45000, ge=1000, description="Consumer session.timeout.ms.")
     max_poll_interval_ms: int = Field(
-        300000, ge=10000, description="Consumer max.poll.interval.ms; a batch (embed + search + produce) must "
-        "finish well inside it: keep batch_max_messages x seconds per article far below.")
+        300000, ge=10000, description="Consumer max.poll.interval.ms. The workers keep polling while a batch is "
+        "handled (in a thread of its own, each stage held to worker.stage_budget_s), so only a loop that is itself "
+        "stuck exceeds it.")
 
     @field_serializer("client_options")
     def _mask_secret_options(self, options: dict[str, str]) -> dict[str, str]:
@@ -221,6 +222,15 @@ class WorkerSettings(BaseModel):
         None, description="The stream's error policy: 'package.module:factory', the factory called with the "
         "settings and returning policy(failure) -> Verdict (newsmon.workers.policy: retry, pause, dead_letter "
         "with a reason, rejoin); unset = the default policy. See the docs, \"Streaming and error policy\".")
+    stage_budget_s: float = Field(
+        60.0, gt=0, description="Time budget of one stage (validate, near_duplicates, embed, retrieve_and_score, "
+        "label_rules, store_pending, emit, decision, label_event) over a batch or one message (seconds). A batch "
+        "whose stage runs over it is handled one message at a time; a message whose stage runs over it alone is "
+        "dead-lettered too_slow with the stage, and the rest of its batch proceeds. The consumer keeps polling "
+        "while a stage runs, so it keeps its partitions. Model switches are not budgeted.")
+    shutdown_grace_s: float = Field(
+        20.0, ge=0, description="After SIGTERM, how long a worker waits for the batch in progress before it "
+        "leaves it uncommitted and stops (seconds); keep it under the pod's terminationGracePeriodSeconds.")
 
 
 class CalibrationSettings(BaseModel):

@@ -141,3 +141,18 @@ def test_dead_letters_always_fit():
         (b"articles", b"3", b"12345")
     with pytest.raises(ValueError):
         fit_dead_letter(b"k" * 5000, huge, headers, 2000)
+
+
+def test_readyz_turns_not_ready_when_a_loop_is_stale():
+    from newsmon.workers.observability import Health
+
+    h = Health(stale_after_s=0.2)
+    h.register("classifier")
+    h.set_ready("classifier", None)
+    assert h.ready()[0]
+    import time
+    time.sleep(0.3)
+    ok, info = h.ready()
+    assert not ok and info["workers"]["classifier"].startswith("stale")
+    h.beat("classifier")
+    assert h.ready()[0]

@@ -64,7 +64,7 @@ class ClassifierWorker(BatchWorker):
         is embedded; the new one stays in flight until the next step (at most ``batch_max_ms`` later)."""
         if self._revoked:  # the group moved: what is in flight is read again from the committed offsets
             self._inflight, self._revoked = None, False
-        nxt = prepare(self.pipeline, msgs, self._consumer, self._executor.submit) if msgs else None
+        nxt = self._prepare(msgs, stop) if msgs else None
         cur, self._inflight = self._inflight, None
         if cur is not None and cur.consumer is self._consumer:
             self._current = cur
@@ -80,6 +80,16 @@ class ClassifierWorker(BatchWorker):
         self._inflight = nxt
         if stop.is_set() and nxt is None:
             self._executor.shutdown(wait=True)
+
+    def _prepare(self, msgs: list[Message], stop: threading.Event) -> Ahead:
+        """:func:`~newsmon.workers.ahead.prepare` in a watched thread (:meth:`_watched`): over the stage budget,
+        the batch is left unprepared (handled from its messages in its turn, under the budget and the policy)."""
+        consumer, box = self._consumer, {}
+
+        def run(_run) -> None:
+            box["ahead"] = prepare(self.pipeline, msgs, consumer, self._executor.submit)
+        error = self._watched(run, stop)
+        return box["ahead"] if error is None and "ahead" in box else Ahead(msgs, consumer)
 
     def _group_change(self, event: str, partitions: list[TopicPartition]) -> None:
         super()._group_change(event, partitions)
