@@ -228,6 +228,15 @@ class WorkerSettings(BaseModel):
         "whose stage runs over it is handled one message at a time; a message whose stage runs over it alone is "
         "dead-lettered too_slow with the stage, and the rest of its batch proceeds. The consumer keeps polling "
         "while a stage runs, so it keeps its partitions. Model switches are not budgeted.")
+    decision_park_s: float = Field(
+        3600.0, ge=0, description="A moderator decision on an article the knowledge memory does not hold yet "
+        "waits this long (seconds) for the article to arrive and is applied when it does; unclaimed after it, it "
+        "is dead-lettered unknown_article. 0 = dead-letter at once. Parked in Redis with redis_url, else in the "
+        "process.")
+    decision_park_max: int = Field(10_000, ge=1, description="Decisions that may wait for their article at once; "
+                                   "one more is dead-lettered unknown_article at once.")
+    decision_park_check_s: float = Field(2.0, gt=0, description="How often the memory updater looks for the "
+                                         "articles of parked decisions (seconds).")
     shutdown_grace_s: float = Field(
         20.0, ge=0, description="After SIGTERM, how long a worker waits for the batch in progress before it "
         "leaves it uncommitted and stops (seconds); keep it under the pod's terminationGracePeriodSeconds.")

@@ -156,3 +156,23 @@ def test_readyz_turns_not_ready_when_a_loop_is_stale():
     assert not ok and info["workers"]["classifier"].startswith("stale")
     h.beat("classifier")
     assert h.ready()[0]
+
+
+@pytest.mark.parametrize("where", ["process", "redis"])
+def test_the_decision_park_is_bounded_and_keeps_each_message_once(where, redis_url):
+    import uuid
+
+    from newsmon.workers.parking import ParkedMessage, open_park
+
+    park = open_park(redis_url if where == "redis" else None, f"newsmon-test-{uuid.uuid4().hex[:8]}", 2, 60.0)
+    a = ParkedMessage("a", "moderator-decisions", 0, 5, b"a", b'{"x": 1}', parked_at=1000.0)
+    b = ParkedMessage("b", "moderator-decisions", 1, 7, None, b"{}", parked_at=1001.0)
+    assert park.park(a) and park.park(a) and park.park(b) and len(park) == 2  # read again: parked once
+    assert not park.park(ParkedMessage("c", "moderator-decisions", 0, 6, b"c", b"{}", parked_at=1002.0))  # full
+    assert [(e.article_id, e.id, e.expires_at) for e in park.entries()] == [
+        ("a", "moderator-decisions:0:5", 1060.0), ("b", "moderator-decisions:1:7", 1061.0)]
+    (got,) = park.get(["moderator-decisions:0:5"])
+    assert (got.key(), got.value(), got.topic(), got.partition(), got.offset()) == (
+        b"a", b'{"x": 1}', "moderator-decisions", 0, 5)
+    park.remove(["moderator-decisions:0:5"])
+    assert [e.article_id for e in park.entries()] == ["b"] and len(park) == 1

@@ -67,6 +67,7 @@ def test_a_pathologically_slow_stage_is_dead_lettered_too_slow_and_the_member_ke
     clf.router.close()  # releases the embedded memory for the worker process
     port, budget = free_port(), 5.0
     env = {**worker_env(s, port, redis_url), "MARKER": MARKER, "SLOW_S": "60",
+           "NEWSMON_HOME": str(newsmon_home),  # its ONNX artefact is built once per test home, not per test
            "NEWSMON_WORKER__STAGE_BUDGET_S": str(budget), "NEWSMON_KAFKA__MAX_POLL_INTERVAL_MS": "10000"}
     tests = corpus.split("test")
     good = tests[:5]

@@ -222,12 +222,13 @@ def test_huge_event_is_dead_lettered_cut_and_a_failing_dead_letter_pauses_visibl
 CLOSED = {"reason": {x.value for x in DeadLetterReason}, "event": {"assigned", "revoked", "lost", "commit_failed",
           "consumer_recreated"}, "worker": {"classifier", "memory-updater"},
           "action": {"added", "retired", "renamed", "defined", "updated"},
-          "outcome": {"proposed", "duplicate", "dead_letter", "applied", "stale", "clamped"},
+          "outcome": {"proposed", "duplicate", "dead_letter", "applied", "stale", "clamped", "parked"},
           "stage": {x.value for x in DeadLetterStage} | {"none", "dedup", "embed", "search_score", "rules", "total"}}
 
 
 def test_metric_labels_stay_a_closed_set_after_poison_inputs(runtime_factory, corpus):
-    s, rt = runtime_factory(corpus.split("train")[:40])
+    # decisions on articles that never arrive: parked, dead-lettered when they expire (after a second here)
+    s, rt = runtime_factory(corpus.split("train")[:40], decision_park_s=1.0, decision_park_check_s=0.5)
     rt.start()
     dlq = Collector(s, dead_letter_topic(s.kafka.topic_decisions))
     updater = next(w for w in rt.workers if w.name == "memory-updater")

@@ -41,8 +41,11 @@ GROUP_EVENTS = Counter("newsmon_group_events_total", "Consumer-group events, by 
 CONSUMER_LAG = Gauge("newsmon_consumer_lag", "Messages behind the high watermark, per topic and partition.",
                      ["group", "topic", "partition"], registry=REGISTRY)
 DECISIONS = Counter("newsmon_decisions_total", "Moderator decisions handled, by outcome "
-                    "(applied, stale, dead_letter; clamped: future-dated, taken as decided now, also counted "
-                    "as applied or stale).", ["outcome"], registry=REGISTRY)
+                    "(applied, stale, dead_letter; parked: its article not stored yet, applied or dead-lettered "
+                    "later; clamped: future-dated, taken as decided now, also counted as applied or stale).",
+                    ["outcome"], registry=REGISTRY)
+PARKED_DECISIONS = Gauge("newsmon_parked_decisions", "Moderator decisions waiting for their article "
+                         "(worker.decision_park_s).", registry=REGISTRY)
 LABEL_EVENTS = Counter("newsmon_label_events_total", "Label events applied, by action.", ["action"],
                        registry=REGISTRY)
 DECISION_LATENCY = Histogram("newsmon_decision_to_memory_seconds", "From consuming a decision to the memory "
