@@ -28,10 +28,10 @@ from newsmon.schemas import DeadLetterReason, DeadLetterStage, InvalidEvent
 from newsmon.shared.config import Settings
 from newsmon.workers.kafka_io import (Outbox, commit_acknowledged, dead_letter, make_consumer, make_producer,
                                       real_messages, record_lag, rewind_to)
-from newsmon.workers.observability import ABANDONED, GROUP_EVENTS, HEALTH
+from newsmon.workers.observability import GROUP_EVENTS, HEALTH
 from newsmon.workers.policy import (Action, DependencyCalls, DependencyDown, Failure, Phase, ProduceFailed,
-                                    StageError, TooSlow, Verdict, backoff_s, is_transient, load_error_policy,
-                                    membership_lost)
+                                    StageError, Verdict, backoff_s, is_transient, load_error_policy, membership_lost)
+from newsmon.workers.watch import Abandoned, RunOutbox, ShuttingDown, Watcher
 
 log = structlog.get_logger(__name__)
 
@@ -51,65 +51,6 @@ def probe_ok(worker: str, check: Callable[[], None]) -> bool:
     except Exception as exc:  # noqa: BLE001
         log.info("probe failed", worker=worker, error=f"{type(exc).__name__}: {exc}")
         return False
-
-
-class Abandoned(RuntimeError):
-    """Raised in a handling thread the loop gave up on (a stage over its budget, or shutting down), at its next
-    stage or output: what it would still do is dropped."""
-
-
-class ShuttingDown(RuntimeError):
-    """The batch in progress did not end within ``worker.shutdown_grace_s`` after the stop signal."""
-
-
-class _Run:
-    """One ``handle_batch`` run in its own thread, watched by the loop: the stage running and since when."""
-
-    def __init__(self, budget_s: float) -> None:
-        self.budget_s = budget_s
-        self.stage: DeadLetterStage | None = None
-        self.since = time.monotonic()
-        self.abandoned = threading.Event()
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-
-    def enter(self, stage: DeadLetterStage) -> None:
-        if self.abandoned.is_set():
-            raise Abandoned(f"given up before stage {stage.value}")
-        self.stage, self.since = stage, time.monotonic()
-
-    def leave(self) -> None:
-        self.stage, self.since = None, time.monotonic()
-
-    def overdue(self) -> float | None:
-        """Seconds the current stage (or the time outside the stages) has run, when over the budget; model
-        switches are not budgeted."""
-        elapsed = time.monotonic() - self.since
-        if self.stage is DeadLetterStage.MODEL_SWITCH or elapsed <= self.budget_s:
-            return None
-        return elapsed
-
-
-class _RunOutbox:
-    """The outbox as one run sees it: once the loop gave the run up, nothing more of it is produced."""
-
-    def __init__(self, outbox: Outbox, run: _Run) -> None:
-        self._outbox, self._run = outbox, run
-        self.key_of = Outbox.key_of
-
-    @property
-    def handled(self) -> set:
-        return self._outbox.handled
-
-    def produce(self, src: Message, *args: Any, **kwargs: Any) -> None:
-        if self._run.abandoned.is_set():
-            raise Abandoned("given up before its output")
-        self._outbox.produce(src, *args, **kwargs)
-
-    def done(self, src: Message) -> None:
-        if self._run.abandoned.is_set():
-            raise Abandoned("given up before its output")
-        self._outbox.done(src)
 
 
 class BatchWorker:
@@ -141,9 +82,7 @@ class BatchWorker:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._produce_streak = 0
-        self._local = threading.local()  # .run: the run of the handling thread
-        self._stopping_since: float | None = None
-        self.abandoned: list[threading.Thread] = []  # handling threads given up on (a call cannot be killed)
+        self.watcher = Watcher(self.name, settings.worker)
 
     # -- to implement -----------------------------------------------------------------------------
     def handle_batch(self, msgs: list[Message], outbox: Outbox) -> None:
@@ -173,7 +112,7 @@ class BatchWorker:
         Raises:
             Abandoned: the loop gave this run up (its budget ran out, or the worker is stopping).
         """
-        run: _Run | None = getattr(self._local, "run", None)
+        run = self.watcher.current()
         if run is not None:
             run.enter(stage)
         try:
@@ -303,66 +242,10 @@ class BatchWorker:
 
     def _attempt(self, msgs: list[Message], outbox: Outbox, isolated: bool, attempt: int,
                  stop: threading.Event) -> Failure | None:
-        """``handle_batch`` once, in a thread of its own (:meth:`_watched`); None when it went through, else
+        """``handle_batch`` once, in a thread of its own (:meth:`Watcher.run`); None when it went through, else
         the failure (its stage unwrapped; :class:`TooSlow` for a stage over its budget)."""
-        exc = self._watched(lambda run: self.handle_batch(msgs, _RunOutbox(outbox, run)), stop)
+        exc = self.watcher.run(lambda run: self.handle_batch(msgs, RunOutbox(outbox, run)), self._consumer, stop)
         return None if exc is None else self._failure(exc, msgs, "handle", isolated, attempt)
-
-    def _watched(self, fn: Callable[[_Run], None], stop: threading.Event) -> BaseException | None:
-        """Run ``fn(run)`` in a daemon thread while this (the loop's) thread keeps the consumer polling, so the
-        member keeps its partitions whatever a stage does: after a second, the assigned partitions are paused
-        and polled (a partition assigned meanwhile is sent back to its first message and paused too) and resumed
-        at the end. The run is given up when a stage exceeds ``worker.stage_budget_s`` (returns
-        :class:`TooSlow` in a :class:`StageError`) or ``worker.shutdown_grace_s`` after ``stop`` (returns
-        :class:`ShuttingDown`); its thread is left to end by itself (a Python call cannot be killed): it stops
-        at its next stage or output (:class:`Abandoned`). Returns ``fn``'s error, or None."""
-        w = self.settings.worker
-        run = _Run(w.stage_budget_s)
-
-        def target() -> None:
-            self._local.run = run
-            try:
-                fn(run)
-            except BaseException as exc:  # noqa: BLE001 - handed to the loop
-                run.error = exc
-            finally:
-                run.done.set()
-
-        thread = threading.Thread(target=target, name=f"newsmon-{self.name}-handle", daemon=True)
-        thread.start()
-        consumer, paused, started = self._consumer, False, time.monotonic()
-        try:
-            while not run.done.wait(0.0 if paused else 0.05):
-                HEALTH.beat(self.name)
-                if not paused and time.monotonic() - started > 1.0:
-                    consumer.pause(consumer.assignment())
-                    paused = True
-                if paused:
-                    m = consumer.poll(0.1)  # keeps the membership, serves rebalances; paused partitions: nothing
-                    if m is not None and m.error() is None:
-                        rewind_to(consumer, [m])
-                        consumer.pause(consumer.assignment())
-                elapsed = run.overdue()
-                if elapsed is not None and not run.done.is_set():
-                    return self._give_up(run, thread, TooSlow(run.stage, elapsed, run.budget_s))
-                if stop.is_set():
-                    self._stopping_since = self._stopping_since or time.monotonic()
-                    if time.monotonic() - self._stopping_since > w.shutdown_grace_s and not run.done.is_set():
-                        return self._give_up(run, thread, ShuttingDown(
-                            f"the batch did not end within {w.shutdown_grace_s:g} s after the stop signal"))
-            return run.error
-        finally:
-            if paused:
-                consumer.resume(consumer.assignment())
-
-    def _give_up(self, run: _Run, thread: threading.Thread, error: Exception) -> BaseException:
-        run.abandoned.set()
-        self.abandoned = [t for t in self.abandoned if t.is_alive()] + [thread]
-        ABANDONED.labels(self.name).set(len(self.abandoned))
-        log.error("handling given up; its thread is left to end by itself", worker=self.name,
-                  stage=run.stage.value if run.stage else None, error=str(error),
-                  still_running=len(self.abandoned))
-        return StageError(run.stage, error) if isinstance(error, TooSlow) and run.stage is not None else error
 
     def _failure(self, exc: BaseException, msgs: list[Message], phase: Phase, isolated: bool = False,
                  attempt: int = 1) -> Failure:

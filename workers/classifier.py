@@ -82,13 +82,14 @@ class ClassifierWorker(BatchWorker):
             self._executor.shutdown(wait=True)
 
     def _prepare(self, msgs: list[Message], stop: threading.Event) -> Ahead:
-        """:func:`~newsmon.workers.ahead.prepare` in a watched thread (:meth:`_watched`): over the stage budget,
-        the batch is left unprepared (handled from its messages in its turn, under the budget and the policy)."""
+        """:func:`~newsmon.workers.ahead.prepare` in a watched thread (:meth:`~newsmon.workers.watch.Watcher.run`):
+        over the stage budget, the batch is left unprepared (handled from its messages in its turn, under the
+        budget and the policy)."""
         consumer, box = self._consumer, {}
 
         def run(_run) -> None:
             box["ahead"] = prepare(self.pipeline, msgs, consumer, self._executor.submit)
-        error = self._watched(run, stop)
+        error = self.watcher.run(run, consumer, stop)
         return box["ahead"] if error is None and "ahead" in box else Ahead(msgs, consumer)
 
     def _group_change(self, event: str, partitions: list[TopicPartition]) -> None:

@@ -171,8 +171,7 @@ class ArticlePipeline:
         self.dedup.count()
 
     # -- the stages -------------------------------------------------------------------------------
-    def propose(self, batch: ArticleBatch,
-                stage: Callable[[DeadLetterStage], AbstractContextManager] | None = None) -> None:
+    def propose(self, batch: ArticleBatch, stage: Callable[..., AbstractContextManager] | None = None) -> None:
         """The stages between ``validate`` and ``emit``, in order, for a batch with valid articles; each runs
         inside ``stage(<its DeadLetterStage>)`` when given (the worker's: it names the stage of a failure and
         holds the stage to its time budget)."""
