@@ -48,7 +48,8 @@ def test_one_message_errors_get_a_reason_code_and_the_stage():
     assert "Delo 2019-03-04 #12" in f.detail and f.detail.startswith("stage retrieve_and_score")  # words kept
     v = verdict(UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"), DeadLetterStage.EMBED)
     assert v.reason is DeadLetterReason.TEXT_REJECTED
-    v = verdict(InvalidEvent("invalid JSON: x", "ArticleEvent", DeadLetterReason.INVALID_JSON), DeadLetterStage.VALIDATE)
+    v = verdict(InvalidEvent("invalid JSON: x", "ArticleEvent", DeadLetterReason.INVALID_JSON),
+                DeadLetterStage.VALIDATE)
     assert v.reason is DeadLetterReason.INVALID_JSON
     assert verdict(KeyError("x"), DeadLetterStage.EMIT).reason is DeadLetterReason.PROCESSING_FAILED
     assert verdict(TooSlow(DeadLetterStage.LABEL_RULES, 61.0, 60.0), DeadLetterStage.LABEL_RULES).reason \

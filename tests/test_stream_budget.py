@@ -1,7 +1,8 @@
 """Time budgets per stage against the real things (a classifier worker process, the Tansu broker process, the
 embedded Qdrant engine, real Redis, the real e5-small weights, real Slovene news): an article whose label-rules
 stage never ends is dead-lettered ``too_slow`` within the budget, the rest of its batch is proposed, the consumer
-keeps its partitions past ``max.poll.interval.ms``, and SIGTERM still ends the process.
+keeps its partitions past ``max.poll.interval.ms``; SIGTERM during a slow stage ends the process within
+``worker.shutdown_grace_s``, leaving that batch uncommitted.
 
 The slow stage is a pure-Python loop (a Python call cannot be killed, only left behind), patched into the worker
 process for the articles that carry a marker word. The helpers and fixtures are test_stream.py's."""
@@ -20,7 +21,8 @@ from pathlib import Path
 from newsmon.broker import free_port
 from newsmon.demo import article_event
 from newsmon.schemas import dead_letter_topic
-from test_stream import Collector, corpus, stream_settings, wait_all_committed, wait_until  # noqa: F401
+from test_stream import (Collector, committed, corpus, stream_settings, wait_all_committed,  # noqa: F401
+                         wait_until)
 from test_stream_membership import worker_env
 from test_stream_policy import headers_of, publish_to_partition
 
@@ -34,7 +36,10 @@ from newsmon.workers.pipeline import ArticlePipeline
 rules = ArticlePipeline.match_rules
 
 def match_rules(self, batch):  # pure Python, never yields the call: as a pathological rule would
-    if any(os.environ["MARKER"] in it.text for it in batch.items):
+    slow = [it.event.article_id for it in batch.items if os.environ["MARKER"] in it.text]
+    if slow:
+        with open(os.environ["SLOW_LOG"], "a") as f:
+            f.write(" ".join(slow) + "\\n")
         end = time.monotonic() + float(os.environ["SLOW_S"])
         while time.monotonic() < end:
             sum(range(2000))
@@ -68,6 +73,7 @@ def test_a_pathologically_slow_stage_is_dead_lettered_too_slow_and_the_member_ke
     port, budget = free_port(), 5.0
     env = {**worker_env(s, port, redis_url), "MARKER": MARKER, "SLOW_S": "60",
            "NEWSMON_HOME": str(newsmon_home),  # its ONNX artefact is built once per test home, not per test
+           "SLOW_LOG": str(tmp_path / "slow.log"), "NEWSMON_WORKER__SHUTDOWN_GRACE_S": "1",
            "NEWSMON_WORKER__STAGE_BUDGET_S": str(budget), "NEWSMON_KAFKA__MAX_POLL_INTERVAL_MS": "10000"}
     tests = corpus.split("test")
     good = tests[:5]
@@ -100,10 +106,22 @@ def test_a_pathologically_slow_stage_is_dead_lettered_too_slow_and_the_member_ke
         assert metric(port, "newsmon_group_events_total", worker="classifier", event="assigned") == 1
         ready = urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5)
         assert ready.status == 200 and json.loads(ready.read())["workers"]["classifier"] == "ready"
+        # SIGTERM while a slow stage runs, within its budget: the process ends after the shutdown grace, the
+        # batch left uncommitted (its next owner reads it again), nothing dead-lettered or proposed for it
+        before = committed(s, s.kafka.classifier_group, s.kafka.topic_articles)
+        again = slow.model_copy(update={"article_id": "slow-two"})
+        publish_to_partition(s, [(again.kafka_key(), again.to_bytes())])
+        wait_until(lambda: "slow-two" in (tmp_path / "slow.log").read_text(), 60, "the second slow stage")
         t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)  # while the abandoned slow calls still run
+        proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
-        print(f"\ntoo_slow dead letter with a {budget:g} s budget; SIGTERM -> exit in {time.monotonic() - t0:.1f} s")
+        stopped_s = time.monotonic() - t0
+        assert stopped_s < 30  # the chart gives 120 s
+        assert "did not end within 1 s after the stop signal" in (tmp_path / "worker.log").read_text()
+        assert committed(s, s.kafka.classifier_group, s.kafka.topic_articles) == before
+        assert len(dlq.messages) == 1 and "slow-two" not in out.proposals()
+        print(f"\ntoo_slow dead letter with a {budget:g} s budget; SIGTERM in a slow stage -> exit in "
+              f"{stopped_s:.1f} s")
     finally:
         out.close()
         dlq.close()

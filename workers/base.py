@@ -30,7 +30,8 @@ from newsmon.workers.kafka_io import (Outbox, commit_acknowledged, dead_letter, 
                                       real_messages, record_lag, rewind_to)
 from newsmon.workers.observability import GROUP_EVENTS, HEALTH
 from newsmon.workers.policy import (Action, DependencyCalls, DependencyDown, Failure, Phase, ProduceFailed,
-                                    StageError, Verdict, backoff_s, is_transient, load_error_policy, membership_lost)
+                                    StageError, TooSlow, Verdict, backoff_s, is_transient, load_error_policy,
+                                    membership_lost)
 from newsmon.workers.watch import Abandoned, RunOutbox, ShuttingDown, Watcher
 
 log = structlog.get_logger(__name__)
@@ -82,7 +83,7 @@ class BatchWorker:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._produce_streak = 0
-        self.watcher = Watcher(self.name, settings.worker)
+        self.watcher = Watcher(self.name, settings)
 
     # -- to implement -----------------------------------------------------------------------------
     def handle_batch(self, msgs: list[Message], outbox: Outbox) -> None:
@@ -232,6 +233,8 @@ class BatchWorker:
             return Verdict.pause(failure.detail)
         verdict = self._decide(failure)
         if verdict.action is Action.RETRY:
+            if isinstance(failure.error, TooSlow):  # what was given up may hold a lock the messages need
+                self.watcher.settle(self._consumer, stop)
             return self._isolate(msgs, outbox, stop)
         if verdict.action is Action.DEAD_LETTER:
             for m in msgs:

@@ -3,9 +3,9 @@
 
 The worker moves messages: it parses each one through the service, dead-letters invalid events, parks the
 decisions on articles not stored yet (:mod:`newsmon.workers.parking`: applied when the article arrives,
-dead-lettered ``unknown_article`` when they expire unclaimed), applies the rest, produces the revised proposals of near-copies that a decision changed
-(to the proposals topic, through the outbox: the decision's offset is committed only once they are
-acknowledged) and marks the messages done; committing offsets and the error policy are
+dead-lettered ``unknown_article`` when they expire unclaimed), applies the rest, produces the revised proposals
+of near-copies that a decision changed (to the proposals topic, through the outbox: the decision's offset is
+committed only once they are acknowledged) and marks the messages done; committing offsets and the error policy are
 :class:`~newsmon.workers.base.BatchWorker`'s.
 """
 

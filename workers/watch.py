@@ -21,7 +21,7 @@ import structlog
 from confluent_kafka import Consumer, Message
 
 from newsmon.schemas import DeadLetterStage
-from newsmon.shared.config import WorkerSettings
+from newsmon.shared.config import Settings
 from newsmon.workers.kafka_io import Outbox, rewind_to
 from newsmon.workers.observability import ABANDONED, HEALTH
 from newsmon.workers.policy import StageError, TooSlow
@@ -94,14 +94,14 @@ class Watcher:
     """Runs a worker's handling in threads of their own (see the module docstring).
 
     Args:
-        name: the worker's name (health beats, metrics, logs); settings: the worker settings
-            (``stage_budget_s``, ``shutdown_grace_s``, read at each run).
+        name: the worker's name (health beats, metrics, logs); settings: all settings (``worker.stage_budget_s``,
+            ``worker.shutdown_grace_s``, ``kafka.max_poll_interval_ms``, read at each run).
 
     Attributes:
         abandoned: the threads given up on that may still run.
     """
 
-    def __init__(self, name: str, settings: WorkerSettings) -> None:
+    def __init__(self, name: str, settings: Settings) -> None:
         self.name, self.settings = name, settings
         self._local = threading.local()  # .run: the run of the handling thread
         self._stopping_since: float | None = None
@@ -113,13 +113,16 @@ class Watcher:
 
     def run(self, fn: Callable[[Run], None], consumer: Consumer, stop: threading.Event) -> BaseException | None:
         """Run ``fn(run)`` in a daemon thread while this (the loop's) thread keeps ``consumer`` polling, so the
-        member keeps its partitions whatever a stage does: after a second, the assigned partitions are paused
-        and polled (a partition assigned meanwhile is sent back to its first message and paused too) and resumed
-        at the end. The run is given up when a stage exceeds ``worker.stage_budget_s`` (returns
+        member keeps its partitions whatever a stage does: once the run has taken a third of
+        ``max.poll.interval.ms`` (at most 10 s: a rebalance waits for this member's poll), the assigned
+        partitions are paused and polled (a partition assigned meanwhile is sent back to its first message and
+        paused too) and resumed at the end. The run is given up when a stage exceeds ``worker.stage_budget_s`` (returns
         :class:`TooSlow` in a :class:`StageError`) or ``worker.shutdown_grace_s`` after ``stop`` (returns
         :class:`ShuttingDown`); its thread is left to end by itself (a Python call cannot be killed): it stops
         at its next stage or output (:class:`Abandoned`). Returns ``fn``'s error, or None."""
-        w = self.settings
+        w = self.settings.worker
+        # pausing drops the partitions' fetched messages (they are fetched again on resume): not for every batch
+        poll_after_s = min(10.0, self.settings.kafka.max_poll_interval_ms / 3000)
         run = Run(w.stage_budget_s)
 
         def target() -> None:
@@ -137,7 +140,7 @@ class Watcher:
         try:
             while not run.done.wait(0.0 if paused else 0.05):
                 HEALTH.beat(self.name)
-                if not paused and time.monotonic() - started > 1.0:
+                if not paused and time.monotonic() - started > poll_after_s:
                     consumer.pause(consumer.assignment())
                     paused = True
                 if paused:
@@ -157,6 +160,20 @@ class Watcher:
         finally:
             if paused:
                 consumer.resume(consumer.assignment())
+
+    def settle(self, consumer: Consumer, stop: threading.Event) -> None:
+        """Wait, polling, up to nine tenths of a stage budget for the runs given up on to end (an abandoned
+        embedding or memory write holds the encoder's or the memory's lock), so that the messages handled again
+        one at a time do not spend their own budget waiting behind them; a call that is truly stuck is left."""
+        threads = [t for t in self.abandoned if t.is_alive()]
+        if not threads:
+            return
+
+        def join(_run: Run) -> None:
+            deadline = time.monotonic() + 0.9 * self.settings.worker.stage_budget_s
+            for t in threads:
+                t.join(max(0.0, deadline - time.monotonic()))
+        self.run(join, consumer, stop)
 
     def _give_up(self, run: Run, thread: threading.Thread, error: Exception) -> BaseException:
         run.abandoned.set()
