@@ -106,16 +106,17 @@ class BatchWorker:
         return self.dependencies.call(what, fn, *args, **kwargs)
 
     @contextmanager
-    def stage(self, stage: DeadLetterStage) -> Iterator[None]:
+    def stage(self, stage: DeadLetterStage, messages: int = 1) -> Iterator[None]:
         """Run the body as ``stage``: an error escaping it is raised as :class:`StageError` carrying the stage
-        (an inner stage's error keeps its own); the loop holds the stage to ``worker.stage_budget_s``.
+        (an inner stage's error keeps its own); the loop holds the stage to ``worker.stage_budget_s`` (times
+        ``messages`` for a step whose work is bounded per message, e.g. a batch's embedding).
 
         Raises:
             Abandoned: the loop gave this run up (its budget ran out, or the worker is stopping).
         """
         run = self.watcher.current()
         if run is not None:
-            run.enter(stage)
+            run.enter(stage, messages)
         try:
             yield
         except (StageError, Abandoned):

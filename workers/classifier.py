@@ -101,9 +101,11 @@ class ClassifierWorker(BatchWorker):
         p = self.pipeline
         with self.stage(DeadLetterStage.MODEL_SWITCH):
             switch_model(self, p.follow_promotion)
-        with self.stage(DeadLetterStage.VALIDATE):
-            ahead = self._current if self._current is not None and self._current.msgs is msgs else None
+        ahead = self._current if self._current is not None and self._current.msgs is msgs else None
+        # the embedding started ahead is bounded per article (max_length tokens): slow means busy, not poisoned
+        with self.stage(DeadLetterStage.EMBED, messages=len(msgs)):
             prepared = take(ahead, p) if ahead is not None else None  # after a model switch: its vectors dropped
+        with self.stage(DeadLetterStage.VALIDATE):
             batch, rejected = prepared if prepared is not None else p.validate(msgs)
             for m, exc in rejected:
                 self.refuse(outbox, m, exc, DeadLetterStage.VALIDATE)

@@ -46,24 +46,25 @@ class Run:
     def __init__(self, budget_s: float) -> None:
         self.budget_s = budget_s
         self.stage: DeadLetterStage | None = None
-        self.since = time.monotonic()
+        self.since, self.scale = time.monotonic(), 1.0
         self.abandoned = threading.Event()
         self.done = threading.Event()
         self.error: BaseException | None = None
 
-    def enter(self, stage: DeadLetterStage) -> None:
+    def enter(self, stage: DeadLetterStage, scale: float = 1.0) -> None:
+        """``stage`` starts now, its budget ``scale`` times the stage budget."""
         if self.abandoned.is_set():
             raise Abandoned(f"given up before stage {stage.value}")
-        self.stage, self.since = stage, time.monotonic()
+        self.stage, self.since, self.scale = stage, time.monotonic(), scale
 
     def leave(self) -> None:
-        self.stage, self.since = None, time.monotonic()
+        self.stage, self.since, self.scale = None, time.monotonic(), 1.0
 
     def overdue(self) -> float | None:
         """Seconds the current stage (or the time outside the stages) has run, when over the budget; model
         switches are not budgeted."""
         elapsed = time.monotonic() - self.since
-        if self.stage is DeadLetterStage.MODEL_SWITCH or elapsed <= self.budget_s:
+        if self.stage is DeadLetterStage.MODEL_SWITCH or elapsed <= self.budget_s * self.scale:
             return None
         return elapsed
 
@@ -150,7 +151,7 @@ class Watcher:
                         consumer.pause(consumer.assignment())
                 elapsed = run.overdue()
                 if elapsed is not None and not run.done.is_set():
-                    return self._give_up(run, thread, TooSlow(run.stage, elapsed, run.budget_s))
+                    return self._give_up(run, thread, TooSlow(run.stage, elapsed, run.budget_s * run.scale))
                 if stop.is_set():
                     self._stopping_since = self._stopping_since or time.monotonic()
                     if time.monotonic() - self._stopping_since > w.shutdown_grace_s and not run.done.is_set():
