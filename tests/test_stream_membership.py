@@ -60,22 +60,23 @@ def test_rebalance_a_member_joins_then_leaves_mid_stream(runtime_factory, corpus
 
 
 def test_member_kicked_after_max_poll_interval_rejoins_and_loses_nothing(runtime_factory, corpus):
-    """A batch that runs past ``max.poll.interval.ms`` gets its member removed from the group; its commit fails.
+    """A loop stuck past ``max.poll.interval.ms`` gets its member removed from the group; its commit fails.
     The worker drops the batch's offsets, rejoins and goes on: every article is proposed and committed, nothing
-    stops (before the error policy, the failed commit ended both workers)."""
+    stops (before the error policy, the failed commit ended both workers). A slow stage no longer does this (the
+    loop polls while a batch is handled, test_stream_budget.py): the loop itself is held here, between a batch's
+    produce and its commit."""
     s, rt = runtime_factory(batch_max_messages=4)
     s.kafka.session_timeout_ms = 6000
     s.kafka.max_poll_interval_ms = 10000  # the lowest the settings allow (librdkafka: >= session.timeout.ms)
     worker = next(w for w in rt.workers if w.name == "classifier")
-    embed, slow = worker.pipeline.embed, {"left": 1}
+    slow = {"left": 1}
 
-    def slow_once(batch):  # one batch far past max.poll.interval.ms
+    def stuck_once(msgs):  # the loop thread itself, once, far past max.poll.interval.ms
         if slow["left"]:
             slow["left"] -= 1
             time.sleep(16)
-        embed(batch)
 
-    worker.pipeline.embed = slow_once
+    worker.after_produce = stuck_once
     rt.start()
     out = Collector(s, s.kafka.topic_proposals)
     articles = corpus.split("test")[:12]

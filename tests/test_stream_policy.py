@@ -1,7 +1,7 @@
 """The stream's error policy against the real things (the Tansu broker process, the embedded Qdrant engine on a
 temp dir, real Redis, the real e5-small weights, real Slovene news): one message's fault dead-letters that
 message only, dead letters always fit, a failed dead-letter produce pauses visibly and recovers, metric labels
-stay a closed set.
+stay a closed set, a deployment's own error policy (a setting) changes what a poison message gets.
 
 The helpers and fixtures are test_stream.py's."""
 
@@ -19,6 +19,7 @@ from confluent_kafka import Producer
 from newsmon.demo import article_event
 from newsmon.schemas import DeadLetterReason, DeadLetterStage, LabelDecision, ModeratorDecision, dead_letter_topic
 from newsmon.workers.observability import HEALTH, REGISTRY
+from newsmon.workers.policy import Action, DefaultErrorPolicy, Verdict
 from test_stream import (PRODUCED, Collector, committed, corpus, publish, publish_articles,  # noqa: F401
                          runtime_factory, wait_all_committed, wait_until)
 
@@ -112,6 +113,56 @@ def test_a_text_no_encoder_can_take_is_dead_lettered_alone(runtime_factory, corp
         dlq.close()
 
 
+def lone_surrogate_event(good, article_id: str) -> bytes:
+    """Valid JSON and a Python str, but no UTF-8 encoding exists for it: refused at validation."""
+    ev = json.loads(article_event(good).to_bytes())
+    return json.dumps(ev | {"article_id": article_id, "body": ev["body"][:400] + " \ud800 konec"}).encode()
+
+
+def strict_policy(settings):
+    """A deployment's error policy (NEWSMON_WORKER__ERROR_POLICY="test_stream_policy:strict_policy"): a message
+    that the default policy would dead-letter holds its partition instead (pause), until an operator acts."""
+    default = DefaultErrorPolicy(settings)
+
+    def policy(failure):
+        verdict = default(failure)
+        if verdict.action is Action.DEAD_LETTER:
+            return Verdict.pause(f"strict policy holds {failure.detail}")
+        return verdict
+    return policy
+
+
+def test_a_custom_error_policy_named_by_a_setting_changes_what_a_poison_message_gets(runtime_factory, corpus):
+    s, rt = runtime_factory(corpus.split("train")[:40], error_policy="test_stream_policy:strict_policy",
+                            pause_backoff_s=0.5, pause_backoff_max_s=1.0)
+    worker = next(w for w in rt.workers if w.name == "classifier")
+    assert not isinstance(worker.policy, DefaultErrorPolicy)
+    rt.start()
+    out = Collector(s, s.kafka.topic_proposals)
+    dlq = Collector(s, dead_letter_topic(s.kafka.topic_articles))
+    good = corpus.split("test")[0]
+    try:
+        publish_to_partition(s, [(b"held", lone_surrogate_event(good, "held")),
+                                 (good.id.encode(), article_event(good).to_bytes())])
+        wait_until(lambda: worker.pauses >= 2, 120, "the strict policy to pause on the poison message, again")
+        ready, info = HEALTH.ready()
+        assert not ready and "strict policy holds stage validate" in json.dumps(info)
+        assert not dlq.messages and good.id not in out.proposals()
+        poison_offset = PRODUCED[(s.kafka.topic_articles, 0)] - 2
+        assert committed(s, s.kafka.classifier_group, s.kafka.topic_articles)[0] <= poison_offset
+        worker.policy = DefaultErrorPolicy(s)  # the operator's fix: the default policy dead-letters it
+        dlq.wait_for(lambda c: len(c.messages) == 1, 60, "the poison message's dead letter")
+        h = headers_of(dlq.messages[0])
+        assert dlq.messages[0].key() == b"held" and (h["newsmon-reason"], h["newsmon-stage"]) == (
+            "schema_violation", "validate")
+        out.wait_for(lambda c: good.id in c.proposals(), 120, "the article behind it")
+        wait_all_committed(s, s.kafka.classifier_group, s.kafka.topic_articles)
+        wait_until(lambda: HEALTH.ready()[0], 30, "/readyz ready again")
+    finally:
+        out.close()
+        dlq.close()
+
+
 def huge_event(good, article_id: str, mb: int = 70) -> bytes:
     ev = json.loads(article_event(good).to_bytes())
     return json.dumps(ev | {"article_id": article_id, "body": "beseda " * (mb * 1024 * 1024 // 7)}).encode()
@@ -171,12 +222,13 @@ def test_huge_event_is_dead_lettered_cut_and_a_failing_dead_letter_pauses_visibl
 CLOSED = {"reason": {x.value for x in DeadLetterReason}, "event": {"assigned", "revoked", "lost", "commit_failed",
           "consumer_recreated"}, "worker": {"classifier", "memory-updater"},
           "action": {"added", "retired", "renamed", "defined", "updated"},
-          "outcome": {"proposed", "duplicate", "dead_letter", "applied", "stale", "clamped"},
+          "outcome": {"proposed", "duplicate", "dead_letter", "applied", "stale", "clamped", "parked"},
           "stage": {x.value for x in DeadLetterStage} | {"none", "dedup", "embed", "search_score", "rules", "total"}}
 
 
 def test_metric_labels_stay_a_closed_set_after_poison_inputs(runtime_factory, corpus):
-    s, rt = runtime_factory(corpus.split("train")[:40])
+    # decisions on articles that never arrive: parked, dead-lettered when they expire (after a second here)
+    s, rt = runtime_factory(corpus.split("train")[:40], decision_park_s=1.0, decision_park_check_s=0.5)
     rt.start()
     dlq = Collector(s, dead_letter_topic(s.kafka.topic_decisions))
     updater = next(w for w in rt.workers if w.name == "memory-updater")

@@ -1,14 +1,14 @@
-"""The consume -> handle -> produce -> commit loop shared by the workers, applying the error policy.
+"""The consume -> handle -> produce -> commit loop shared by the workers, asking the error policy at each failure.
 
 Per micro-batch (up to ``batch_max_messages`` or ``batch_max_ms``): ``handle_batch`` produces every output
 through an :class:`~newsmon.workers.kafka_io.Outbox`; the outbox is flushed; offsets are committed up to the
 first message not fully acknowledged, which is consumed again.
 
-What happens on an error is :mod:`newsmon.workers.policy` (one place): transient errors pause the partitions and
-retry with backoff without committing; a message that fails on its own is dead-lettered with its reason code and
-stage while the rest of its batch proceeds; a failed commit or lost partitions drop the in-flight batch's offsets
-and the consumer rejoins; a failed produce pauses and retries, visible in ``/readyz`` and the metrics. Only an
-error of the loop itself ends :meth:`BatchWorker.run` (and the process, with a non-zero status).
+What happens on an error is the worker's error policy's verdict (:mod:`newsmon.workers.policy`, one object,
+``worker.error_policy``): retry (a batch one message at a time, a message once more), pause the partitions and
+probe with backoff without committing the unfinished messages, dead-letter a message with its reason code and
+stage while the rest of its batch proceeds, or rejoin the group (the batch's offsets dropped). Only an error of
+the loop itself ends :meth:`BatchWorker.run` (and the process, with a non-zero status).
 """
 
 from __future__ import annotations
@@ -16,25 +16,27 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from newsmon.schemas import DeadLetterReason, DeadLetterStage
+from newsmon.schemas import DeadLetterReason, DeadLetterStage, InvalidEvent
 from newsmon.shared.config import Settings
 from newsmon.workers.kafka_io import (Outbox, commit_acknowledged, dead_letter, make_consumer, make_producer,
                                       real_messages, record_lag, rewind_to)
 from newsmon.workers.observability import GROUP_EVENTS, HEALTH
-from newsmon.workers.policy import DependencyDown, ErrorPolicy, Failure, backoff_s, classify, is_transient, \
-    membership_lost
+from newsmon.workers.policy import (Action, DependencyCalls, DependencyDown, Failure, Phase, ProduceFailed,
+                                    StageError, TooSlow, Verdict, backoff_s, is_transient, load_error_policy,
+                                    membership_lost)
+from newsmon.workers.watch import Abandoned, RunOutbox, ShuttingDown, Watcher
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["BatchWorker", "DependencyDown", "ErrorPolicy", "StartupError", "probe_ok"]
+__all__ = ["BatchWorker", "DependencyDown", "StartupError", "probe_ok"]
 
 
 class StartupError(RuntimeError):
@@ -71,23 +73,26 @@ class BatchWorker:
         self.group = group
         self.topics = topics
         self.instance = instance or f"{self.name}-{threading.get_ident() % 100000}"
-        self.policy = ErrorPolicy(settings.worker)
-        self.stage: DeadLetterStage | None = None
+        self.dependencies = DependencyCalls(settings.worker)
+        self.policy = load_error_policy(settings)
         self.batches = 0
         self.pauses = 0
         self.group_events: Counter = Counter()
         self.dead_letters: Counter = Counter()
+        self.verdicts: Counter = Counter()
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._produce_streak = 0
+        self.watcher = Watcher(self.name, settings)
 
     # -- to implement -----------------------------------------------------------------------------
     def handle_batch(self, msgs: list[Message], outbox: Outbox) -> None:
-        """Produce every output of ``msgs`` through ``outbox`` and mark each one ``outbox.done(msg)``; say which
-        stage runs with :meth:`at` (it names the stage of a failure).
+        """Produce every output of ``msgs`` through ``outbox`` and mark each one ``outbox.done(msg)``; run each
+        stage inside :meth:`stage` (it names the stage of a failure); hand a message found invalid to
+        :meth:`refuse`.
 
         Raises:
-            Exception: any error; :mod:`newsmon.workers.policy` decides what follows.
+            Exception: any error; the error policy (:mod:`newsmon.workers.policy`) decides what follows.
         """
         raise NotImplementedError
 
@@ -97,18 +102,47 @@ class BatchWorker:
 
     # -- the error policy's entry points ------------------------------------------------------------
     def call(self, what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
-        """A dependency call under the error policy (:meth:`newsmon.workers.policy.ErrorPolicy.call`)."""
-        return self.policy.call(what, fn, *args, **kwargs)
+        """A dependency call, transient errors retried (:meth:`newsmon.workers.policy.DependencyCalls.call`)."""
+        return self.dependencies.call(what, fn, *args, **kwargs)
 
-    def at(self, stage: DeadLetterStage) -> None:
-        """The stage now running (named in the dead letter of a message that fails in it)."""
-        self.stage = stage
+    @contextmanager
+    def stage(self, stage: DeadLetterStage, messages: int = 1) -> Iterator[None]:
+        """Run the body as ``stage``: an error escaping it is raised as :class:`StageError` carrying the stage
+        (an inner stage's error keeps its own); the loop holds the stage to ``worker.stage_budget_s`` (times
+        ``messages`` for a step whose work is bounded per message, e.g. a batch's embedding).
+
+        Raises:
+            Abandoned: the loop gave this run up (its budget ran out, or the worker is stopping).
+        """
+        run = self.watcher.current()
+        if run is not None:
+            run.enter(stage, messages)
+        try:
+            yield
+        except (StageError, Abandoned):
+            raise
+        except Exception as exc:  # noqa: BLE001 - carried to the policy with its stage
+            raise StageError(stage, exc) from exc
+        finally:
+            if run is not None:
+                run.leave()
+
+    def refuse(self, outbox: Outbox, msg: Message, error: InvalidEvent, stage: DeadLetterStage) -> None:
+        """A message found invalid at ``stage`` (its reason code in ``error.code``): the policy's verdict on it
+        alone; dead-lettered by default. A pause or rejoin verdict fails the batch (:class:`StageError`), so
+        the loop carries it out."""
+        verdict = self._decide(Failure(error, stage, (msg,), isolated=True, worker=self.name, probe=self.probe))
+        if verdict.action is Action.DEAD_LETTER or verdict.action is Action.RETRY:  # a retry would refuse again
+            self.reject(outbox, msg, verdict.reason if verdict.action is Action.DEAD_LETTER else error.code,
+                        verdict.detail or error.reason, stage)
+            return
+        raise StageError(stage, error)
 
     def reject(self, outbox: Outbox, msg: Message, reason: DeadLetterReason, detail: str,
-               stage: DeadLetterStage | None = None) -> None:
-        """Send ``msg`` to its dead-letter topic with the ``reason`` code, the stage (default: the current one)
-        and ``detail`` in words; it counts as handled."""
-        dead_letter(outbox, msg, DeadLetterReason(reason), stage or self.stage, detail, self.instance,
+               stage: DeadLetterStage | None) -> None:
+        """Send ``msg`` to its dead-letter topic with the ``reason`` code, the ``stage`` and ``detail`` in words;
+        it counts as handled."""
+        dead_letter(outbox, msg, DeadLetterReason(reason), stage, detail, self.instance,
                     self.settings.worker.dead_letter_max_bytes)
         self.dead_letters[DeadLetterReason(reason).value] += 1
 
@@ -160,52 +194,96 @@ class BatchWorker:
         were committed as usual, and the partitions ``(topic, partition)`` the consumer was sent back on (a
         pause, an unacknowledged message): what was consumed after ``msgs`` there comes again."""
         outbox = Outbox(self._producer)
-        failure = self._attempt(msgs, outbox)
-        if failure is not None and not failure.transient:
-            failure = self._isolate(msgs, outbox)
+        verdict = self._handle(msgs, outbox, stop)
         outbox.wait()
-        if failure is not None:
-            return False, self._pause(msgs, outbox, failure.detail, stop, self.probe)
-        if outbox.failed:
-            return False, self._produce_failed(msgs, outbox, stop)
+        produce_failed = verdict is None and bool(outbox.failed)
+        if produce_failed:
+            verdict = self._produce_failed(msgs, outbox)
+        if verdict is not None and verdict.action is Action.REJOIN:
+            self._renew_consumer(verdict.detail)
+            return False, set()
+        if verdict is not None:  # pause: until the probe passes, or (a produce) after the backoff
+            if produce_failed:
+                return False, self._pause(msgs, outbox, verdict.detail, stop, lambda: True, self._produce_streak)
+            return False, self._pause(msgs, outbox, verdict.detail, stop, self.probe)
         self._produce_streak = 0
         if self.after_produce is not None:
             self.after_produce(msgs)
         rewound = self._commit(msgs, outbox)
         return rewound is not None and not rewound, rewound or set()
 
-    def _attempt(self, msgs: list[Message], outbox: Outbox) -> Failure | None:
-        """``handle_batch``; None when it went through, else how its error is taken (transient when the
-        dependency probe fails, whatever the error)."""
-        self.stage = None
-        try:
-            self.handle_batch(msgs, outbox)
-            return None
-        except Exception as exc:  # noqa: BLE001 - the policy decides
-            failure = classify(exc, self.stage)
-            if not failure.transient and not self.probe():
-                failure = replace(failure, transient=True, detail=f"{failure.detail} (dependency probe failed)")
-            log.warning("batch failed", worker=self.name, messages=len(msgs), transient=failure.transient,
-                        reason=failure.reason.value, detail=failure.detail[:300])
-            return failure
+    def _decide(self, failure: Failure) -> Verdict:
+        """The policy's verdict on ``failure``, its detail filled in and logged."""
+        verdict = self.policy(failure)
+        if not verdict.detail:
+            verdict = Verdict(verdict.action, verdict.reason, failure.detail)
+        self.verdicts[verdict.action.value] += 1
+        log.warning("failure", worker=self.name, phase=failure.phase, messages=len(failure.messages),
+                    stage=failure.stage.value if failure.stage else None, isolated=failure.isolated,
+                    attempt=failure.attempt, action=verdict.action.value,
+                    reason=verdict.reason.value if verdict.action is Action.DEAD_LETTER else None,
+                    detail=verdict.detail[:300])
+        return verdict
 
-    def _isolate(self, msgs: list[Message], outbox: Outbox) -> Failure | None:
-        """Handle the unfinished messages one at a time; dead-letter each one that fails alone. Returns a
-        transient failure met on the way (the rest is then left for after the pause), else None."""
+    def _handle(self, msgs: list[Message], outbox: Outbox, stop: threading.Event) -> Verdict | None:
+        """``handle_batch`` under the policy. Returns None when every message is done (handled or
+        dead-lettered), else the pause or rejoin verdict that stopped it."""
+        failure = self._attempt(msgs, outbox, isolated=False, attempt=1, stop=stop)
+        if failure is None:
+            return None
+        if isinstance(failure.error, ShuttingDown):  # nothing more of it is committed
+            return Verdict.pause(failure.detail)
+        verdict = self._decide(failure)
+        if verdict.action is Action.RETRY:
+            if isinstance(failure.error, TooSlow):  # what was given up may hold a lock the messages need
+                self.watcher.settle(self._consumer, stop)
+            return self._isolate(msgs, outbox, stop)
+        if verdict.action is Action.DEAD_LETTER:
+            for m in msgs:
+                if Outbox.key_of(m) not in outbox.handled:
+                    self.reject(outbox, m, verdict.reason, verdict.detail, failure.stage)
+            return None
+        return verdict
+
+    def _attempt(self, msgs: list[Message], outbox: Outbox, isolated: bool, attempt: int,
+                 stop: threading.Event) -> Failure | None:
+        """``handle_batch`` once, in a thread of its own (:meth:`Watcher.run`); None when it went through, else
+        the failure (its stage unwrapped; :class:`TooSlow` for a stage over its budget)."""
+        exc = self.watcher.run(lambda run: self.handle_batch(msgs, RunOutbox(outbox, run)), self._consumer, stop)
+        return None if exc is None else self._failure(exc, msgs, "handle", isolated, attempt)
+
+    def _failure(self, exc: BaseException, msgs: list[Message], phase: Phase, isolated: bool = False,
+                 attempt: int = 1) -> Failure:
+        stage = None
+        if isinstance(exc, StageError):
+            stage, exc = exc.stage, exc.error
+        return Failure(exc, stage, tuple(msgs), phase, isolated, attempt, self.name, self.probe)
+
+    def _isolate(self, msgs: list[Message], outbox: Outbox, stop: threading.Event) -> Verdict | None:
+        """Handle the unfinished messages one at a time under the policy (retry, dead-letter). Returns a pause
+        or rejoin verdict met on the way (the rest is then left for after it), else None."""
         for m in msgs:
-            if Outbox.key_of(m) in outbox.handled:
-                continue
-            failure = self._attempt([m], outbox)
-            if failure is None:
-                continue
-            if failure.transient:
-                return failure
-            self.reject(outbox, m, failure.reason, failure.detail, failure.stage)
+            attempt = 1
+            while Outbox.key_of(m) not in outbox.handled:
+                failure = self._attempt([m], outbox, isolated=True, attempt=attempt, stop=stop)
+                if failure is None:
+                    break
+                if isinstance(failure.error, ShuttingDown):
+                    return Verdict.pause(failure.detail)
+                verdict = self._decide(failure)
+                if verdict.action is Action.RETRY and not stop.is_set():
+                    attempt += 1
+                    continue
+                if verdict.action is Action.DEAD_LETTER:
+                    self.reject(outbox, m, verdict.reason, verdict.detail, failure.stage)
+                    break
+                return verdict if verdict.action is not Action.RETRY else Verdict.pause(verdict.detail)
         return None
 
     def _commit(self, msgs: list[Message], outbox: Outbox) -> set[tuple[str, int]] | None:
-        """Commit the acknowledged prefix; retriable errors retried; when the group moved on (or the retries
-        ran out) the batch's offsets are dropped: the partitions' next owner reads them again. Returns the
+        """Commit the acknowledged prefix; retriable errors retried; a commit that still fails goes to the
+        policy (default: rejoin when the group moved on, else leave the offsets to the next commit; either way
+        the batch's offsets are dropped and the partitions' next owner reads them again). Returns the
         partitions sent back to an unacknowledged message, None when the commit failed."""
         try:
             for attempt in Retrying(stop=stop_after_attempt(self.settings.worker.retry_attempts),
@@ -215,9 +293,10 @@ class BatchWorker:
                     return {(tp.topic, tp.partition) for tp in commit_acknowledged(self._consumer, msgs, outbox)}
         except KafkaException as exc:
             self._group_change("commit_failed", [])
-            log.warning("commit failed: the in-flight batch's offsets are dropped and the consumer rejoins; the "
-                        "partitions' next owner reads the batch again", worker=self.name, error=str(exc))
-            if membership_lost(exc):  # rejoin with a new member: the group's view of this one is stale
+            verdict = self._decide(self._failure(exc, msgs, "commit"))
+            log.warning("commit failed: the in-flight batch's offsets are dropped; the partitions' next owner "
+                        "reads the batch again", worker=self.name, error=str(exc), action=verdict.action.value)
+            if verdict.action is Action.REJOIN:  # a new member: the group's view of this one is stale
                 self._renew_consumer(str(exc))
         return None
 
@@ -251,16 +330,20 @@ class BatchWorker:
         log.info("consumption resumed", worker=self.name, paused_s=round(time.monotonic() - started, 1))
         return {(m.topic(), m.partition()) for m in unfinished}
 
-    def _produce_failed(self, msgs: list[Message], outbox: Outbox, stop: threading.Event) -> set[tuple[str, int]]:
-        """Outputs not acknowledged (a proposal or a dead letter): pause with backoff growing over consecutive
-        failures, then handle the unacknowledged messages again (a new producer after a fatal error)."""
+    def _produce_failed(self, msgs: list[Message], outbox: Outbox) -> Verdict:
+        """Outputs not acknowledged (a proposal or a dead letter): the policy's verdict (default: pause, with
+        backoff growing over consecutive failures, then handle the unacknowledged messages again; a new
+        producer after a fatal error)."""
         self._produce_streak += 1
-        detail = "; ".join(sorted({f"{topic}: {err}" for topic, err in outbox.failed.values()}))
+        error = ProduceFailed({topic: err for topic, err in outbox.failed.values()}, outbox.fatal)
         if outbox.fatal:
             self._producer.flush(5)
             self._producer = make_producer(self.settings, self.instance)
-        return self._pause(msgs, outbox, f"produce failing ({detail[:300]})", stop, lambda: True,
-                           self._produce_streak)
+        unacknowledged = [m for m in msgs if not outbox.acknowledged(m)]
+        verdict = self._decide(self._failure(error, unacknowledged, "produce"))
+        if verdict.action in (Action.REJOIN, Action.PAUSE):
+            return verdict
+        return Verdict.pause(verdict.detail)  # a retry or a dead letter needs the broker too: wait for it
 
     # -- the consumer's group membership ------------------------------------------------------------
     def _new_consumer(self) -> Consumer:

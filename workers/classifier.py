@@ -64,7 +64,7 @@ class ClassifierWorker(BatchWorker):
         is embedded; the new one stays in flight until the next step (at most ``batch_max_ms`` later)."""
         if self._revoked:  # the group moved: what is in flight is read again from the committed offsets
             self._inflight, self._revoked = None, False
-        nxt = prepare(self.pipeline, msgs, self._consumer, self._executor.submit) if msgs else None
+        nxt = self._prepare(msgs, stop) if msgs else None
         cur, self._inflight = self._inflight, None
         if cur is not None and cur.consumer is self._consumer:
             self._current = cur
@@ -81,6 +81,17 @@ class ClassifierWorker(BatchWorker):
         if stop.is_set() and nxt is None:
             self._executor.shutdown(wait=True)
 
+    def _prepare(self, msgs: list[Message], stop: threading.Event) -> Ahead:
+        """:func:`~newsmon.workers.ahead.prepare` in a watched thread (:meth:`~newsmon.workers.watch.Watcher.run`):
+        over the stage budget, the batch is left unprepared (handled from its messages in its turn, under the
+        budget and the policy)."""
+        consumer, box = self._consumer, {}
+
+        def run(_run) -> None:
+            box["ahead"] = prepare(self.pipeline, msgs, consumer, self._executor.submit)
+        error = self.watcher.run(run, consumer, stop)
+        return box["ahead"] if error is None and "ahead" in box else Ahead(msgs, consumer)
+
     def _group_change(self, event: str, partitions: list[TopicPartition]) -> None:
         super()._group_change(event, partitions)
         if event in ("revoked", "lost"):
@@ -88,25 +99,27 @@ class ClassifierWorker(BatchWorker):
 
     def handle_batch(self, msgs: list[Message], outbox: Outbox) -> None:
         p = self.pipeline
-        self.at(DeadLetterStage.MODEL_SWITCH)
-        switch_model(self, p.follow_promotion)
-        self.at(DeadLetterStage.VALIDATE)
+        with self.stage(DeadLetterStage.MODEL_SWITCH):
+            switch_model(self, p.follow_promotion)
         ahead = self._current if self._current is not None and self._current.msgs is msgs else None
-        prepared = take(ahead, p) if ahead is not None else None  # after a model switch: its vectors dropped
-        batch, rejected = prepared if prepared is not None else p.validate(msgs)
-        for m, exc in rejected:
-            self.reject(outbox, m, exc.code, exc.reason)
-            ARTICLES.labels("dead_letter").inc()
+        # the embedding started ahead is bounded per article (max_length tokens): slow means busy, not poisoned
+        with self.stage(DeadLetterStage.EMBED, messages=len(msgs)):
+            prepared = take(ahead, p) if ahead is not None else None  # after a model switch: its vectors dropped
+        with self.stage(DeadLetterStage.VALIDATE):
+            batch, rejected = prepared if prepared is not None else p.validate(msgs)
+            for m, exc in rejected:
+                self.refuse(outbox, m, exc, DeadLetterStage.VALIDATE)
+                ARTICLES.labels("dead_letter").inc()
         if not batch.items:
             return
-        p.propose(batch, self.at)  # near-duplicates, embed, retrieve and score, label rules, store pending points
-        self.at(DeadLetterStage.EMIT)
-        for m, proposal in p.emit(batch):
-            outbox.produce(m, self.settings.kafka.topic_proposals, proposal.kafka_key(), proposal.to_bytes())
-            outbox.done(m)
-            ARTICLES.labels("duplicate" if proposal.duplicate_of else "proposed").inc()
-            PROPOSALS_PER_ARTICLE.observe(len(proposal.labels))
-        p.observe(batch)
+        p.propose(batch, self.stage)  # near-duplicates, embed, retrieve and score, label rules, store pending points
+        with self.stage(DeadLetterStage.EMIT):
+            for m, proposal in p.emit(batch):
+                outbox.produce(m, self.settings.kafka.topic_proposals, proposal.kafka_key(), proposal.to_bytes())
+                outbox.done(m)
+                ARTICLES.labels("duplicate" if proposal.duplicate_of else "proposed").inc()
+                PROPOSALS_PER_ARTICLE.observe(len(proposal.labels))
+            p.observe(batch)
 
 
 __all__ = ["ClassifierWorker", "DependencyDown"]

@@ -11,7 +11,8 @@ Decisions (``moderator-decisions``, key = article_id), :meth:`DecisionService.ap
 - A rejected-only decision (nothing confirmed or added) leaves the article in the memory with no labels and
   ``status = "reviewed"``: it is never used as evidence (only labelled points are searched) but stays known,
   so a later decision can still label it.
-- A decision on an article the memory has never seen (no vector to attach labels to) is ``unknown``.
+- A decision on an article the memory has never seen (no vector to attach labels to) is ``unknown``: the worker
+  parks it until the article arrives (:mod:`newsmon.workers.parking`).
 - Future-dated: a ``decided_at`` further ahead than now + ``worker.decision_max_future_s`` (a moderator's clock
   that is wrong) is taken as now (the claimed time is kept in ``decided_at_claimed``), so it cannot lock the
   article against later decisions; a future date stored before this rule is not honoured either.
@@ -180,6 +181,13 @@ class DecisionService:
             payload["decided_at_claimed"] = dec.decided_at.isoformat()
         router.memory(lang).upsert([dec.article_id], point.vector[None, :], [labels], [payload])
         return "applied"
+
+    def stored(self, article_ids: list[str]) -> set[str]:
+        """The ids among ``article_ids`` that the memory holds (production or replaced version)."""
+        found = set(self.router.find_many(article_ids))
+        if self.previous is not None and len(found) < len(set(article_ids)):
+            found |= set(self.previous.find_many([a for a in article_ids if a not in found]))
+        return found
 
     def revise_copies(self, dec: ModeratorDecision) -> list[LabelProposal]:
         """Revised proposals for the near-copies of the decided article that were proposed from its old state

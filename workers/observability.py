@@ -2,8 +2,8 @@
 
 ``GET /metrics`` (Prometheus text format), ``GET /healthz`` (200 while the worker loops are alive: each loop
 beats at least every poll; 503 when a loop has not beaten for ``stale_after_s``), ``GET /readyz`` (200 once
-every worker has its model, memory and consumer up, its consumer holds its partition assignment, and it is not
-paused on a failing dependency; 503 otherwise,
+every worker has its model, memory and consumer up, its consumer holds its partition assignment, it is not
+paused on a failing dependency and its loop is not stale; 503 otherwise,
 with the reason; both with the knowledge memory's mode, ``{"memory": {"mode": "embedded", "path": ...}}`` or
 ``{"mode": "server", "url": ...}`` without credentials).
 """
@@ -41,13 +41,19 @@ GROUP_EVENTS = Counter("newsmon_group_events_total", "Consumer-group events, by 
 CONSUMER_LAG = Gauge("newsmon_consumer_lag", "Messages behind the high watermark, per topic and partition.",
                      ["group", "topic", "partition"], registry=REGISTRY)
 DECISIONS = Counter("newsmon_decisions_total", "Moderator decisions handled, by outcome "
-                    "(applied, stale, dead_letter; clamped: future-dated, taken as decided now, also counted "
-                    "as applied or stale).", ["outcome"], registry=REGISTRY)
+                    "(applied, stale, dead_letter; parked: its article not stored yet, applied or dead-lettered "
+                    "later; clamped: future-dated, taken as decided now, also counted as applied or stale).",
+                    ["outcome"], registry=REGISTRY)
+PARKED_DECISIONS = Gauge("newsmon_parked_decisions", "Moderator decisions waiting for their article "
+                         "(worker.decision_park_s).", registry=REGISTRY)
 LABEL_EVENTS = Counter("newsmon_label_events_total", "Label events applied, by action.", ["action"],
                        registry=REGISTRY)
 DECISION_LATENCY = Histogram("newsmon_decision_to_memory_seconds", "From consuming a decision to the memory "
                              "serving it (seconds).", buckets=(.001, .005, .01, .025, .05, .1, .25, .5, 1, 2),
                              registry=REGISTRY)
+ABANDONED = Gauge("newsmon_abandoned_handlers", "Handling threads a worker gave up on (a stage over "
+                  "worker.stage_budget_s) that are still running: a Python call cannot be killed.", ["worker"],
+                  registry=REGISTRY)
 PAUSED = Gauge("newsmon_worker_paused", "1 while a worker is paused on a failing dependency or a failing "
                "produce.", ["worker"], registry=REGISTRY)
 
@@ -107,12 +113,18 @@ class Health:
         return all(a < self.stale_after_s for a in ages.values()), {"beat_age_s": ages}
 
     def ready(self) -> tuple[bool, dict]:
-        """Ready when every registered worker is ready (not paused) and has its partition assignment."""
+        """Ready when every registered worker is ready (not paused), has its partition assignment, and its loop
+        beat within ``stale_after_s`` (a worker whose loop is stuck is not ready, whatever it said last)."""
+        now = time.monotonic()
         with self._lock:
             state, info = dict(self._ready), dict(self._info)
             for w, joined in self._joined.items():
                 if not joined and state.get(w) is None:
                     state[w] = "joining its consumer group (no partitions assigned yet)"
+            ages = {w: now - t for w, t in self._beats.items()}
+        for w, age in ages.items():
+            if age >= self.stale_after_s and state.get(w) is None:
+                state[w] = f"stale: its loop has not beaten for {age:.0f} s"
         return bool(state) and all(v is None for v in state.values()), {"workers": {
             w: "ready" if v is None else v for w, v in state.items()}, **info}
 

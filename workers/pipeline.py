@@ -5,7 +5,7 @@
 
 :class:`ArticlePipeline` is the classifier worker's service object; the worker
 (:mod:`newsmon.workers.classifier`) only moves messages, offsets and errors. Every dependency call goes through
-the ``call`` it is given (the worker's error policy, :meth:`newsmon.workers.policy.ErrorPolicy.call`).
+the ``call`` it is given (the worker's error policy, :meth:`newsmon.workers.policy.DependencyCalls.call`).
 
 Per batch the knowledge memory is hit by: one ``get`` per language for the originals of the near-copies found,
 read again after the pending points are written (none when there are none), one batched ``search`` per language
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -163,18 +164,18 @@ class ArticlePipeline:
         self.dedup.count()
 
     # -- the stages -------------------------------------------------------------------------------
-    def propose(self, batch: ArticleBatch, at: Callable[[DeadLetterStage], None] | None = None) -> None:
-        """The stages between ``validate`` and ``emit``, in order, for a batch with valid articles; ``at(stage)``
-        is told each stage before it runs (the worker names the stage of a failure with it)."""
-        for stage, run in ((DeadLetterStage.NEAR_DUPLICATES, self.near_duplicates),
-                           (DeadLetterStage.EMBED, self.embed),
-                           (DeadLetterStage.RETRIEVE_AND_SCORE, self.retrieve_and_score),
-                           (DeadLetterStage.LABEL_RULES, self.match_rules),
-                           # before the proposals: a moderator can only decide on a produced proposal
-                           (DeadLetterStage.STORE_PENDING, self.store_pending)):
-            if at is not None:
-                at(stage)
-            run(batch)
+    def propose(self, batch: ArticleBatch, stage: Callable[..., AbstractContextManager] | None = None) -> None:
+        """The stages between ``validate`` and ``emit``, in order, for a batch with valid articles; each runs
+        inside ``stage(<its DeadLetterStage>)`` when given (the worker's: it names the stage of a failure and
+        holds the stage to its time budget)."""
+        for name, run in ((DeadLetterStage.NEAR_DUPLICATES, self.near_duplicates),
+                          (DeadLetterStage.EMBED, self.embed),
+                          (DeadLetterStage.RETRIEVE_AND_SCORE, self.retrieve_and_score),
+                          (DeadLetterStage.LABEL_RULES, self.match_rules),
+                          # before the proposals: a moderator can only decide on a produced proposal
+                          (DeadLetterStage.STORE_PENDING, self.store_pending)):
+            with (stage(name) if stage is not None else nullcontext()):
+                run(batch)
 
     def validate(self, msgs: list[Message]) -> tuple[ArticleBatch, list[tuple[Message, InvalidEvent]]]:
         """Parse every message as an :class:`ArticleEvent` and clean its text (:func:`~newsmon.shared.text.clean_text`:
