@@ -13,9 +13,8 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, field_serializer
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from newsmon.shared.masking import SECRET_KEYS, MaskedUrl, SecretUrl, mask_url, redact_url, reveal
-
 from newsmon.schemas.scoring import ScoringParams  # its rules and components register when first looked up
+from newsmon.shared.masking import SECRET_KEYS, MaskedUrl, SecretUrl, mask_url, redact_url, reveal
 
 __all__ = ["BUNDLED_E5_SMALL", "PRODUCTION_MODEL", "ApiSettings", "CalibrationSettings", "EncoderSettings",
            "KafkaSettings", "LabelSettings", "MaskedUrl", "MemorySettings", "SecretUrl", "Settings",

@@ -56,7 +56,7 @@ def redact_url(url: str | SecretStr) -> str:
     """``url`` (plain or a :class:`SecretUrl`) without user name, password and query string
     (``redis://:pw@host:6379/0`` -> ``redis://host:6379/0``), for logs and error messages; a string that is not a
     URL is returned as is."""
-    url = reveal(url)
+    url = reveal(url) or ""
     parts = urlsplit(url)
     if not parts.scheme or not parts.netloc:
         return url

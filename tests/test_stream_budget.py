@@ -18,13 +18,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+from test_stream import Collector, committed, corpus, stream_settings, wait_all_committed, wait_until  # noqa: F401
+from test_stream_membership import worker_env
+from test_stream_policy import headers_of, publish_to_partition
+
 from newsmon.broker import free_port
 from newsmon.demo import article_event
 from newsmon.schemas import dead_letter_topic
-from test_stream import (Collector, committed, corpus, stream_settings, wait_all_committed,  # noqa: F401
-                         wait_until)
-from test_stream_membership import worker_env
-from test_stream_policy import headers_of, publish_to_partition
 
 REPO = Path(__file__).resolve().parents[1]
 MARKER = "polzevito"

@@ -14,12 +14,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from typing import cast
 
 import structlog
 from confluent_kafka import Message
 
-from newsmon.schemas import DeadLetterReason, DeadLetterStage, InvalidEvent, LabelEvent, ModeratorDecision, \
-    parse_event
+from newsmon.schemas import DeadLetterReason, DeadLetterStage, InvalidEvent, LabelEvent, ModeratorDecision, parse_event
 from newsmon.shared.config import Settings, reveal
 from newsmon.shared.memory import MemoryRouter
 from newsmon.workers.base import BatchWorker, probe_ok
@@ -150,9 +150,10 @@ class MemoryUpdaterWorker(BatchWorker):
         expired = [e.id for e in entries if e.article_id not in stored and e.expires_at <= now]
         if not claim and not expired:
             return 0, 0
+        assert self._producer is not None, "the memory updater's producer is started with the worker"
         outbox, settled, dead = Outbox(self._producer), [], 0
         for pm in self.call("decision park", self.park.get, claim):
-            ev = parse_event(ModeratorDecision, pm.value())  # valid when it was parked
+            ev = cast(ModeratorDecision, parse_event(ModeratorDecision, pm.value()))  # valid when it was parked
             outcome = self.call("memory", svc.apply_decision, ev)
             if outcome == "unknown":  # gone again (a replaced model version): it waits on
                 continue

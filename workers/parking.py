@@ -22,6 +22,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 from confluent_kafka import Message
@@ -44,8 +45,11 @@ class ParkedMessage:
         self._topic, self._partition, self._offset, self._key, self._value = topic, partition, offset, key, value
 
     @classmethod
-    def of(cls, msg: Message, article_id: str, now: float | None = None) -> "ParkedMessage":
-        return cls(article_id, msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value() or b"",
+    def of(cls, msg: Message, article_id: str, now: float | None = None) -> ParkedMessage:
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        if topic is None or partition is None or offset is None:  # only an error event lacks them
+            raise ValueError("cannot park a message without its topic, partition and offset")
+        return cls(article_id, topic, partition, offset, msg.key(), msg.value() or b"",
                    time.time() if now is None else now)
 
     @property
@@ -79,7 +83,7 @@ class ParkedMessage:
                            "value": base64.b64encode(self._value).decode()})
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "ParkedMessage":
+    def from_json(cls, text: str | bytes) -> ParkedMessage:
         d = json.loads(text)
         return cls(d["article_id"], d["topic"], d["partition"], d["offset"],
                    base64.b64decode(d["key"]) if d["key"] is not None else None, base64.b64decode(d["value"]),
@@ -164,7 +168,8 @@ class RedisDecisionPark(DecisionPark):
 
     def entries(self) -> list[Entry]:
         out = []
-        for member, score in self.r.zrange(self._due, 0, -1, withscores=True):
+        rows = cast(list[tuple[bytes, float]], self.r.zrange(self._due, 0, -1, withscores=True))
+        for member, score in rows:
             article_id, _, mid = member.decode().rpartition(" ")
             out.append(Entry(article_id, mid, float(score)))
         return out

@@ -134,19 +134,19 @@ class Verdict:
     detail: str = ""
 
     @classmethod
-    def retry(cls, detail: str = "") -> "Verdict":
+    def retry(cls, detail: str = "") -> Verdict:
         return cls(Action.RETRY, detail=detail)
 
     @classmethod
-    def pause(cls, detail: str = "") -> "Verdict":
+    def pause(cls, detail: str = "") -> Verdict:
         return cls(Action.PAUSE, detail=detail)
 
     @classmethod
-    def dead_letter(cls, reason: DeadLetterReason, detail: str = "") -> "Verdict":
+    def dead_letter(cls, reason: DeadLetterReason, detail: str = "") -> Verdict:
         return cls(Action.DEAD_LETTER, DeadLetterReason(reason), detail)
 
     @classmethod
-    def rejoin(cls, detail: str = "") -> "Verdict":
+    def rejoin(cls, detail: str = "") -> Verdict:
         return cls(Action.REJOIN, detail=detail)
 
 
