@@ -29,21 +29,11 @@ from newsmon.schemas import LabelProposal, ModeratorDecision, parse_event
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 IMG = REPO / "docs" / "tutorials" / "img"
 LABEL, KWE = "client:mercator", "mercator* OR merkator*"
-FETCH_WAIT_MS = 100
 
 
 @pytest.fixture
-def fast_fetch(monkeypatch):
-    """The serve process's consumers wait at most :data:`FETCH_WAIT_MS` for a fetch (librdkafka's default 500 ms:
-    Tansu answers a waiting fetch when the wait ends, not when a message arrives, and a decision waits that long
-    before the memory updater sees it). test_api's ``api`` fixture shares the session home's ONNX encoder
-    artefacts with the serve process."""
-    monkeypatch.setenv("NEWSMON_KAFKA__CLIENT_OPTIONS", json.dumps({"fetch.wait.max.ms": str(FETCH_WAIT_MS)}))
-
-
-@pytest.fixture
-def served(fast_fetch, api):
-    """test_api's ``newsmon serve`` (token required, both workers in it), with a short fetch wait."""
+def served(api):
+    """test_api's ``newsmon serve`` (token required, both workers in it), on the default settings."""
     return api
 
 

@@ -40,7 +40,11 @@ def make_consumer(settings: Settings, group: str, topics: list[str], client_id: 
             "enable.auto.commit": False, "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest", "session.timeout.ms": k.session_timeout_ms,
             "max.poll.interval.ms": k.max_poll_interval_ms, "fetch.max.bytes": 64 * 1024 * 1024,
-            "partition.assignment.strategy": "range,roundrobin", "logger": RateLimitedLogBridge("kafka")}
+            "partition.assignment.strategy": "range,roundrobin", "logger": RateLimitedLogBridge("kafka"),
+            # a fetch waits at most 100 ms for data (librdkafka: 500 ms): a broker that answers a waiting fetch only
+            # when the wait ends (Tansu) would otherwise hold each decision up to 0.5 s before the memory sees it;
+            # client_options may set it back
+            "fetch.wait.max.ms": 100}
     conf.update(k.client_options)
     c = Consumer(conf)
 
