@@ -39,9 +39,12 @@ eval: install
 # tests/test_image.py builds the container image (about 10 minutes cold on 2 cores): `make image-check` runs it.
 # Each test module runs in its own pytest process: a few modules load several model runtimes (torch, ONNX export
 # and int8) and one process for all of them grew past 11 GB; per module the peak stays that of the largest one.
+# One home for the whole run (NEWSMON_TEST_HOME, read by tests/conftest.py): the model is imported, the ONNX
+# encoder artefacts built and the embeddings cached once for all modules, not once per module's temp home.
+NEWSMON_TEST_HOME ?= $(CURDIR)/.newsmon-test
 test: install
 	@$(BIN)/python scripts/check_services.py
-	@failed=""; for f in $$(ls tests/test_*.py | grep -v '^tests/test_image.py$$'); do \
+	@export NEWSMON_TEST_HOME="$(NEWSMON_TEST_HOME)"; failed=""; for f in $$(ls tests/test_*.py | grep -v '^tests/test_image.py$$'); do \
 	  $(BIN)/python -m pytest -q -p no:cacheprovider $$f || failed="$$failed $$f"; done; \
 	if [ -n "$$failed" ]; then echo "FAILED modules:$$failed"; exit 1; fi; echo "all test modules passed"
 
