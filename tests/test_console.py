@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -287,3 +289,18 @@ def test_moderate_in_the_browser(served, browser, corpus):
     finally:
         decisions.close()
         out.close()
+
+
+def test_the_console_assets_are_served_from_the_installed_package(tmp_path):
+    """The console's style sheet and script as the installed package serves them: imported from outside the
+    checkout (the ``newsmon`` command does), an editable install's link tree holds symlinks, which Starlette's
+    StaticFiles refuses to serve when they point outside its folder (404 for every asset: found by a new user)."""
+    code = ("from fastapi import FastAPI\nfrom fastapi.staticfiles import StaticFiles\n"
+            "from fastapi.testclient import TestClient\nimport newsmon.console.routes as r\n"
+            "app = FastAPI()\n"
+            "app.mount('/console/static', StaticFiles(directory=str(r.HERE / 'static')))\n"
+            "c = TestClient(app)\n"
+            "print([c.get(f'/console/static/{n}').status_code for n in ('console.css', 'console.js')])\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[200, 200]", out.stdout

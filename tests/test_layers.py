@@ -168,5 +168,5 @@ def test_every_package_folder_is_installed():
             and name.rsplit(".", 1)[0] in packages}  # data packages (the JSON Schemas): folders without code
     assert set(config["packages"]) - data == packages, \
         "list every package folder in pyproject [tool.setuptools] packages"
-    assert data == {"newsmon.schemas.json"}
+    assert data == {"newsmon.schemas.json", "newsmon.console.templates", "newsmon.console.static"}
     assert config["package-dir"] == {package: folder for folder, package in PACKAGES.items()}

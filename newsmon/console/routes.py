@@ -51,7 +51,8 @@ from newsmon.schemas import ModeratorDecision
 
 __all__ = ["mount_console"]
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parent  # resolved: an editable install's link tree holds symlinks, which
+# StaticFiles refuses to serve when they point outside its folder
 STREAM_S = 20.0  # one event stream lasts this long, then the browser reconnects (Last-Event-ID): a server
 #                  stopping never waits longer than that for an open console
 MAX_NEIGHBOURS = 20
