@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_serializer
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -63,6 +63,32 @@ class EncoderSettings(BaseModel):
                                   "(<home>/models/promoted.json) instead of `model` when there is one.")
 
 
+class MemoryIndexSettings(BaseModel):
+    """The dense vectors' HNSW index (:class:`newsmon.shared.memory.base.IndexParams`). Embedded engine: a worker
+    rebuilds it off the request path (a child process) when enough points are outside it; ``newsmon memory index``
+    builds it offline. Qdrant server: the collection's index settings at creation (the server indexes in the
+    background)."""
+
+    m: int = Field(16, ge=2, le=128, description="HNSW edges per node.")
+    ef_construct: int = Field(100, ge=4, le=2000, description="HNSW candidates while building.")
+    ef: int = Field(256, ge=1, le=10000, description="HNSW candidates while searching (at least the k asked).")
+    quantization: Literal["none", "int8"] = Field("none", description="int8: scalar quantisation of the indexed "
+                                                  "vectors (scored with rescoring by the originals).")
+    min_points: int = Field(20000, ge=1, description="A memory with fewer points is never indexed (an exact scan "
+                            "is as fast).")
+    rebuild_unindexed: int = Field(50000, ge=1, description="Embedded engine: rebuild the index once this many "
+                                   "points are outside it (they are searched exactly meanwhile).")
+    check_s: float = Field(300.0, gt=0, description="Embedded engine: seconds between a worker's checks whether an "
+                           "index rebuild is due.")
+
+    def params(self) -> Any:
+        """These settings as the memory adapters take them (:class:`newsmon.shared.memory.base.IndexParams`)."""
+        from newsmon.shared.memory.index_build import IndexParams  # the memory package imports this module
+
+        return IndexParams(m=self.m, ef_construct=self.ef_construct, ef=self.ef, quantization=self.quantization,
+                           min_points=self.min_points, rebuild_unindexed=self.rebuild_unindexed)
+
+
 class MemorySettings(BaseModel):
     """The knowledge memory (Qdrant)."""
 
@@ -77,6 +103,8 @@ class MemorySettings(BaseModel):
         "below that its hits are merged with the other languages' (cross-lingual), so a few articles of a new "
         "language do not take its proposals over. Default: the default top_k (a language fills the k "
         "neighbours by itself).")
+    index: MemoryIndexSettings = Field(default_factory=MemoryIndexSettings, description="The HNSW index of the "
+                                       "dense vectors.")
 
 
 class KafkaSettings(BaseModel):

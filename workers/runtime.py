@@ -19,6 +19,7 @@ from newsmon.shared.classifier import Classifier, model_identity
 from newsmon.shared.config import Settings, redact_url, reveal
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.memory import MemoryLockedError, MemoryRouter, close_all_routers, shared_router
+from newsmon.shared.memory.maintain import IndexMaintainer
 from newsmon.workers.base import BatchWorker
 from newsmon.workers.classifier import ClassifierWorker
 from newsmon.workers.labels import LabelRegistry, open_registry
@@ -46,6 +47,7 @@ class Runtime:
     stop: threading.Event = field(default_factory=threading.Event)
     http: ThreadingHTTPServer | None = None
     failed: str | None = None  # why a worker ended by itself (the process then exits non-zero)
+    index: IndexMaintainer | None = None  # embedded memory: rebuilds the HNSW index off the request path
 
     def start(self, provision: bool = True) -> "Runtime":
         """Start every worker in its own thread (and the HTTP endpoint when ``worker.http_port`` is set).
@@ -67,6 +69,8 @@ class Runtime:
             t = threading.Thread(target=self._run_one, args=(w,), name=f"newsmon-{w.name}", daemon=True)
             t.start()
             self.threads.append(t)
+        if self.router is not None and not self.settings.memory.url:  # a Qdrant server indexes by itself
+            self.index = IndexMaintainer(self.router.opened, self.settings.memory.index.check_s, self.stop).start()
         return self
 
     def _run_one(self, worker: BatchWorker) -> None:

@@ -90,6 +90,42 @@ def memory_stats() -> None:
     print(json.dumps(out, indent=2))
 
 
+def memory_index(
+    lang: Annotated[Optional[list[str]], typer.Option(help="Language memory to index (repeatable; default: every "
+                                                      "language of the current model version).")] = None,
+    status: Annotated[bool, typer.Option("--status", help="Only show each memory's index: points, indexed, "
+                                         "generation.")] = False,
+) -> None:
+    """Build the HNSW index of the embedded knowledge memory, offline (no worker may have the memory open): after
+    `newsmon memory import` or `memory build` of a large archive. A running worker rebuilds it by itself, off the
+    request path, once memory.index.rebuild_unindexed points are outside it; a Qdrant server indexes by itself."""
+    from newsmon.shared.classifier import model_identity
+    from newsmon.shared.memory import EdgeMemory, MemoryLockedError, MemoryRouter  # deferred: see the module docstring
+
+    s = settings_from_env()
+    version, dim = model_identity(s)
+    router = MemoryRouter(s, version, dim)
+    out = {}
+    try:
+        for lg in lang or router.languages():
+            try:
+                mem = router.memory(lg)
+            except MemoryLockedError as exc:
+                fail(f"{exc}\nStop the workers (or index from the worker: it rebuilds by itself) and run it again.")
+            if not isinstance(mem, EdgeMemory):
+                out[router.collection(lg)] = {"points": mem.count(), "note": "the Qdrant server indexes by itself"}
+                continue
+            if not status:
+                t0 = time.perf_counter()
+                mem.optimize()
+                out[router.collection(lg)] = {**mem.index_status(), "seconds": round(time.perf_counter() - t0, 1)}
+            else:
+                out[router.collection(lg)] = mem.index_status()
+    finally:
+        router.close()
+    print(json.dumps(out, indent=2))
+
+
 def suggest(
     text: Annotated[Optional[str], typer.Argument(help="Article text (title + body).")] = None,
     file: Annotated[Optional[Path], typer.Option("--file", "-f", help="Read the article from a file ('-' = stdin).")] = None,

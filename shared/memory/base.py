@@ -27,9 +27,8 @@ import numpy as np
 
 from newsmon.schemas.base import check_article_id, check_label
 
-#: Fixed namespace for mapping article ids to Qdrant point ids
-#: (``uuid5(NAMESPACE_URL, "newsmon:knowledge-memory")``). Never change it:
-#: existing collections would no longer find their points.
+#: Fixed namespace for mapping article ids to Qdrant point ids (``uuid5(NAMESPACE_URL, "newsmon:knowledge-memory")``).
+#: Never change it: existing collections would no longer find their points.
 ARTICLE_NAMESPACE = uuid.UUID("99c427ca-289a-5471-ac47-5b2101df3024")
 
 #: Payload fields owned by the memory itself; they are stripped from the
@@ -211,7 +210,7 @@ class KnowledgeMemory(Protocol):
         ...
 
     def search(self, vectors: np.ndarray, top_k: int, filter: SearchFilter | None = None,
-               texts: Sequence[str] | None = None, lexical_k: int = 0) -> list[list[Neighbour]]:
+               texts: Sequence[str] | None = None, lexical_k: int = 0, exact: bool = False) -> list[list[Neighbour]]:
         """Nearest neighbours by cosine similarity, optionally united with lexical neighbours (hybrid search).
 
         Args:
@@ -219,7 +218,8 @@ class KnowledgeMemory(Protocol):
             top_k: dense hits per query, ``>= 1``.
             filter: restriction on the candidates; ``None``: all points.
             texts: the ``m`` query texts; with ``lexical_k > 0`` the top-``lexical_k`` by the lexical vector
-                (:data:`LEXICAL_VECTOR`) join the dense top-``top_k`` (one query, two prefetches, by cosine).
+                (:data:`LEXICAL_VECTOR`) join the dense top-``top_k`` (one query, two prefetches, by cosine);
+                ``exact``: scan every point instead of the HNSW index (for measuring its recall).
 
         Returns ``m`` lists of at most ``top_k + lexical_k`` :class:`Neighbour`, by cosine similarity, highest
         first. Raises ``ValueError`` on a bad shape, ``top_k < 1``, ``lexical_k < 0`` or ``len(texts) != m``.

@@ -138,7 +138,8 @@ class QdrantAdapter:
         raise NotImplementedError
 
     def _query(self, queries: np.ndarray, k: int, flt: Any,
-               sparse: Sequence[tuple[list[int], list[float]] | None] | None = None, lexical_k: int = 0) -> list[list]:
+               sparse: Sequence[tuple[list[int], list[float]] | None] | None = None, lexical_k: int = 0,
+               exact: bool = False) -> list[list]:
         """Per query row, the top-``k`` hits (``.payload``, ``.score``: the cosine), best first; with ``sparse``
         (per row, its lexical ``(indices, values)``, None for a row without words: dense only), united with the
         top-``lexical_k`` by the lexical vector. ``sparse`` is None when the search is not hybrid."""
@@ -233,7 +234,7 @@ class QdrantAdapter:
         return [found.get(point_id(i)) for i in ids_]
 
     def search(self, vectors: np.ndarray, top_k: int, filter: SearchFilter | None = None,
-               texts: Sequence[str] | None = None, lexical_k: int = 0) -> list[list[Neighbour]]:
+               texts: Sequence[str] | None = None, lexical_k: int = 0, exact: bool = False) -> list[list[Neighbour]]:
         """See :meth:`KnowledgeMemory.search`. ``vectors``: ``(m, d)`` float; one batched query per 64 rows. A
         collection without the lexical vector (made before it existed) answers the dense hits only. Hits with equal
         similarity come in article-id order (a dense search settles the top-k cut that way too, see
@@ -252,7 +253,8 @@ class QdrantAdapter:
                 chunk = qs[start:start + QUERY_BATCH]
                 sparse = terms[start:start + QUERY_BATCH] if terms is not None else None
                 dense_only = sparse is None or not lexical_k
-                for hits in self._query(chunk, k + (TIE_MARGIN if dense_only else 0), flt, sparse, lexical_k):
+                for hits in self._query(chunk, k + (TIE_MARGIN if dense_only else 0), flt, sparse, lexical_k,
+                                        exact):
                     row = sorted((neighbour(h.payload, h.score) for h in hits),
                                  key=lambda n: (-n.similarity, n.article_id))  # ties: by article id
                     out.append(row[:k] if dense_only else row)

@@ -20,13 +20,20 @@ import numpy as np
 
 from newsmon.schemas.base import check_language_code
 from newsmon.shared.config import Settings, reveal
-from newsmon.shared.memory.base import KnowledgeMemory, MemoryPoint, Neighbour, SearchFilter, collection_name
+from newsmon.shared.memory.base import (
+    KnowledgeMemory,
+    MemoryPoint,
+    Neighbour,
+    SearchFilter,
+    collection_name,
+)
 from newsmon.shared.memory.edge import EdgeMemory
+from newsmon.shared.memory.index_build import IndexParams
 from newsmon.shared.memory.server import QdrantServerMemory, connect, server_call
 
 
 def open_memory(*, url: str | None, api_key: str | None, path: str | Path, collection: str, dim: int,
-                client: Any = None) -> KnowledgeMemory:
+                client: Any = None, index: IndexParams | None = None) -> KnowledgeMemory:
     """Open the knowledge memory for one collection.
 
     With ``url`` (non-empty): :class:`QdrantServerMemory` over ``client`` when given (the caller keeps and
@@ -39,12 +46,12 @@ def open_memory(*, url: str | None, api_key: str | None, path: str | Path, colle
         ValueError: bad arguments or an incompatible existing collection.
     """
     if not url:
-        return EdgeMemory(path, collection, dim)
+        return EdgeMemory(path, collection, dim, index)
     if client is not None:
-        return QdrantServerMemory(client, collection, dim)
+        return QdrantServerMemory(client, collection, dim, index=index)
     own = connect(url, api_key)
     try:
-        return QdrantServerMemory(own, collection, dim, close_client=True)
+        return QdrantServerMemory(own, collection, dim, close_client=True, index=index)
     except BaseException:
         own.close()
         raise
@@ -116,9 +123,16 @@ class MemoryRouter:
             if lang not in self._memories:
                 m = self.settings.memory
                 client = self.server_client() if m.url else None
-                self._memories[lang] = open_memory(url=reveal(m.url), api_key=reveal(m.api_key), path=self.settings.memory_path,
-                                                   collection=self.collection(lang), dim=self.dim, client=client)
+                self._memories[lang] = open_memory(url=reveal(m.url), api_key=reveal(m.api_key),
+                                                   path=self.settings.memory_path,
+                                                   collection=self.collection(lang), dim=self.dim, client=client,
+                                                   index=m.index.params())
             return self._memories[lang]
+
+    def opened(self) -> list[KnowledgeMemory]:
+        """The memories opened so far (one per language)."""
+        with self._open_lock:
+            return list(self._memories.values())
 
     def new_batch(self) -> None:
         """Mark the cached list of language collections and the labelled counts stale (called once per batch by

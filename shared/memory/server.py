@@ -19,6 +19,7 @@ import structlog
 from newsmon.shared.memory.base import (LEXICAL_VECTOR, PAYLOAD_INDEXES, KnowledgeMemoryError,
                                         MemoryUnavailableError, check_dim)
 from newsmon.shared.memory.common import PointRow, QdrantAdapter
+from newsmon.shared.memory.index_build import IndexParams
 
 log = structlog.get_logger(__name__)
 
@@ -116,7 +117,8 @@ class QdrantServerMemory(QdrantAdapter):
             size / distance / uses named vectors.
     """
 
-    def __init__(self, client: QdrantClient, collection: str, dim: int, *, close_client: bool = False) -> None:
+    def __init__(self, client: QdrantClient, collection: str, dim: int, *, close_client: bool = False,
+                 index: IndexParams | None = None) -> None:
         from qdrant_client import models  # deferred: 1-2 s import, server mode only
 
         if not isinstance(collection, str) or not collection:
@@ -124,6 +126,7 @@ class QdrantServerMemory(QdrantAdapter):
         self._m = models
         self.collection = collection
         self.dim = check_dim(dim)
+        self.index = index if index is not None else IndexParams()
         self._client = client
         self._close_client = close_client
         self._ensure_collection()
@@ -139,9 +142,17 @@ class QdrantServerMemory(QdrantAdapter):
         with server_call(f"open collection {self.collection!r}"):
             if not self._live.collection_exists(self.collection):
                 try:
+                    ix = self.index
+                    quant = (m.ScalarQuantization(scalar=m.ScalarQuantizationConfig(
+                        type=m.ScalarType.INT8, quantile=0.99, always_ram=True)) if ix.quantization == "int8" else None)
                     self._live.create_collection(
                         self.collection, vectors_config=m.VectorParams(size=self.dim, distance=m.Distance.COSINE),
-                        sparse_vectors_config={LEXICAL_VECTOR: m.SparseVectorParams(modifier=m.Modifier.IDF)})
+                        sparse_vectors_config={LEXICAL_VECTOR: m.SparseVectorParams(modifier=m.Modifier.IDF)},
+                        hnsw_config=m.HnswConfigDiff(m=ix.m, ef_construct=ix.ef_construct, payload_m=0),
+                        quantization_config=quant,
+                        # the server indexes a segment in the background once it holds this many KB of vectors
+                        optimizers_config=m.OptimizersConfigDiff(indexing_threshold=max(1, ix.min_points * self.dim
+                                                                                        * 4 // 1024)))
                 except UnexpectedResponse as exc:  # 409: another worker created it meanwhile
                     if exc.status_code != 409:
                         raise
@@ -218,17 +229,22 @@ class QdrantServerMemory(QdrantAdapter):
     def _retrieve(self, pids: Sequence[str], with_vectors: bool) -> list:
         return self._live.retrieve(self.collection, ids=list(pids), with_payload=True, with_vectors=with_vectors)
 
-    def _query(self, queries: np.ndarray, k: int, flt: Any, sparse: Any = None, lexical_k: int = 0) -> list[list]:
+    def _query(self, queries: np.ndarray, k: int, flt: Any, sparse: Any = None, lexical_k: int = 0,
+               exact: bool = False) -> list[list]:
         m = self._m
+        quant = (m.QuantizationSearchParams(rescore=True, oversampling=2.0)
+                 if self.index.quantization == "int8" and not exact else None)
+        params = m.SearchParams(hnsw_ef=max(self.index.ef, k), exact=exact, quantization=quant)
         requests = []
         for i, q in enumerate(queries):
             terms = sparse[i] if sparse is not None else None
             if terms is None:
-                requests.append(m.QueryRequest(query=q.tolist(), limit=k, filter=flt, with_payload=True))
+                requests.append(m.QueryRequest(query=q.tolist(), limit=k, filter=flt, with_payload=True,
+                                               params=params))
                 continue
             lexical = m.SparseVector(indices=terms[0], values=terms[1])
             requests.append(m.QueryRequest(
-                prefetch=[m.Prefetch(query=q.tolist(), limit=k, filter=flt),
+                prefetch=[m.Prefetch(query=q.tolist(), limit=k, filter=flt, params=params),
                           m.Prefetch(query=lexical, using=LEXICAL_VECTOR, limit=lexical_k, filter=flt)],
                 query=q.tolist(), limit=k + lexical_k, with_payload=True))
         return [resp.points for resp in self._live.query_batch_points(self.collection, requests=requests)]
