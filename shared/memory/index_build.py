@@ -64,14 +64,20 @@ class IndexParams:
 def engine_config(dim: int, lexical: bool, index: IndexParams) -> Any:
     """The ``qdrant_edge.EdgeConfig`` of a collection: dense cosine vectors of ``dim``, the lexical sparse vector
     (IDF modifier) when ``lexical``, HNSW ``index.m`` / ``index.ef_construct`` (no payload sub-graphs: the only
-    filter on the request path, ``labelled``, keeps almost every point), int8 scalar quantisation when asked."""
+    filter on the request path, ``labelled``, keeps almost every point), int8 scalar quantisation when asked.
+
+    Memory: the vectors, the HNSW graph, the sparse index and the payloads (the texts are most of it) are memory-mapped
+    files (``Memory.Cached``: in the page cache while used, not the process's own memory); only the quantised
+    vectors, when asked for, stay in RAM."""
     quant = (qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, quantile=0.99, always_ram=True)
              if index.quantization == "int8" else None)
     return qe.EdgeConfig(
-        vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine),
-        sparse_vectors={LEXICAL_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)} if lexical else {},
+        vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine, memory=qe.Memory.Cached),
+        sparse_vectors={LEXICAL_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf, memory=qe.Memory.Cached)}
+        if lexical else {},
         hnsw_config=qe.HnswIndexConfig(m=index.m, ef_construct=index.ef_construct, full_scan_threshold=10_000,
-                                       max_indexing_threads=0, payload_m=0),
+                                       max_indexing_threads=0, payload_m=0, memory=qe.Memory.Cached),
+        payload_memory=qe.Memory.Cached,
         quantization_config=quant,
         optimizers=qe.EdgeOptimizersConfig(indexing_threshold=1))  # KB: an optimize indexes every segment
 
