@@ -132,14 +132,23 @@ def test_a_dimension_other_than_the_memorys_is_refused(tmp_path, articles):
     try:
         with pytest.raises(ArchiveError, match=r"newsmon.dim is 16, the memory's dimension is 32"):
             import_parquet(path, router)
-        # a variable-length vector column without metadata: checked batch by batch
-        table = pa.table({"id": ["x1", "x2"], "language": ["sl", "sl"], "labels": [["a"], ["b"]],
-                          "text": ["ena", "dve"], "vector": pa.array([[1.0] * 16, [2.0] * 16],
-                                                                     type=pa.list_(pa.float64()))})
+        # a variable-length vector column without newsmon.dim: the length of its first vectors
+        table = pa.table({"id": ["x1", "x2", "x3", "x4"], "language": ["sl"] * 4,
+                          "labels": [["a"], ["b"], ["c"], ["d"]], "text": ["ena", "dve", "tri", "štiri"],
+                          "vector": pa.array([None, [1.0] * 16, [2.0] * 16, [3.0] * 15], type=pa.list_(pa.float64()))})
         pq.write_table(table, tmp_path / "var.parquet")
-        with pytest.raises(ArchiveError, match=r"vectors of \[16\] values, the memory's dimension is 32"):
+        with pytest.raises(ArchiveError, match=r"the vectors' length is 16, the memory's dimension is 32"):
             import_parquet(tmp_path / "var.parquet", router, model_version=VERSION)
         assert router.languages() == []
+    finally:
+        router.close()
+    # the same file into a memory of its dimension: read as float32; a null vector, a short one are bad rows
+    router = _router(tmp_path, "m16")
+    try:
+        report = import_parquet(tmp_path / "var.parquet", router, model_version=VERSION)
+        assert (report.imported, report.bad) == (2, 2)
+        assert [b.reason for b in report.bad_rows] == ["vector is null", "vector has 15 values, expected 16"]
+        np.testing.assert_allclose(router.memory("sl").get(["x2"], with_vectors=True)[0].vector, [0.25] * 16)
     finally:
         router.close()
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from newsmon.schemas.base import check_article_id, check_label, check_language_code
@@ -60,7 +61,8 @@ class BadRow:
 class ArchiveInfo:
     """What the file says about itself: ``rows``, ``row_groups`` (rows per group), ``columns`` present,
     ``model_version`` and ``dim`` from the metadata (None when missing), ``vector_size`` (the fixed size of the
-    vector column, None for a variable list)."""
+    vector column; for a variable-length list the most common length among the first non-null vectors; None
+    when there is none)."""
 
     path: Path
     rows: int
@@ -108,6 +110,8 @@ def open_archive(path: str | Path) -> tuple[pq.ParquetFile, ArchiveInfo]:
         raise ArchiveError(f"{p}: missing column(s) {missing}; an archive has {list(REQUIRED_COLUMNS)} "
                            f"(and optionally {list(OPTIONAL_COLUMNS)})")
     vector_size = _check_types(p, schema)
+    if vector_size is None:
+        vector_size = _sampled_length(pf)
     meta = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in (schema.metadata or {}).items()}
     raw_dim = meta.get(META_DIM)
     try:
@@ -145,6 +149,17 @@ def _check_types(path: Path, schema: pa.Schema) -> int | None:
     return int(vec.list_size) if pa.types.is_fixed_size_list(vec) else None
 
 
+def _sampled_length(pf: pq.ParquetFile, rows: int = 1024) -> int | None:
+    """The most common length of the first batch's non-null vectors (of a variable-length vector column) that
+    has any; None when no row has a vector."""
+    for rb in pf.iter_batches(batch_size=rows, columns=["vector"]):
+        lengths = pc.list_value_length(rb.column(0)).drop_null().to_numpy(zero_copy_only=False)
+        if len(lengths):
+            values, counts = np.unique(lengths, return_counts=True)
+            return int(values[np.argmax(counts)])
+    return None
+
+
 def _is_string(t: pa.DataType) -> bool:
     return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
 
@@ -160,8 +175,8 @@ def check_identity(info: ArchiveInfo, model_version: str, dim: int, declared: st
 
     Raises:
         ArchiveError: naming both values, when the file's (or the declared) model version differs from the
-            memory's, when neither says one, or when ``newsmon.dim`` or the vector column's fixed size is not
-            ``dim``.
+            memory's, when neither says one, or when ``newsmon.dim`` or the vectors' length (the column's fixed
+            size, else the most common length of the first vectors) is not ``dim``.
     """
     where = info.path
     if info.model_version is not None and declared is not None and declared != info.model_version:
@@ -175,7 +190,7 @@ def check_identity(info: ArchiveInfo, model_version: str, dim: int, declared: st
         raise ArchiveError(f"{where}: model version {version!r} of the file's vectors is not the memory's "
                            f"{model_version!r}; re-embed the archive with the memory's model, or import it "
                            "with that model configured (NEWSMON_ENCODER__MODEL)")
-    for what, value in ((META_DIM, info.dim), ("the vector column's fixed size", info.vector_size)):
+    for what, value in ((META_DIM, info.dim), ("the vectors' length", info.vector_size)):
         if value is not None and value != dim:
             raise ArchiveError(f"{where}: {what} is {value}, the memory's dimension is {dim}")
 
@@ -211,14 +226,11 @@ def check_rows(rb: pa.RecordBatch, first: int, dim: int, languages: frozenset[st
     """The rows of one record batch (its first row is row ``first`` of the file) as the memory stores them;
     each row that breaks a rule is a :class:`BadRow` (id, language, labels, blank text, a vector that is null,
     of another length than ``dim``, not finite or all zero, a ``published_at`` without a UTC offset, an id
-    repeated in the batch); rows of a language not in ``languages`` (None: any) are only counted.
-
-    Raises:
-        ArchiveError: a variable-length vector column none of whose rows has ``dim`` values (the file's
-            dimension is not the memory's).
+    repeated in the batch); rows of a language not in ``languages`` (None: any) are only counted. (The file's
+    dimension as a whole is checked before, by :func:`check_identity`.)
     """
     cols = {name: rb.column(name) for name in rb.schema.names}
-    vectors, vec_bad = _vectors(cols["vector"], dim, first)
+    vectors, vec_bad = _vectors(cols["vector"], dim)
     values = {name: col.to_pylist() for name, col in cols.items() if name != "vector"}
     for name in OPTIONAL_COLUMNS:
         values.setdefault(name, [None] * rb.num_rows)
@@ -289,7 +301,7 @@ def _published_at(raw: Any) -> str | None:
     return when.astimezone(UTC).isoformat()
 
 
-def _vectors(col: pa.Array, dim: int, first: int) -> tuple[np.ndarray, dict[int, str]]:
+def _vectors(col: pa.Array, dim: int) -> tuple[np.ndarray, dict[int, str]]:
     """``(n, dim)`` float32 of a (fixed-size) list column, and per bad row (index in the batch) the reason:
     null, another length, a value not finite, all zeros. Bad rows hold zeros."""
     n = len(col)
@@ -305,10 +317,6 @@ def _vectors(col: pa.Array, dim: int, first: int) -> tuple[np.ndarray, dict[int,
         flat = col.values.slice(int(offsets_all[0]), int(offsets_all[-1] - offsets_all[0]))
         offsets = offsets_all[:-1] - offsets_all[0]
     right = valid & (lengths == dim)
-    if n and not right.any() and valid.any():
-        seen = sorted(set(lengths[valid].tolist()))
-        raise ArchiveError(f"rows {first}..{first + n - 1}: vectors of {seen} values, the memory's dimension is "
-                           f"{dim}")
     values = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.float32)
     if right.all():  # every row has dim values: they lie one after the other
         out = values.reshape(n, dim).copy()
