@@ -104,23 +104,27 @@ def open_archive(path: str | Path) -> tuple[pq.ParquetFile, ArchiveInfo]:
         pf = pq.ParquetFile(p, buffer_size=1 << 20, pre_buffer=False)
     except (OSError, pa.ArrowException) as exc:
         raise ArchiveError(f"{p}: not a readable Parquet file: {exc}") from exc
-    schema = pf.schema_arrow
-    missing = [c for c in REQUIRED_COLUMNS if c not in schema.names]
-    if missing:
-        raise ArchiveError(f"{p}: missing column(s) {missing}; an archive has {list(REQUIRED_COLUMNS)} "
-                           f"(and optionally {list(OPTIONAL_COLUMNS)})")
-    vector_size = _check_types(p, schema)
-    if vector_size is None:
-        vector_size = _sampled_length(pf)
-    meta = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in (schema.metadata or {}).items()}
-    raw_dim = meta.get(META_DIM)
     try:
-        dim = int(raw_dim) if raw_dim is not None else None
-    except ValueError:
-        raise ArchiveError(f"{p}: metadata {META_DIM}={raw_dim!r} is not an integer") from None
-    md = pf.metadata
-    groups = tuple(md.row_group(i).num_rows for i in range(md.num_row_groups))
-    columns = tuple(c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in schema.names)
+        schema = pf.schema_arrow
+        missing = [c for c in REQUIRED_COLUMNS if c not in schema.names]
+        if missing:
+            raise ArchiveError(f"{p}: missing column(s) {missing}; an archive has {list(REQUIRED_COLUMNS)} "
+                               f"(and optionally {list(OPTIONAL_COLUMNS)})")
+        vector_size = _check_types(p, schema)
+        if vector_size is None:
+            vector_size = _sampled_length(pf)
+        meta = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in (schema.metadata or {}).items()}
+        raw_dim = meta.get(META_DIM)
+        try:
+            dim = int(raw_dim) if raw_dim is not None else None
+        except ValueError:
+            raise ArchiveError(f"{p}: metadata {META_DIM}={raw_dim!r} is not an integer") from None
+        md = pf.metadata
+        groups = tuple(md.row_group(i).num_rows for i in range(md.num_row_groups))
+        columns = tuple(c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in schema.names)
+    except BaseException:
+        pf.close()
+        raise
     return pf, ArchiveInfo(p, md.num_rows, groups, columns, meta.get(META_MODEL_VERSION) or None, dim, vector_size)
 
 

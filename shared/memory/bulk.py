@@ -156,7 +156,16 @@ def import_parquet(path: str | Path, router: MemoryRouter, *, batch: int = DEFAU
         raise ValueError(f"batch must be an int >= 1, got {batch!r}")
     langs = _language_filter(languages)
     pf, info = open_archive(path)
-    check_identity(info, router.model_version, router.dim, model_version)
+    try:
+        check_identity(info, router.model_version, router.dim, model_version)
+        return _import(pf, info, router, batch, langs, strict, restart, progress, on_batch)
+    finally:
+        pf.close()
+
+
+def _import(pf: Any, info: ArchiveInfo, router: MemoryRouter, batch: int, langs: frozenset[str] | None,
+            strict: bool, restart: bool, progress: bool, on_batch: Callable[[int], None] | None) -> ImportReport:
+    """The batches of :func:`import_parquet` from the first row not done."""
     ledger = progress_file(router, info, langs)
     done = 0 if restart else _read_done(ledger, info.rows)
     report = ImportReport(str(info.path), info.rows, skipped_done=done, progress_file=str(ledger))
