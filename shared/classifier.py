@@ -21,6 +21,9 @@ from newsmon.shared.data import Article
 from newsmon.shared.encoder import Encoder, encoder_identity, resolve_model
 from newsmon.shared.languages import detect
 from newsmon.shared.memory import KnowledgeMemory, MemoryRouter, SearchFilter, shared_router
+# TEXT_PAYLOAD_CHARS: kept importable from here (the stream's pending points and eval cut their texts to it)
+from newsmon.shared.memory.common import TEXT_PAYLOAD_CHARS as TEXT_PAYLOAD_CHARS
+from newsmon.shared.memory.common import article_payload
 from newsmon.shared.promotion import effective_encoder_settings
 from newsmon.shared.scoring import CANDIDATES, MemoryArticles, MemoryModels, Proposal, Resolved, Retrieval, Scorer
 from newsmon.shared.scoring.lexical import TermVectors
@@ -31,10 +34,6 @@ from newsmon.shared.scoring.stored import ModelStore
 Relabel = Callable[[tuple[str, ...]], tuple[str, ...]]
 
 log = structlog.get_logger(__name__)
-
-#: Article text kept in each memory point's payload (characters), so the nightly job can re-embed the memory
-#: with a new model version without the original corpus.
-TEXT_PAYLOAD_CHARS = 20_000
 
 
 @dataclass
@@ -158,8 +157,7 @@ class Classifier:
                 idx = [i for i, a in enumerate(chunk) if a.lang == lang]
                 self.memory(lang).upsert(
                     [chunk[i].id for i in idx], vecs[idx], [chunk[i].labels for i in idx],
-                    [{"lang": lang, "title": chunk[i].title, "source": chunk[i].source,
-                      "text": chunk[i].text[:TEXT_PAYLOAD_CHARS]} for i in idx])
+                    [article_payload(lang, chunk[i].title, chunk[i].source, chunk[i].text) for i in idx])
                 done[lang] = done.get(lang, 0) + len(idx)
             upsert_s += time.perf_counter() - t0
             bar.update(len(chunk))

@@ -67,7 +67,7 @@ def test_cli_reference_lists_every_command_and_option(site):
 
 def test_the_cli_check_fails_on_a_missing_command_or_option():
     markdown = hooks.cli_reference()
-    start, end = markdown.index("### `newsmon memory build`"), markdown.index("### `newsmon memory stats`")
+    start, end = markdown.index("### `newsmon memory build`"), markdown.index("### `newsmon memory import`")
     assert hooks.missing_commands(markdown[:start] + markdown[end:]) == ["newsmon memory build"]
     section = markdown.index("## `newsmon suggest`")
     line = re.compile(r"^\* `--lang [^\n]*\n", flags=re.M).search(markdown, section)

@@ -1,6 +1,6 @@
 """The ``newsmon`` command line (typer): one module per command group, wired together here.
 
-``newsmon eval``, ``tune``, ``memory build|stats``, ``suggest``, ``train nightly|mine|finetune|tune|rollout``,
+``newsmon eval``, ``tune``, ``memory build|import|stats``, ``suggest``, ``train nightly|mine|finetune|tune|rollout``,
 ``model import-e5-small|build-onnx``, ``settings``, ``worker``, ``serve``, ``topics create|check``, ``demo``.
 Settings come from ``NEWSMON_*`` environment variables (see ``newsmon settings``); options given here override
 them.
@@ -18,7 +18,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import typer  # noqa: E402
 
-from newsmon.cli import calibrate, classify, evaluate, run, setup, topics, train  # noqa: E402
+from newsmon.cli import calibrate, classify, evaluate, memory_import, run, setup, topics, train  # noqa: E402
 
 
 def _flags_without_placeholder() -> None:
@@ -42,7 +42,7 @@ _flags_without_placeholder()
 
 app = typer.Typer(help="newsmon: label proposals for news articles (RAE-XMC over a Qdrant knowledge memory).",
                   no_args_is_help=True, pretty_exceptions_enable=False)
-memory_app = typer.Typer(help="Knowledge memory: build and inspect.", no_args_is_help=True)
+memory_app = typer.Typer(help="Knowledge memory: build, import and inspect.", no_args_is_help=True)
 model_app = typer.Typer(help="Encoder checkpoints.", no_args_is_help=True)
 train_app = typer.Typer(help="The nightly training job and its stages.", no_args_is_help=True)
 topics_app = typer.Typer(help="Kafka topics: create them (admin) or check them as the workers do.",
@@ -56,6 +56,7 @@ app.command("settings")(setup.show_settings)
 model_app.command("import-e5-small")(setup.import_e5_small_cmd)
 model_app.command("build-onnx")(setup.build_onnx_cmd)
 memory_app.command("build")(classify.memory_build)
+memory_app.command("import")(memory_import.memory_import)
 memory_app.command("stats")(classify.memory_stats)
 memory_app.command("index")(classify.memory_index)
 app.command("suggest")(classify.suggest)

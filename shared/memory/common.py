@@ -26,6 +26,10 @@ from newsmon.shared.terms import sparse_terms
 #: searches (seen on reuters21578_en's 91 pairs of identical articles).
 TIE_MARGIN = 8
 
+#: Article text kept in each memory point's payload (characters), so the nightly job can re-embed the memory
+#: with a new model version without the original corpus.
+TEXT_PAYLOAD_CHARS = 20_000
+
 #: A point as the adapters write it: (point id, dense vector, payload, lexical (indices, values) or None).
 PointRow = tuple[str, list[float], dict, "tuple[list[int], list[float]] | None"]
 
@@ -40,6 +44,13 @@ def full_payload(aid: str, labels: list[str], payload: dict) -> dict:
     full[FIELD_LABELS] = list(labels)
     full[FIELD_N_LABELS] = len(labels)
     return full
+
+
+def article_payload(lang: str, title: str | None, source: str | None, text: str) -> dict:
+    """The caller's payload of a labelled corpus article, the same for ``memory build`` (embedded here) and
+    ``memory import`` (embedded elsewhere): its language, title, source and cleaned text, the text cut to
+    :data:`TEXT_PAYLOAD_CHARS` characters (the adapter makes the lexical vector from that text)."""
+    return {FIELD_LANG: lang, "title": title, "source": source, FIELD_TEXT: text[:TEXT_PAYLOAD_CHARS]}
 
 
 def label_payload(labels: list[str]) -> dict:
