@@ -31,8 +31,7 @@ from newsmon.schemas.base import check_article_id, check_label
 #: Never change it: existing collections would no longer find their points.
 ARTICLE_NAMESPACE = uuid.UUID("99c427ca-289a-5471-ac47-5b2101df3024")
 
-#: Payload fields owned by the memory itself; they are stripped from the
-#: payloads handed back to callers and may not be set through ``payloads``.
+#: Payload fields owned by the memory itself: stripped from the payloads handed back, not settable through them.
 FIELD_ARTICLE_ID = "article_id"
 FIELD_LABELS = "labels"
 FIELD_N_LABELS = "n_labels"
@@ -51,7 +50,6 @@ LEXICAL_VECTOR, FIELD_TEXT = "lexical", "text"
 WRITE_BATCH = 512
 READ_BATCH = 1024
 QUERY_BATCH = 64
-
 NAME_BAD_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
 _NAME_MAX_LEN = 128
 
@@ -99,12 +97,14 @@ class Neighbour:
         similarity: cosine similarity to the query, in ``[-1, 1]``.
         labels: the stored label set (empty for pending articles).
         payload: the caller's payload (internal fields ``article_id``, ``labels``, ``n_labels`` removed).
+        terms: its stored lexical vector ``(indices, values)`` (:data:`LEXICAL_VECTOR`); None without one.
     """
 
     article_id: str
     similarity: float
     labels: tuple[str, ...]
     payload: dict = field(default_factory=dict)
+    terms: tuple[list[int], list[float]] | None = None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from newsmon.shared.memory.base import (FIELD_ARTICLE_ID, FIELD_DUPLICATE_OF, FIELD_LABELS, FIELD_LANG,
+from newsmon.shared.memory.base import (FIELD_ARTICLE_ID, LEXICAL_VECTOR, FIELD_DUPLICATE_OF, FIELD_LABELS, FIELD_LANG,
                                         FIELD_N_LABELS, FIELD_TEXT, INTERNAL_FIELDS, QUERY_BATCH, READ_BATCH,
                                         WRITE_BATCH, KnowledgeMemoryError, MemoryPoint, Neighbour, SearchFilter,
                                         check_filter, check_ids, check_label_sets, check_payloads, check_top_k,
@@ -84,11 +84,14 @@ def memory_point(rec: Any, with_vectors: bool) -> MemoryPoint:
                        payload=_user_payload(payload), vector=_vector_of(rec.vector) if with_vectors else None)
 
 
-def neighbour(payload: dict | None, score: float) -> Neighbour:
-    """A :class:`Neighbour` from a search hit's payload and score (cosine similarity)."""
+def neighbour(payload: dict | None, score: float, vector: Any = None) -> Neighbour:
+    """A :class:`Neighbour` from a search hit's payload, score (cosine similarity) and named vectors (its stored
+    lexical vector, when the search returned it)."""
     payload = payload or {}
+    sparse = vector.get(LEXICAL_VECTOR) if isinstance(vector, dict) else None
+    terms = (list(sparse.indices), list(sparse.values)) if sparse is not None else None
     return Neighbour(article_id=payload.get(FIELD_ARTICLE_ID, ""), similarity=float(score),
-                     labels=_labels_of(payload), payload=_user_payload(payload))
+                     labels=_labels_of(payload), payload=_user_payload(payload), terms=terms)
 
 
 def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -266,7 +269,7 @@ class QdrantAdapter:
                 dense_only = sparse is None or not lexical_k
                 for hits in self._query(chunk, k + (TIE_MARGIN if dense_only else 0), flt, sparse, lexical_k,
                                         exact):
-                    row = sorted((neighbour(h.payload, h.score) for h in hits),
+                    row = sorted((neighbour(h.payload, h.score, getattr(h, "vector", None)) for h in hits),
                                  key=lambda n: (-n.similarity, n.article_id))  # ties: by article id
                     out.append(row[:k] if dense_only else row)
         return out

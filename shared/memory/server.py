@@ -235,18 +235,19 @@ class QdrantServerMemory(QdrantAdapter):
         quant = (m.QuantizationSearchParams(rescore=True, oversampling=2.0)
                  if self.index.quantization == "int8" and not exact else None)
         params = m.SearchParams(hnsw_ef=max(self.index.ef, k), exact=exact, quantization=quant)
+        with_vector = [LEXICAL_VECTOR] if self.lexical else False  # the lexical fusion reads the stored terms
         requests = []
         for i, q in enumerate(queries):
             terms = sparse[i] if sparse is not None else None
             if terms is None:
                 requests.append(m.QueryRequest(query=q.tolist(), limit=k, filter=flt, with_payload=True,
-                                               params=params))
+                                               params=params, with_vector=with_vector))
                 continue
             lexical = m.SparseVector(indices=terms[0], values=terms[1])
             requests.append(m.QueryRequest(
                 prefetch=[m.Prefetch(query=q.tolist(), limit=k, filter=flt, params=params),
                           m.Prefetch(query=lexical, using=LEXICAL_VECTOR, limit=lexical_k, filter=flt)],
-                query=q.tolist(), limit=k + lexical_k, with_payload=True))
+                query=q.tolist(), limit=k + lexical_k, with_payload=True, with_vector=with_vector))
         return [resp.points for resp in self._live.query_batch_points(self.collection, requests=requests)]
 
     def _count(self, flt: Any) -> int:

@@ -2,7 +2,7 @@
 
 News labels are often keyword-driven (company and person names, an outlet's conventions), which a small dense
 encoder blurs. The knowledge memory returns the dense top-N candidates (``lexical_candidates``, with their stored
-text); each candidate's score becomes
+lexical vectors: the term vectors of their texts, made when they were stored); each candidate's score becomes
 
     s = (1 - w) * cos(dense) + w * cos(tf-idf),
 
@@ -10,7 +10,8 @@ with ``w = lexical_weight``, and the top-k by ``s`` are the neighbours RAE-XMC s
 The TF-IDF vectors use sublinear term frequency (1 + log tf) over hashed word features (scikit-learn's
 ``HashingVectorizer``, the same word tokenisation as the TF-IDF baselines) and a *local* IDF computed over the N
 candidates themselves: no vocabulary or global statistics to keep in step with the memory, so a moderator's
-decision counts at once. Term vectors of memory articles are cached by article id.
+decision counts at once. A candidate without a stored lexical vector (a collection made before them) has its text
+tokenised here, cached by article id.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def fuse(retrieval: Retrieval, query_texts: Sequence[str], weight: float, k: int
     """Re-rank each query's dense candidates by ``(1 - weight) * dense + weight * lexical`` and keep the top ``k``.
 
     Args:
-        retrieval: the dense top-N candidates with their texts (``retrieval.texts``).
+        retrieval: the dense top-N candidates with their stored term vectors (``retrieval.terms``) or texts.
         query_texts: the ``m`` query texts; weight: the lexical weight ``w`` in [0, 1] (0: the dense order, cut
             to ``k``); k: neighbours kept; terms: the term-vector cache (a new one when None).
 
@@ -105,18 +106,18 @@ def fuse(retrieval: Retrieval, query_texts: Sequence[str], weight: float, k: int
         raise ValueError(f"lexical weight must be in [0, 1], got {weight}")
     if weight == 0.0:
         return retrieval.head(k)
-    if retrieval.texts is None:
-        raise ValueError("hybrid retrieval needs the candidates' texts (search with payloads)")
+    if retrieval.texts is None and retrieval.terms is None:
+        raise ValueError("hybrid retrieval needs the candidates' texts or stored terms (search with payloads)")
     terms = terms or TermVectors()
     m, n = retrieval.sims.shape
     Q = terms.rows(list(query_texts))
-    ids, sims, cos, labels, titles, texts = [], [], [], [], [], []
+    ids, sims, cos, labels, titles, texts, stored = [], [], [], [], [], [], []
     dense = retrieval.cosine
     for i in range(m):
         present = np.flatnonzero(np.isfinite(retrieval.sims[i]))
         fused = np.full(n, -np.inf, dtype=np.float32)
         if len(present):
-            D = terms.rows([retrieval.texts[i][j] for j in present], [str(retrieval.ids[i, j]) for j in present])
+            D = _candidate_rows(retrieval, i, present, terms)
             lex = local_tfidf_cosine(Q[i], D)
             fused[present] = (1.0 - weight) * retrieval.sims[i, present] + weight * lex
         order = np.argsort(-fused, kind="stable")[:k]
@@ -125,7 +126,32 @@ def fuse(retrieval: Retrieval, query_texts: Sequence[str], weight: float, k: int
         cos.append(dense[i, order])
         labels.append([retrieval.labels[i][j] for j in order])
         titles.append([retrieval.titles[i][j] for j in order] if retrieval.titles is not None else None)
-        texts.append([retrieval.texts[i][j] for j in order])
+        texts.append([retrieval.texts[i][j] for j in order] if retrieval.texts is not None else None)
+        stored.append([retrieval.terms[i][j] for j in order] if retrieval.terms is not None else None)
     return Retrieval(np.array(ids, dtype=object).reshape(m, -1), np.array(sims, dtype=np.float32).reshape(m, -1),
-                     labels, titles if retrieval.titles is not None else None, texts,
-                     np.array(cos, dtype=np.float32).reshape(m, -1))
+                     labels, titles if retrieval.titles is not None else None,
+                     texts if retrieval.texts is not None else None, np.array(cos, dtype=np.float32).reshape(m, -1),
+                     stored if retrieval.terms is not None else None)
+
+
+def _candidate_rows(retrieval: Retrieval, i: int, present: np.ndarray, terms: TermVectors) -> sp.csr_matrix:
+    """``(len(present), 2^20)`` term rows of query ``i``'s candidates ``present``: each one's stored lexical vector
+    when the memory returned it (unit-length sublinear TF of the same text: the local TF-IDF cosine does not
+    depend on a row's length), else its text's row (:class:`TermVectors`, cached by id)."""
+    stored = retrieval.terms[i] if retrieval.terms is not None else [None] * retrieval.k
+    missing = [j for j in present if stored[j] is None]
+    from_text = iter(terms.rows([retrieval.texts[i][j] if retrieval.texts is not None else "" for j in missing],
+                                [str(retrieval.ids[i, j]) for j in missing]) if missing else [])
+    indptr, indices, data = [0], [], []
+    for j in present:
+        if stored[j] is not None:
+            idx, val = stored[j]
+        else:
+            row = next(from_text)
+            idx, val = row.indices, row.data
+        indices.append(np.asarray(idx, dtype=np.int32))
+        data.append(np.asarray(val, dtype=np.float32))
+        indptr.append(indptr[-1] + len(idx))
+    return sp.csr_matrix((np.concatenate(data) if data else np.zeros(0, np.float32),
+                          np.concatenate(indices) if indices else np.zeros(0, np.int32), np.asarray(indptr)),
+                         shape=(len(present), N_FEATURES), dtype=np.float32)

@@ -64,6 +64,9 @@ class Retrieval:
             fusion of hybrid retrieval (:mod:`newsmon.shared.scoring.lexical`); None when not kept.
         cosines: ``(m, K)`` float32 dense cosine similarities when ``sims`` holds another ranking score (the
             fused score of hybrid retrieval); None when ``sims`` are the cosines. See :attr:`cosine`.
+        terms: ``m`` lists of ``K`` stored lexical vectors ``(indices, values)`` of the neighbours (the memory's
+            :data:`~newsmon.shared.memory.base.LEXICAL_VECTOR`, made from the same text), which the lexical fusion
+            reads instead of tokenising ``texts`` again; None where a neighbour has none.
     """
 
     ids: np.ndarray
@@ -72,6 +75,7 @@ class Retrieval:
     titles: list[list[str | None]] | None = None
     texts: list[list[str]] | None = None
     cosines: np.ndarray | None = None
+    terms: list[list[Any]] | None = None
 
     @property
     def cosine(self) -> np.ndarray:
@@ -90,6 +94,7 @@ class Retrieval:
         labels: list[list[tuple[str, ...]]] = []
         titles: list[list[str | None]] = []
         texts: list[list[str]] = []
+        terms: list[list[Any]] = []
         shared: dict[str, str] = {}  # one string per memory article, however many queries retrieve it
         for i, row in enumerate(neighbours):
             row = list(row)[:k]
@@ -99,7 +104,8 @@ class Retrieval:
             labels.append([tuple(nb.labels) for nb in row] + [()] * (k - len(row)))
             titles.append([display_title(getattr(nb, "payload", None)) for nb in row] + [None] * (k - len(row)))
             texts.append([shared.setdefault(nb.article_id, _text(nb)) for nb in row] + [""] * (k - len(row)))
-        return cls(ids, sims, labels, titles, texts)
+            terms.append([getattr(nb, "terms", None) for nb in row] + [None] * (k - len(row)))
+        return cls(ids, sims, labels, titles, texts, terms=terms)
 
     @classmethod
     def concat(cls, parts: Sequence[Retrieval]) -> Retrieval:
@@ -114,7 +120,7 @@ class Retrieval:
         fused = any(p.cosines is not None for p in parts)
         return cls(np.vstack([p.ids[:, :k] for p in parts]), np.vstack([p.sims[:, :k] for p in parts]),
                    rows("labels"), rows("titles"), rows("texts"),
-                   np.vstack([p.cosine[:, :k] for p in parts]) if fused else None)
+                   np.vstack([p.cosine[:, :k] for p in parts]) if fused else None, rows("terms"))
 
     @property
     def k(self) -> int:
@@ -133,14 +139,15 @@ class Retrieval:
             return None if x is None else [x[i] for i in ix]
 
         return Retrieval(self.ids[ix], self.sims[ix], pick(self.labels), pick(self.titles), pick(self.texts),
-                         None if self.cosines is None else self.cosines[ix])
+                         None if self.cosines is None else self.cosines[ix], pick(self.terms))
 
     def head(self, k: int) -> Retrieval:
         """The first ``k`` neighbours of each query."""
         return Retrieval(self.ids[:, :k], self.sims[:, :k], [row[:k] for row in self.labels],
                          None if self.titles is None else [row[:k] for row in self.titles],
                          None if self.texts is None else [row[:k] for row in self.texts],
-                         None if self.cosines is None else self.cosines[:, :k])
+                         None if self.cosines is None else self.cosines[:, :k],
+                         None if self.terms is None else [row[:k] for row in self.terms])
 
 
 def _text(nb: Any) -> str:
