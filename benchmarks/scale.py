@@ -422,10 +422,12 @@ def write_archive(path: Path, gen: Archive, n: int, version: str) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     files = []
+    counts: dict[str, int] = {}
     if writer_cls is not None:
         with writer_cls(path, gen.dim, version) as w:
             for rows in gen.chunks(n):
                 w.write(rows.ids, [LANG] * len(rows.ids), rows.vectors, rows.labels, rows.texts, rows.published_at)
+                count_labels(rows, counts)
         files = [path]
     else:
         path.mkdir(parents=True, exist_ok=True)
@@ -433,9 +435,33 @@ def write_archive(path: Path, gen: Archive, n: int, version: str) -> dict:
             f = path / f"part-{c:04d}.parquet"
             write_parquet(f, rows.ids, [LANG] * len(rows.ids), rows.vectors, rows.labels, rows.texts,
                           rows.published_at, model_version=version)
+            count_labels(rows, counts)
             files.append(f)
+    label_counts_file(path).write_text(json.dumps(counts), encoding="utf-8")
     return {"seconds": round(time.perf_counter() - t0, 1), "files": [str(f) for f in files],
-            "mb": round(sum(f.stat().st_size for f in files) / 2**20, 1)}
+            "mb": round(sum(f.stat().st_size for f in files) / 2**20, 1), "labels": len(counts)}
+
+
+def count_labels(rows: Rows, counts: dict[str, int]) -> None:
+    for labels in rows.labels:
+        for lb in labels:
+            counts[lb] = counts.get(lb, 0) + 1
+
+
+def label_counts_file(archive: Path) -> Path:
+    """Where the archive's label counts are kept beside it (what the calibration job would count in the memory)."""
+    return archive.parent / f"{archive.name}.label_counts.json"
+
+
+def label_counts(archive: Path, gen: Archive, n: int) -> dict[str, int]:
+    """Articles per label of the first ``n`` rows: the file written with the archive, else generated again."""
+    f = label_counts_file(archive)
+    if f.is_file():
+        return json.loads(f.read_text(encoding="utf-8"))
+    counts: dict[str, int] = {}
+    for rows in gen.chunks(n):
+        count_labels(rows, counts)
+    return counts
 
 
 def import_function() -> Callable:
@@ -497,7 +523,7 @@ def run_import(files: list[str], workdir: Path, size: int, timeout_s: float) -> 
     return out
 
 
-def calibration_record(clf, params: dict, label_counts: dict[str, int], written_by: str = "scale"):
+def calibration_record(clf, params: dict, counts: dict[str, int], written_by: str = "scale"):
     """Write a calibration record of ``params`` for the ``sl`` collection as the calibration job does (its
     models, here the label counts, stored first; :func:`newsmon.training_jobs.calibration._write_record`),
     through stores of its own (another process' view: the classifier's cache is not told). Returns its id."""
@@ -508,9 +534,9 @@ def calibration_record(clf, params: dict, label_counts: dict[str, int], written_
     record = CalibrationRecord(collection=clf.collection(LANG), language=LANG, model_version=clf.model_version,
                                params=params, objective="micro_f1 + subset_accuracy",
                                fit_on={"scale_benchmark": True}, written_by=written_by,
-                               labels=sorted(label_counts))
+                               labels=sorted(counts))
     cache = ModelCache(record_id(record))
-    cache.counts = dict(label_counts)
+    cache.counts = dict(counts)
     store, models = CalibrationStore(clf.settings), ModelStore(clf.settings)
     try:
         record.models = models.write(cache)
@@ -547,6 +573,14 @@ class TimedSource:
             return self.inner.search(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - t0
+
+
+def article_event(rows: Rows, i: int) -> Any:
+    """Row ``i`` as the ``ArticleEvent`` a producer would send (a fresh id: never a near-copy of an earlier run's)."""
+    from newsmon.schemas import ArticleEvent
+
+    return ArticleEvent(article_id=f"{rows.ids[i]}-{time.time_ns()}", title=None, body=rows.texts[i], lang=LANG,
+                        outlet="scale-benchmark", country="SI", published_at=datetime.now(UTC))
 
 
 # -- measurements ---------------------------------------------------------------------------------------------
@@ -815,9 +849,42 @@ def prepare_encoder(settings: Any, timeout_s: float) -> dict:
     return {"seconds": round(time.monotonic() - t0, 1)}
 
 
-def measure_worker_start(settings: Any, log_path: Path, timeout_s: float) -> dict:
+def first_proposal(log_path: Path, article: Any, settings: Any, timeout_s: float) -> float:
+    """Seconds from publishing ``article`` (an ``ArticleEvent``) on the worker's embedded broker (its address read
+    from the worker's log) to its proposal on the proposals topic: the first batch (memory opened, encoder,
+    search, scoring)."""
+    from confluent_kafka import Consumer, Producer
+
+    from newsmon.schemas import LabelProposal, parse_event
+
+    found = re.findall(r"tansu broker ready\s+bootstrap=(\S+)", log_path.read_text(errors="replace"))
+    if not found:
+        raise RuntimeError(f"no embedded broker address in {log_path}")
+    conf = {"bootstrap.servers": found[-1]}
+    consumer = Consumer({**conf, "group.id": f"scale-{os.getpid()}", "auto.offset.reset": "earliest",
+                         "session.timeout.ms": 6000})
+    consumer.subscribe([settings.kafka.topic_proposals])
+    producer = Producer(conf)
+    try:
+        t0 = time.monotonic()
+        producer.produce(settings.kafka.topic_articles, key=article.kafka_key(), value=article.to_bytes())
+        producer.flush(10)
+        while time.monotonic() - t0 < timeout_s:
+            m = consumer.poll(0.5)
+            if m is None or m.error() is not None:
+                continue
+            if parse_event(LabelProposal, m.value()).article_id == article.article_id:
+                return round(time.monotonic() - t0, 2)
+        raise RuntimeError(f"no proposal for {article.article_id} within {timeout_s:.0f} s")
+    finally:
+        consumer.close()
+
+
+def measure_worker_start(settings: Any, log_path: Path, timeout_s: float, article: Any) -> dict:
     """Spawn ``newsmon worker all`` (embedded broker, the size's memory) and time spawn to ``/readyz`` 200 (the
-    start-up checks open the memory once; the encoder loads); its RSS once ready and 5 s later; then SIGTERM."""
+    start-up checks open the memory once and close it; the encoder loads); then publish ``article`` and time its
+    proposal (the first batch opens the memory again); the worker's RSS at ready and after the first proposal;
+    then SIGTERM."""
     prepared = prepare_encoder(settings, timeout_s)
     port = free_port()
     env = {**worker_env(settings), "NEWSMON_WORKER__HTTP_PORT": str(port)}
@@ -844,10 +911,12 @@ def measure_worker_start(settings: Any, log_path: Path, timeout_s: float) -> dic
         if ready_s is None:
             raise RuntimeError(f"/readyz not 200 within {timeout_s:.0f} s (last {status}: {body}; log: {log_path})")
         at_ready = rss(proc.pid)
-        time.sleep(5)
-        later = rss(proc.pid)
-        return {"ready_s": round(ready_s, 1), "encoder_prepared_s": prepared["seconds"],
-                "rss_ready_mb": at_ready, "rss_after_5s_mb": later,
+        first = first_proposal(log_path, article, settings, min(120.0, timeout_s))
+        t_first = time.monotonic()
+        while time.monotonic() - t_first < 5:  # the memory is open now (the first batch opened it)
+            time.sleep(0.5)
+        return {"ready_s": round(ready_s, 1), "first_proposal_s": first, "encoder_prepared_s": prepared["seconds"],
+                "rss_ready_mb": at_ready, "rss_after_first_mb": rss(proc.pid),
                 "mapped_memory_mb": mapped(proc.pid, settings.memory_path)}
     finally:
         if proc.poll() is None:
@@ -914,15 +983,10 @@ def run_size(size: int, args: argparse.Namespace, gen: Archive, queries: Rows, s
     out["open_s"] = round(time.perf_counter() - t0, 2)
     out["points"] = memory.count(None)
     out["rss_open_mb"] = rss()
-    label_counts = {gen.label_names[j]: 0 for j in range(gen.n_labels)}
-    for rows in gen.chunks(size):  # the label counts the calibration job stores (the whole memory's)
-        for ls in rows.labels:
-            for lb in ls:
-                label_counts[lb] += 1
-    label_counts = {k: v for k, v in label_counts.items() if v}
+    counts = label_counts(archive, gen, size)  # what the calibration job stores: the whole memory's counts
     params = record_params(args.top_k, args.lexical_weight, args.candidates)
-    step("record", lambda: {"id": calibration_record(clf, params, label_counts), "params": params,
-                            "labels": len(label_counts)})
+    step("record", lambda: {"id": calibration_record(clf, params, counts), "params": params,
+                            "labels": len(counts)})
     existing = [f"scale-{i:07d}" for i in np.random.default_rng(7).integers(0, size, 200)]
     try:
         step("index", lambda: measure_index_build(clf, DecisionProbe(clf, existing, gen.extra(400, "build")),
@@ -946,7 +1010,7 @@ def run_size(size: int, args: argparse.Namespace, gen: Archive, queries: Rows, s
             return probe.summary()
 
         step("visible", visible)
-        step("calibration", lambda: measure_calibration_stall(clf, queries, args.batch, params, label_counts,
+        step("calibration", lambda: measure_calibration_stall(clf, queries, args.batch, params, counts,
                                                               args.batches, args.timeout_calibration))
         out["rss_steady_mb"] = rss()
         out["rss_peak_mb"] = sampler.peak()
@@ -954,7 +1018,8 @@ def run_size(size: int, args: argparse.Namespace, gen: Archive, queries: Rows, s
     finally:
         clf.close()
     out["disk_mb"] = {"memory": du(s.memory_path), "archive": du(archive) if archive.exists() else None}
-    step("worker", lambda: measure_worker_start(s, workdir / str(size) / "worker.log", args.timeout_worker))
+    step("worker", lambda: measure_worker_start(s, workdir / str(size) / "worker.log", args.timeout_worker,
+                                                article_event(queries, 0)))
     out["errors"] = errors
     return out
 
@@ -1007,9 +1072,11 @@ def tables(rec: BenchmarkRecord, results: list[dict], args: argparse.Namespace) 
                                                                      _get(r, "rss_steady_mb", "file"), " + ")),
         row("  of which the memory's mapped files MB", lambda r: r.get("mapped_memory_mb")),
         row("RSS MB, this process peak", lambda r: _get(r, "rss_peak_mb", "rss")),
-        row("RSS MB, worker at ready: anon + file", lambda r: _pair(_get(r, "worker", "rss_after_5s_mb", "anon"),
-                                                                  _get(r, "worker", "rss_after_5s_mb", "file"),
-                                                                  " + ")),
+        row("worker start: first proposal s after ready", lambda r: _get(r, "worker", "first_proposal_s")),
+        row("RSS MB, worker after its first proposal: anon + file",
+            lambda r: _pair(_get(r, "worker", "rss_after_first_mb", "anon"),
+                            _get(r, "worker", "rss_after_first_mb", "file"), " + ")),
+        row("  of which the memory's mapped files MB", lambda r: _get(r, "worker", "mapped_memory_mb")),
         row("disk MB, memory", lambda r: _get(r, "disk_mb", "memory")),
         row("disk MB, archive (Parquet)", lambda r: _get(r, "disk_mb", "archive")),
     ]
