@@ -29,8 +29,13 @@ Per size, in order (``--skip`` leaves steps out; every wait has a time-out):
 6. ``visible``: decision to visible with the index built (idle);
 7. ``calibration``: a new calibration record (with its stored models, as the calibration job writes it) while
    batches are proposed: the worst batch after the change against the p99 before;
-8. ``worker``: ``newsmon worker all`` (embedded broker) spawned on the memory, spawn to ``/readyz`` 200, its RSS;
-   then RSS of this process (the classifier without the encoder) and disk.
+8. ``worker``: ``newsmon worker all`` (embedded broker) spawned on the memory: spawn to ``/readyz`` 200, then one
+   article published on its broker and the time to its proposal (the first batch opens the memory), its RSS;
+   and RSS of this process (the classifier without the encoder: anonymous, file-backed, the memory's mapped
+   files) and disk.
+
+One record per size, ``benchmarks/results/scale.<size>/`` (the measurements page shows the latest of each), and
+with several sizes one table of them all printed at the end.
 
 Usage (repository root; the 1,000,000 size wants a quiet machine, about 10 GB of disk and an hour)::
 
@@ -63,7 +68,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from record import BenchmarkRecord
+from record import BenchmarkRecord, markdown_table
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -404,15 +409,15 @@ def archive_writer():
     """The product's Parquet archive writer: (``ArchiveWriter`` class or None, ``write_parquet`` function)."""
     import importlib
 
-    for name in ("newsmon.shared.memory.archive", "newsmon.shared.memory.bulk"):
+    for name in ("newsmon.shared.memory.archive_writer", "newsmon.shared.memory.archive", "newsmon.shared.memory.bulk"):
         try:
             mod = importlib.import_module(name)
         except ImportError:
             continue
         if hasattr(mod, "write_parquet") or hasattr(mod, "ArchiveWriter"):
             return getattr(mod, "ArchiveWriter", None), getattr(mod, "write_parquet", None)
-    raise RuntimeError("the product's Parquet writer (newsmon.shared.memory.bulk / .archive write_parquet) is not "
-                       "installed: the bulk import has not landed on this checkout")
+    raise RuntimeError("the product's Parquet writer (newsmon.shared.memory.archive_writer) is not installed: the "
+                       "bulk import has not landed on this checkout")
 
 
 def write_archive(path: Path, gen: Archive, n: int, version: str) -> dict:
@@ -631,19 +636,23 @@ def measure_recall(memory: Any, queries: Rows, ks: list[int]) -> dict:
     return out
 
 
-def measure_scoring(clf: Any, queries: Rows, batch: int, min_batches: int, resolved: Any = None) -> dict:
-    """Batches of ``batch`` query articles through ``clf.scorer.propose`` (vectors given): per batch the wall
-    time and its retrieve part; the first batch (record read, models loaded) apart."""
+def measure_scoring(clf: Any, queries: Rows, warm: Rows, batch: int, min_batches: int,
+                    resolved: Any = None) -> dict:
+    """Batches of ``batch`` query articles through ``clf.scorer.propose`` (vectors given: no encoder): per batch
+    the wall time and its retrieve part (the neighbour search; the rest is fusion, score components, RAE-XMC and
+    the rules). One batch of ``warm`` first, apart (the record read, its models loaded); then the queries in
+    batches, cycled when they make fewer than ``min_batches``."""
     timed = TimedSource(clf)
     scorer = clf.scorer
     scorer.neighbours = timed
-    n = len(queries.ids)
-    starts = list(range(0, n - batch + 1, batch))
-    while len(starts) < min_batches + 1:
-        starts += starts
+    starts = list(range(0, len(queries.ids) - batch + 1, batch))
+    starts = (starts * math.ceil(min_batches / max(1, len(starts))))[: max(min_batches, len(starts))]
     walls, retrieve, labels = [], [], []
     try:
-        for start in starts[: max(min_batches + 1, len(starts))]:
+        t0 = time.perf_counter()
+        scorer.propose(warm.texts[:batch], [LANG] * batch, warm.vectors[:batch], resolved=resolved)
+        first = time.perf_counter() - t0
+        for start in starts:
             sl = slice(start, start + batch)
             timed.seconds = 0.0
             t0 = time.perf_counter()
@@ -653,12 +662,11 @@ def measure_scoring(clf: Any, queries: Rows, batch: int, min_batches: int, resol
             labels.append(float(np.mean([len(p.labels) for p in props])))
     finally:
         scorer.neighbours = clf
-    first, w, r = walls[0], walls[1:], retrieve[1:]
-    score = [a - b for a, b in zip(w, r, strict=True)]
-    return {"batches": len(w), "first_ms": ms(first), "p50_ms": ms(pct(w, 50)), "p99_ms": ms(pct(w, 99)),
-            "max_ms": ms(max(w)), "retrieve_p50_ms": ms(pct(r, 50)), "retrieve_p99_ms": ms(pct(r, 99)),
-            "score_p50_ms": ms(pct(score, 50)), "score_p99_ms": ms(pct(score, 99)),
-            "labels_per_article": round(float(np.mean(labels[1:])), 2)}
+    score = [a - b for a, b in zip(walls, retrieve, strict=True)]
+    return {"batches": len(walls), "first_ms": ms(first), "p50_ms": ms(pct(walls, 50)), "p99_ms": ms(pct(walls, 99)),
+            "max_ms": ms(max(walls)), "retrieve_p50_ms": ms(pct(retrieve, 50)),
+            "retrieve_p99_ms": ms(pct(retrieve, 99)), "score_p50_ms": ms(pct(score, 50)),
+            "score_p99_ms": ms(pct(score, 99)), "labels_per_article": round(float(np.mean(labels)), 2)}
 
 
 class DecisionProbe:
@@ -996,9 +1004,10 @@ def run_size(size: int, args: argparse.Namespace, gen: Archive, queries: Rows, s
         from newsmon.shared.scoring import Resolved
 
         def scoring() -> dict:
-            res = {"record": measure_scoring(clf, queries, args.batch, args.batches)}
+            warm = gen.extra(args.batch, "warm")
+            res = {"record": measure_scoring(clf, queries, warm, args.batch, args.batches)}
             dense = Resolved(clf.settings.scoring, None, None, "defaults")
-            res["dense_defaults"] = measure_scoring(clf, queries, args.batch, args.batches, resolved=dense)
+            res["dense_defaults"] = measure_scoring(clf, queries, warm, args.batch, args.batches, resolved=dense)
             return res
 
         step("scoring", scoring)
@@ -1039,7 +1048,8 @@ def _fmt(v: Any) -> Any:
     return "-" if v is None else v
 
 
-def tables(rec: BenchmarkRecord, results: list[dict], args: argparse.Namespace) -> None:
+def table(results: list[dict], args: argparse.Namespace) -> tuple[list[str], list[list], str]:
+    """(columns, rows, note) of the archive-size table, one column per size."""
     cols = [f"{r['size']:,}" for r in results]
 
     def row(name: str, fn: Callable[[dict], Any]) -> list:
@@ -1080,8 +1090,8 @@ def tables(rec: BenchmarkRecord, results: list[dict], args: argparse.Namespace) 
         row("disk MB, memory", lambda r: _get(r, "disk_mb", "memory")),
         row("disk MB, archive (Parquet)", lambda r: _get(r, "disk_mb", "archive")),
     ]
-    rec.table("Archive size", ["points"] + cols, rows,
-              note=f"{os.cpu_count()} cores; labels {args.labels:,}, d 384, one language memory (sl); "
+    return ["points"] + cols, rows, (
+              f"{os.cpu_count()} cores; labels {args.labels:,}, d 384, one language memory (sl); "
                    f"{args.queries} held-out queries; no encoder (vectors given). Targets at 1,000,000: batch p99 <= "
                    f"{TARGETS['batch_p99_ms']:.0f} ms, recall >= {TARGETS['recall']}, decision visible <= 1 s, "
                    f"worker ready <= {TARGETS['ready_s']:.0f} s, calibration stall <= 1 s, anonymous RSS <= 3 GB "
@@ -1146,24 +1156,27 @@ def main(argv: list[str] | None = None) -> int:
     own_workdir = args.workdir is None
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="newsmon-scale-")
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
-    results = []
+    results: list[dict] = []
+    sample = next(gen.chunks(300))
+    generator = {"seed": args.seed, "topics": gen.n_topics, "subtopics": gen.n_subtopics, "labels": gen.n_labels,
+                 "source_articles": len(gen.sentences), "vectors": vector_stats(sample.vectors, sample.subtopic),
+                 "e5_reference": E5_REFERENCE,
+                 "labels_per_article": round(float(np.mean([len(x) for x in sample.labels])), 2)}
+    run_settings = {"top_k": args.top_k, "candidates": args.candidates, "lexical_weight": args.lexical_weight,
+                    "batch": args.batch, "queries": args.queries, "index_build": args.index_build,
+                    "memory_index": _index_settings()}
     try:
-        with BenchmarkRecord("scale") as rec, RssSampler() as sampler:
-            sample = next(gen.chunks(300))
-            rec.data["generator"] = {"seed": args.seed, "topics": gen.n_topics, "subtopics": gen.n_subtopics,
-                                     "labels": gen.n_labels, "source_articles": len(gen.sentences),
-                                     "vectors": vector_stats(sample.vectors, sample.subtopic),
-                                     "e5_reference": E5_REFERENCE,
-                                     "labels_per_article": round(float(np.mean([len(x) for x in sample.labels])), 2)}
-            rec.data["settings"] = {"top_k": args.top_k, "candidates": args.candidates,
-                                    "lexical_weight": args.lexical_weight, "batch": args.batch,
-                                    "queries": args.queries, "index_build": args.index_build,
-                                    "memory_index": _index_settings()}
-            rec.data["sizes"] = results
-            for size in args.sizes:
-                results.append(run_size(size, args, gen, queries, sampler))
-                print(json.dumps(results[-1], default=str)[:4000], flush=True)
-            tables(rec, results, args)
+        with RssSampler() as sampler:
+            for size in args.sizes:  # one record per size: benchmarks/results/scale.<size>/
+                with BenchmarkRecord(f"scale.{size}") as rec:
+                    rec.data.update(generator=generator, settings=run_settings)
+                    result = run_size(size, args, gen, queries, sampler)
+                    rec.data["size"] = result
+                    results.append(result)
+                    rec.table("Archive size", *table([result], args))
+        if len(results) > 1:
+            columns, rows, note = table(results, args)
+            print(f"\nArchive size, every size of this run\n\n{markdown_table(columns, rows)}\n\n{note}")
     finally:
         if own_workdir and not args.keep:
             shutil.rmtree(args.workdir, ignore_errors=True)
