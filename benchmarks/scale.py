@@ -1082,6 +1082,7 @@ def table(results: list[dict], args: argparse.Namespace) -> tuple[list[str], lis
                                                                      _get(r, "rss_steady_mb", "file"), " + ")),
         row("  of which the memory's mapped files MB", lambda r: r.get("mapped_memory_mb")),
         row("RSS MB, this process peak", lambda r: _get(r, "rss_peak_mb", "rss")),
+        row("RSS MB, index builder (child) peak", lambda r: _get(r, "rss_peak_mb", "children")),
         row("worker start: first proposal s after ready", lambda r: _get(r, "worker", "first_proposal_s")),
         row("RSS MB, worker after its first proposal: anon + file",
             lambda r: _pair(_get(r, "worker", "rss_after_first_mb", "anon"),
