@@ -1128,7 +1128,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout-import", type=float, default=3 * 3600)
     p.add_argument("--timeout-index", type=float, default=3 * 3600)
     p.add_argument("--timeout-worker", type=float, default=600)
-    p.add_argument("--timeout-calibration", type=float, default=180)
+    p.add_argument("--timeout-calibration", type=float, default=900)
     p.add_argument("--stats", action="store_true", help="print the generator's vector statistics and exit")
     args = p.parse_args(argv)
     args.sizes = [int(x.replace("_", "")) for x in args.sizes.split(",") if x.strip()]
@@ -1175,6 +1175,8 @@ def main(argv: list[str] | None = None) -> int:
                     rec.data["size"] = result
                     results.append(result)
                     rec.table("Archive size", *table([result], args))
+                if not args.keep:  # the next size's disk: this one's archive and memory go
+                    shutil.rmtree(Path(args.workdir) / str(size), ignore_errors=True)
         if len(results) > 1:
             columns, rows, note = table(results, args)
             print(f"\nArchive size, every size of this run\n\n{markdown_table(columns, rows)}\n\n{note}")
