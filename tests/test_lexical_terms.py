@@ -1,5 +1,6 @@
 """The lexical fusion reads the candidates' stored lexical vectors (the knowledge memory returns them with each
-neighbour) and scores exactly as when it tokenises their texts again: same neighbours, same fused scores."""
+neighbour, and leaves their texts out of the hits) and scores exactly as when it tokenises their stored texts
+again: same neighbours, same fused scores."""
 
 from __future__ import annotations
 
@@ -22,8 +23,11 @@ def test_fusion_on_stored_terms_equals_fusion_on_texts(tmp_path, shared_data):
     hits = mem.search(vecs[:12] + 0.3 * rng.standard_normal((12, 16)).astype(np.float32), 30,
                       SearchFilter(labelled=True), texts=queries, lexical_k=40)
     assert all(nb.terms is not None for row in hits for nb in row), "every neighbour carries its stored terms"
+    assert all("text" not in nb.payload for row in hits for nb in row), "texts stay in the memory"
     stored = Retrieval.from_neighbours(hits)
-    from_text = Retrieval(stored.ids, stored.sims, stored.labels, stored.titles, stored.texts)  # no terms
+    texts = {p.article_id: p.payload["text"] for p in mem.get(sorted({nb.article_id for row in hits for nb in row}))}
+    from_text = Retrieval(stored.ids, stored.sims, stored.labels, stored.titles,
+                          [[texts.get(str(i), "") for i in row] for row in stored.ids])  # no stored terms
     a = fuse(stored, queries, 0.5, 20, TermVectors())
     b = fuse(from_text, queries, 0.5, 20, TermVectors())
     assert (a.ids == b.ids).all()

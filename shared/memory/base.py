@@ -42,12 +42,12 @@ INTERNAL_FIELDS = frozenset({FIELD_ARTICLE_ID, FIELD_LABELS, FIELD_N_LABELS})
 #: The payload indexes of every collection: field -> kind (``keyword`` or ``integer``).
 PAYLOAD_INDEXES = {FIELD_LABELS: "keyword", FIELD_LANG: "keyword", FIELD_ARTICLE_ID: "keyword",
                    FIELD_N_LABELS: "integer", FIELD_DUPLICATE_OF: "keyword"}
-
 #: The named sparse vector of every point, made from its payload ``FIELD_TEXT`` (hashed sublinear-TF terms, unit
 #: length: :func:`newsmon.shared.terms.sparse_terms`) and searched with the engine's IDF modifier.
 LEXICAL_VECTOR, FIELD_TEXT = "lexical", "text"
-#: Points per write request and queries per batched search request.
-WRITE_BATCH = 512
+#: Payload fields a search leaves out of its hits (the scorer reads a neighbour's stored lexical vector, not its text).
+SEARCH_PAYLOAD_EXCLUDED = (FIELD_TEXT,)
+WRITE_BATCH = 512  # points per write request; reads and queries per batched request:
 READ_BATCH = 1024
 QUERY_BATCH = 64
 NAME_BAD_CHARS = re.compile(r"[^A-Za-z0-9_-]+")

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import qdrant_edge as qe
 
-from newsmon.shared.memory.base import (LEXICAL_VECTOR, NAME_BAD_CHARS, KnowledgeMemoryError, MemoryLockedError,
-                                        check_dim)
+from newsmon.shared.memory.base import (LEXICAL_VECTOR, NAME_BAD_CHARS, SEARCH_PAYLOAD_EXCLUDED, KnowledgeMemoryError,
+                                        MemoryLockedError, check_dim)
 from newsmon.shared.memory.common import PointRow, QdrantAdapter
 from newsmon.shared.memory.index_build import IndexParams, engine_config, ensure_payload_indexes, run_builder
 
@@ -328,19 +328,20 @@ class EdgeMemory(QdrantAdapter):
                  if self.index.quantization == "int8" and not exact else None)
         params = qe.SearchParams(hnsw_ef=max(self.index.ef, k), exact=exact, quantization=quant)
         with_vector = [LEXICAL_VECTOR] if self.lexical else False  # the lexical fusion reads the stored terms
+        payload = qe.PayloadSelector.Exclude(list(SEARCH_PAYLOAD_EXCLUDED))
         requests = []
         for i, q in enumerate(queries):
             dense = qe.Query.Nearest(q.tolist())
             terms = sparse[i] if sparse is not None else None
             if terms is None:
-                requests.append(qe.QueryRequest(limit=k, query=dense, filter=flt, with_payload=True, params=params,
+                requests.append(qe.QueryRequest(limit=k, query=dense, filter=flt, with_payload=payload, params=params,
                                                 with_vector=with_vector))
                 continue
             lexical = qe.Query.Nearest(qe.SparseVector(*terms), using=LEXICAL_VECTOR)
             requests.append(qe.QueryRequest(
                 prefetches=[qe.Prefetch(query=dense, limit=k, filter=flt, params=params),
                             qe.Prefetch(query=lexical, limit=lexical_k, filter=flt)],
-                query=dense, limit=k + lexical_k, with_payload=True, with_vector=with_vector))
+                query=dense, limit=k + lexical_k, with_payload=payload, with_vector=with_vector))
         return self._live.query_batch(qe.QueryBatchRequest(requests))
 
     def _count(self, flt: Any) -> int:

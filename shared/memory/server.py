@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import structlog
 
-from newsmon.shared.memory.base import (LEXICAL_VECTOR, PAYLOAD_INDEXES, KnowledgeMemoryError,
+from newsmon.shared.memory.base import (LEXICAL_VECTOR, PAYLOAD_INDEXES, SEARCH_PAYLOAD_EXCLUDED, KnowledgeMemoryError,
                                         MemoryUnavailableError, check_dim)
 from newsmon.shared.memory.common import PointRow, QdrantAdapter
 from newsmon.shared.memory.index_build import IndexParams
@@ -236,18 +236,19 @@ class QdrantServerMemory(QdrantAdapter):
                  if self.index.quantization == "int8" and not exact else None)
         params = m.SearchParams(hnsw_ef=max(self.index.ef, k), exact=exact, quantization=quant)
         with_vector = [LEXICAL_VECTOR] if self.lexical else False  # the lexical fusion reads the stored terms
+        payload = m.PayloadSelectorExclude(exclude=list(SEARCH_PAYLOAD_EXCLUDED))
         requests = []
         for i, q in enumerate(queries):
             terms = sparse[i] if sparse is not None else None
             if terms is None:
-                requests.append(m.QueryRequest(query=q.tolist(), limit=k, filter=flt, with_payload=True,
+                requests.append(m.QueryRequest(query=q.tolist(), limit=k, filter=flt, with_payload=payload,
                                                params=params, with_vector=with_vector))
                 continue
             lexical = m.SparseVector(indices=terms[0], values=terms[1])
             requests.append(m.QueryRequest(
                 prefetch=[m.Prefetch(query=q.tolist(), limit=k, filter=flt, params=params),
                           m.Prefetch(query=lexical, using=LEXICAL_VECTOR, limit=lexical_k, filter=flt)],
-                query=q.tolist(), limit=k + lexical_k, with_payload=True, with_vector=with_vector))
+                query=q.tolist(), limit=k + lexical_k, with_payload=payload, with_vector=with_vector))
         return [resp.points for resp in self._live.query_batch_points(self.collection, requests=requests)]
 
     def _count(self, flt: Any) -> int:
