@@ -403,6 +403,11 @@ def run(args: argparse.Namespace, rec: BenchmarkRecord) -> int:
     from newsmon.workers.topics import ensure_topics
 
     configure_logging("console", "WARNING")
+    import newsmon.workers
+
+    # which code runs (an editable install runs its own checkout's; PYTHONPATH can put another link tree first)
+    rec.data["newsmon_workers_from"] = str(Path(newsmon.workers.__file__).resolve().parent)
+    print(f"newsmon.workers from {rec.data['newsmon_workers_from']}", flush=True)
     corpora = [load_corpus(args.sl), load_corpus(args.en)]
     tmp = Path(tempfile.mkdtemp(prefix="newsmon-soak-"))
     s = Settings(home=tmp / "home")
