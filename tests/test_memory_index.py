@@ -166,6 +166,12 @@ def test_memory_index_command_builds_the_index_offline(tmp_path, encoder, newsmo
     from newsmon.shared.config import Settings
     from newsmon.shared.memory import MemoryRouter
 
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEWSMON_")}
+    env.update(NEWSMON_HOME=str(newsmon_home), NEWSMON_MEMORY__PATH=str(tmp_path / "memory"))
+    repo = Path(__file__).resolve().parents[1]
+    empty = subprocess.run([sys.executable, "-m", "newsmon.cli", "memory", "index", "--status"], cwd=repo, env=env,
+                           text=True, capture_output=True, timeout=300)
+    assert empty.returncode == 2 and "has no collection" in empty.stderr and "memory import" in empty.stderr
     s = Settings(home=newsmon_home)
     s.memory.path = tmp_path / "memory"
     router = MemoryRouter(s, encoder.model_id, encoder.dim)
@@ -173,9 +179,6 @@ def test_memory_index_command_builds_the_index_offline(tmp_path, encoder, newsmo
     vecs = rng.standard_normal((400, encoder.dim)).astype(np.float32)
     router.memory("sl").upsert([f"a{i}" for i in range(400)], vecs, [["x"]] * 400, [{"lang": "sl"}] * 400)
     router.close()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NEWSMON_")}
-    env.update(NEWSMON_HOME=str(newsmon_home), NEWSMON_MEMORY__PATH=str(tmp_path / "memory"))
-    repo = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "-m", "newsmon.cli", "memory", "index"], cwd=repo, env=env, text=True,
                           capture_output=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

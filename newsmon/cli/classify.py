@@ -91,8 +91,8 @@ def memory_stats() -> None:
 
 
 def memory_index(
-    lang: Annotated[Optional[list[str]], typer.Option(help="Language memory to index (repeatable; default: every "
-                                                      "language of the current model version).")] = None,
+    language: Annotated[Optional[list[str]], typer.Option(help="Language memory to index (repeatable; default: "
+                                                          "every language of the current model version).")] = None,
     status: Annotated[bool, typer.Option("--status", help="Only show each memory's index: points, indexed, "
                                          "generation.")] = False,
 ) -> None:
@@ -107,7 +107,12 @@ def memory_index(
     router = MemoryRouter(s, version, dim)
     out = {}
     try:
-        for lg in lang or router.languages():
+        languages = language or router.languages()
+        if not languages:
+            where = s.memory.url and s.memory_mode()["url"] or s.memory_mode()["path"]
+            fail(f"the knowledge memory at {where} has no collection of the model version {version}: fill it "
+                 "with `newsmon memory build` or `newsmon memory import` (or point NEWSMON_MEMORY__PATH at it)")
+        for lg in languages:
             try:
                 mem = router.memory(lg)
             except MemoryLockedError as exc:
