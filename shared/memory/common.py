@@ -88,10 +88,14 @@ def neighbour(payload: dict | None, score: float, vector: Any = None) -> Neighbo
     """A :class:`Neighbour` from a search hit's payload, score (cosine similarity) and named vectors (its stored
     lexical vector, when the search returned it)."""
     payload = payload or {}
-    sparse = vector.get(LEXICAL_VECTOR) if isinstance(vector, dict) else None
-    terms = (list(sparse.indices), list(sparse.values)) if sparse is not None else None
     return Neighbour(article_id=payload.get(FIELD_ARTICLE_ID, ""), similarity=float(score),
-                     labels=_labels_of(payload), payload=_user_payload(payload), terms=terms)
+                     labels=_labels_of(payload), payload=_user_payload(payload), terms=stored_terms(vector))
+
+
+def stored_terms(vector: Any) -> tuple[list[int], list[float]] | None:
+    """The lexical vector ``(indices, values)`` among a record's named vectors (None without one)."""
+    sparse = vector.get(LEXICAL_VECTOR) if isinstance(vector, dict) else None
+    return (list(sparse.indices), list(sparse.values)) if sparse is not None else None
 
 
 def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

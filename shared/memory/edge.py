@@ -18,7 +18,7 @@ import qdrant_edge as qe
 
 from newsmon.shared.memory.base import (LEXICAL_VECTOR, NAME_BAD_CHARS, SEARCH_PAYLOAD_EXCLUDED, KnowledgeMemoryError,
                                         MemoryLockedError, check_dim)
-from newsmon.shared.memory.common import PointRow, QdrantAdapter
+from newsmon.shared.memory.common import PointRow, QdrantAdapter, stored_terms
 from newsmon.shared.memory.index_build import IndexParams, engine_config, ensure_payload_indexes, run_builder
 
 #: File in the collection directory naming the live index generation (JSON; absent: generation 0, the directory
@@ -103,6 +103,16 @@ class EdgeMemory(QdrantAdapter):
             raise KnowledgeMemoryError(f"{self.directory / GENERATION_FILE} names no generation: {state!r}")
         return state
 
+    def _save_state(self, generation: int, indexed_points: int) -> None:
+        """Record ``generation`` as the live one, indexed with ``indexed_points`` points now with this memory's
+        :class:`IndexParams` (:data:`GENERATION_FILE`, replaced atomically)."""
+        state = {"generation": generation, "indexed_points": indexed_points,
+                 "built_at": datetime.now(UTC).isoformat(timespec="seconds"), "params": vars(self.index)}
+        tmp = self.directory / f".{GENERATION_FILE}.tmp"
+        tmp.write_text(json.dumps(state), encoding="utf-8")
+        os.replace(tmp, self.directory / GENERATION_FILE)
+        self._state = state
+
     def _remove_stale(self) -> None:
         """Delete what a crash or a swap left behind: generations other than the live one (a rebuild that never
         finished, a replaced one), and generation 0's own files once a later generation is live. Runs with the
@@ -162,9 +172,8 @@ class EdgeMemory(QdrantAdapter):
                 self._live.flush()
             exported, built = run_builder(target, {"dim": self.dim, "lexical": bool(self.lexical),
                                                    "index": vars(self.index)}, self._export, timeout_s)
-            t_export = built["export_s"]
             swap = self._swap_to(target, exported)
-            return {"generation": self.generation, "points": exported, "export_s": t_export,
+            return {"generation": self.generation, "points": exported, "export_s": built["export_s"],
                     "build_s": built["build_s"], **swap, "seconds": round(time.perf_counter() - t0, 3)}
         except BaseException:
             with self._swap_lock:
@@ -185,9 +194,7 @@ class EdgeMemory(QdrantAdapter):
             page = []
             for r in records:
                 vec = r.vector if isinstance(r.vector, dict) else {"": r.vector}
-                sparse = vec.get(LEXICAL_VECTOR)
-                page.append((str(r.id), np.asarray(vec[""], dtype=np.float32),
-                             (list(sparse.indices), list(sparse.values)) if sparse is not None else None,
+                page.append((str(r.id), np.asarray(vec[""], dtype=np.float32), stored_terms(vec),
                              dict(r.payload or {})))
             if page:
                 pickle.dump(page, sink, protocol=pickle.HIGHEST_PROTOCOL)
@@ -208,13 +215,9 @@ class EdgeMemory(QdrantAdapter):
                 journal, self._journal = self._journal or [], None
                 for op, arg in journal:
                     self._apply(new, op, arg)
-                old, old_generation = self._handle, self.generation
-                state = {"generation": old_generation + 1, "indexed_points": exported,
-                         "built_at": datetime.now(UTC).isoformat(timespec="seconds"), "params": vars(self.index)}
-                tmp = self.directory / f".{GENERATION_FILE}.tmp"
-                tmp.write_text(json.dumps(state), encoding="utf-8")
-                os.replace(tmp, self.directory / GENERATION_FILE)
-                self._handle, self._state = new, state
+                old = self._handle
+                self._save_state(self.generation + 1, exported)
+                self._handle = new
         except BaseException:
             new.close()
             raise
@@ -368,12 +371,7 @@ class EdgeMemory(QdrantAdapter):
             points = int(self._live.count(qe.CountRequest(exact=True)))
             changed = bool(self._live.optimize())
             if changed or not self._state.get("indexed_points"):
-                state = {**self._state, "generation": self.generation, "indexed_points": points,
-                         "built_at": datetime.now(UTC).isoformat(timespec="seconds"), "params": vars(self.index)}
-                tmp = self.directory / f".{GENERATION_FILE}.tmp"
-                tmp.write_text(json.dumps(state), encoding="utf-8")
-                os.replace(tmp, self.directory / GENERATION_FILE)
-                self._state = state
+                self._save_state(self.generation, points)
             return changed
 
     def close(self) -> None:

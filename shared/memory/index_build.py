@@ -90,7 +90,6 @@ def ensure_payload_indexes(shard: Any) -> None:
             shard.update(qe.UpdateOperation.create_field_index(name, _INDEX_KIND[kind]))
 
 
-
 def run_builder(target: Path, config: dict, export: Callable[[IO[bytes]], int], timeout_s: float
                 ) -> tuple[int, dict]:
     """Start the builder child process for ``target`` and feed it with ``export`` (which writes the pages to the

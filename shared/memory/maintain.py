@@ -34,7 +34,6 @@ class IndexMaintainer:
         self.check_s = check_s
         self.stop = stop
         self.thread: threading.Thread | None = None
-        self.last: list[dict] = []  # the rebuilds of the last check that did any
 
     def start(self) -> IndexMaintainer:
         self.thread = threading.Thread(target=self._loop, name="newsmon-index", daemon=True)
@@ -64,6 +63,4 @@ class IndexMaintainer:
                 result = {"collection": mem.collection, "error": str(exc)}
                 log.warning("index rebuild failed", **result)
             done.append(result)
-        if done:
-            self.last = done
         return done
