@@ -10,8 +10,9 @@ with ``w = lexical_weight``, and the top-k by ``s`` are the neighbours RAE-XMC s
 The TF-IDF vectors use sublinear term frequency (1 + log tf) over hashed word features (scikit-learn's
 ``HashingVectorizer``, the same word tokenisation as the TF-IDF baselines) and a *local* IDF computed over the N
 candidates themselves: no vocabulary or global statistics to keep in step with the memory, so a moderator's
-decision counts at once. A candidate without a stored lexical vector (a collection made before them) has its text
-tokenised here, cached by article id.
+decision counts at once. A candidate without a stored lexical vector has its text tokenised here, cached by article
+id; the memory's searches return no texts, so such a candidate from a search (a point of a collection made before
+the lexical vector) counts 0 in the fusion.
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def fuse(retrieval: Retrieval, query_texts: Sequence[str], weight: float, k: int
 def _candidate_rows(retrieval: Retrieval, i: int, present: np.ndarray, terms: TermVectors) -> sp.csr_matrix:
     """``(len(present), 2^20)`` term rows of query ``i``'s candidates ``present``: each one's stored lexical vector
     when the memory returned it (unit-length sublinear TF of the same text: the local TF-IDF cosine does not
-    depend on a row's length), else its text's row (:class:`TermVectors`, cached by id)."""
+    depend on a row's length), else its text's row (:class:`TermVectors`, cached by id; empty without a text)."""
     stored = retrieval.terms[i] if retrieval.terms is not None else [None] * retrieval.k
     missing = [j for j in present if stored[j] is None]
     from_text = iter(terms.rows([retrieval.texts[i][j] if retrieval.texts is not None else "" for j in missing],
