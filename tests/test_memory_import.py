@@ -21,6 +21,8 @@ from newsmon.shared.data import Article, load_corpus
 from newsmon.shared.memory import MemoryRouter, collection_name
 from newsmon.shared.memory.archive import ArchiveError, open_archive
 from newsmon.shared.memory.bulk import DEFAULT_BATCH, BadRowError, import_parquet, write_parquet
+from newsmon.shared.memory.common import TEXT_PAYLOAD_CHARS
+from newsmon.shared.text import clean_text
 
 DIM = 16
 VERSION = "test-model@1"
@@ -306,3 +308,24 @@ def test_the_commands_default_batch_is_the_librarys():
     from newsmon.cli.memory_import import memory_import
 
     assert inspect.signature(memory_import).parameters["batch"].default == DEFAULT_BATCH
+
+
+def test_invisible_and_combining_runs_of_200k_characters(tmp_path, articles):
+    """An archive row of 200,000 zero-width spaces is blank once cleaned (a bad row); one word followed by 200,000
+    combining marks is imported with the run capped, as every other path cleans it."""
+    arts = articles[:3]
+    texts = [arts[0].text, "\u200b" * 200_000, "Ljubljana" + "\u0301" * 200_000 + " " + arts[2].text]
+    table = pa.table({"id": [a.id for a in arts], "language": ["sl"] * 3, "vector": pa.FixedSizeListArray.from_arrays(
+        pa.array(_unit(np.random.default_rng(3), 3).reshape(-1)), DIM), "labels": [list(a.labels) for a in arts],
+        "text": texts, "published_at": [None] * 3})
+    path = tmp_path / "invisible.parquet"
+    pq.write_table(table.replace_schema_metadata({"newsmon.model_version": VERSION, "newsmon.dim": str(DIM)}), path)
+    router = _router(tmp_path, "m")
+    try:
+        report = import_parquet(path, router)
+        assert [b.row for b in report.bad_rows] == [1] and report.bad_rows[0].reason.startswith("text is blank")
+        stored = router.memory("sl").get([arts[2].id])[0]
+        assert stored is not None and stored.payload["text"] == clean_text(texts[2])[:TEXT_PAYLOAD_CHARS]
+        assert len(stored.payload["text"]) < 1000 + len(arts[2].text)
+    finally:
+        router.close()
