@@ -196,6 +196,8 @@ def _report(test: list[Article], gold: dict, received: dict[str, LabelProposal],
 def _calibrate(clf: Classifier, validation: list[Article], corpus: str) -> None:
     """Calibrate the scoring on the memory (leave-one-out) and the validation split, as ``newsmon tune`` does,
     and say which parameters the stream uses."""
+    print("calibrating the scoring on the memory (leave-one-out) and the validation split: a few minutes on 2 cores "
+          "the first time, reused while the inputs stay the same", flush=True)
     t0 = time.perf_counter()
     for lang, cal in calibrate_memory(clf, validation, written_by="demo", corpus=corpus).items():
         params, source = effective_scoring(clf.settings, cal.record)
@@ -250,7 +252,10 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
         rt = build_runtime(settings, classifier=clf).start()
         api = _start_api(settings, rt)
         received, stream_s, applied = _stream(settings, rt, test, gold, show, timeout_s, api)
-    return _report(test, gold, received, stream_s, applied, len(corpus.bad_lines))
+    report = _report(test, gold, received, stream_s, applied, len(corpus.bad_lines))
+    print(f"the demo's knowledge memory stays at {memory_dir} (decisions included): "
+          f"NEWSMON_MEMORY__PATH={memory_dir} newsmon memory stats shows it")
+    return report
 
 
 def _start_api(settings: Settings, rt: Runtime):

@@ -169,9 +169,13 @@ def test_memory_index_command_builds_the_index_offline(tmp_path, encoder, newsmo
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEWSMON_")}
     env.update(NEWSMON_HOME=str(newsmon_home), NEWSMON_MEMORY__PATH=str(tmp_path / "memory"))
     repo = Path(__file__).resolve().parents[1]
-    empty = subprocess.run([sys.executable, "-m", "newsmon.cli", "memory", "index", "--status"], cwd=repo, env=env,
+    empty = subprocess.run([sys.executable, "-m", "newsmon.cli", "memory", "index"], cwd=repo, env=env,
                            text=True, capture_output=True, timeout=300)
     assert empty.returncode == 2 and "has no collection" in empty.stderr and "memory import" in empty.stderr
+    assert "demo-memory" in empty.stderr
+    look = subprocess.run([sys.executable, "-m", "newsmon.cli", "memory", "index", "--status"], cwd=repo, env=env,
+                          text=True, capture_output=True, timeout=300)
+    assert look.returncode == 0 and "has no collection" in look.stdout, look.stderr
     s = Settings(home=newsmon_home)
     s.memory.path = tmp_path / "memory"
     router = MemoryRouter(s, encoder.model_id, encoder.dim)
@@ -185,6 +189,7 @@ def test_memory_index_command_builds_the_index_offline(tmp_path, encoder, newsmo
     out = json.loads(proc.stdout)
     (status,) = out.values()
     assert status["indexed"] == 400 and status["unindexed"] == 0 and status["points"] == 400
+    assert "searched exactly" in status["note"]  # 400 points: below memory.index.min_points
     proc = subprocess.run([sys.executable, "-m", "newsmon.cli", "memory", "index", "--status"], cwd=repo, env=env,
                           text=True, capture_output=True, timeout=300)
     assert proc.returncode == 0 and json.loads(proc.stdout) == out | {k: {kk: vv for kk, vv in v.items()

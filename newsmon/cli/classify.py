@@ -56,6 +56,10 @@ def memory_build(
         clf.close()
 
 
+#: Where the demo's memory is (``make demo`` keeps it apart from the default ``<home>/memory``).
+DEMO_MEMORY_HINT = ("The demo's memory is <home>/demo-memory: NEWSMON_MEMORY__PATH={home}/demo-memory shows it.")
+
+
 def memory_stats() -> None:
     """Articles per language collection of the current model version (labelled / pending). Loads no model."""
     from newsmon.shared.memory import MemoryRouter, SearchFilter, stored_collections  # deferred: see above
@@ -66,8 +70,8 @@ def memory_stats() -> None:
     if not names:
         console.print(f"the knowledge memory at {where} is empty: fill it with `newsmon memory build --data PATH "
                       "--calibrate` "
-                      f"(default NEWSMON_DATA={s.data}), then `newsmon suggest TEXT` proposes labels",
-                      soft_wrap=True, markup=False)
+                      f"(default NEWSMON_DATA={s.data}), then `newsmon suggest TEXT` proposes labels. "
+                      f"{DEMO_MEMORY_HINT.format(home=s.home)}", soft_wrap=True, markup=False)
         return
     # deferred, and only for a memory with collections: model_identity reads the checkpoint's config.json
     from newsmon.shared.classifier import model_identity
@@ -110,8 +114,12 @@ def memory_index(
         languages = language or router.languages()
         if not languages:
             where = s.memory.url and s.memory_mode()["url"] or s.memory_mode()["path"]
-            fail(f"the knowledge memory at {where} has no collection of the model version {version}: fill it "
-                 "with `newsmon memory build` or `newsmon memory import` (or point NEWSMON_MEMORY__PATH at it)")
+            msg = (f"the knowledge memory at {where} has no collection of the model version {version}: fill it with "
+                   f"`newsmon memory build` or `newsmon memory import`. {DEMO_MEMORY_HINT.format(home=s.home)}")
+            if not status:
+                fail(msg)
+            console.print(msg, soft_wrap=True, markup=False)  # nothing to show, as `memory stats` says
+            return
         for lg in languages:
             try:
                 mem = router.memory(lg)
@@ -126,6 +134,9 @@ def memory_index(
                 out[router.collection(lg)] = {**mem.index_status(), "seconds": round(time.perf_counter() - t0, 1)}
             else:
                 out[router.collection(lg)] = mem.index_status()
+            if out[router.collection(lg)]["points"] < mem.index.min_points:
+                out[router.collection(lg)]["note"] = (f"below memory.index.min_points ({mem.index.min_points}): "
+                                                      "searched exactly, no index needed")
     finally:
         router.close()
     print(json.dumps(out, indent=2))
