@@ -12,7 +12,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from newsmon.cli.common import console, corpus_or_fail, err, fail, settings_from_env
@@ -128,15 +128,15 @@ def memory_index(
             if not isinstance(mem, EdgeMemory):
                 out[router.collection(lg)] = {"points": mem.count(), "note": "the Qdrant server indexes by itself"}
                 continue
+            t0 = time.perf_counter()
             if not status:
-                t0 = time.perf_counter()
                 mem.optimize()
-                out[router.collection(lg)] = {**mem.index_status(), "seconds": round(time.perf_counter() - t0, 1)}
-            else:
-                out[router.collection(lg)] = mem.index_status()
-            if out[router.collection(lg)]["points"] < mem.index.min_points:
-                out[router.collection(lg)]["note"] = (f"below memory.index.min_points ({mem.index.min_points}): "
-                                                      "searched exactly, no index needed")
+            st: dict[str, Any] = mem.index_status()
+            if not status:
+                st["seconds"] = round(time.perf_counter() - t0, 1)
+            if st["points"] < mem.index.min_points:
+                st["note"] = f"below memory.index.min_points ({mem.index.min_points}): searched exactly, no index needed"
+            out[router.collection(lg)] = st
     finally:
         router.close()
     print(json.dumps(out, indent=2))
