@@ -1,0 +1,79 @@
+"""The label names (a label whose name occurs in the article, scored by how often that meant the label in the
+memory): matching by hand (inflected and namespaced names, short words whole), the counts and their leave-one-out,
+the mix, a stored model read back, and matching that stays linear in the article's length."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from newsmon.shared.scoring import LabelVocab, MemoryArticles
+from newsmon.shared.scoring.components.label_names import (
+    SHORT,
+    STEM,
+    LabelNamesComponent,
+    LabelNamesOptions,
+    fit_names,
+    held_out,
+    name_stems,
+    stems,
+)
+from newsmon.shared.scoring.components.label_tree import TopLabels
+
+TEXTS = ["Stavka v Elektru Primorska se nadaljuje", "Japan's exports rise again", "Sindikat napoveduje stavko",
+         "Vreme bo lepo, pravi napoved", "Stavke ne bo, so rekli v sindikatu"]
+LABELS = [("stavka", "elektro primorska"), ("place:japan",), ("sindikat",), ("vreme",), ("sindikat",)]
+
+
+def test_names_match_inflected_words_namespaced_codes_and_short_words_whole():
+    assert name_stems("place:japan") == ("japa",) and name_stems("topic:money-fx") == ("fx", "money"[:4])
+    assert name_stems("stavka") == ("stavk",) and name_stems("zdravstveno zavarovanje") == ("zavaro", "zdravs")
+    assert name_stems("usa") == ("usa",) and name_stems("x:") == ()
+    model, found = fit_names(["Japanese yen", "USA and Canada"], [("a",), ("place:usa",)])
+    assert found == [[], [1]]  # "a" has no word of two characters: never named
+    model, _ = fit_names(TEXTS, LABELS)
+    got = model.scores(["Japanese yen", "the usage of it", "Stavke so v Elektro Primorski", "Primorska"])
+    assert got.labels[0] == ["place:japan"] and got.labels[1] == [] and got.labels[3] == []
+    assert set(got.labels[2]) == {"stavka", "elektro primorska"}  # every word of a name, in any case and order
+
+
+def test_the_counts_and_their_leave_one_out_by_hand():
+    model, found = fit_names(TEXTS, LABELS)
+    j = {lb: i for i, lb in enumerate(model.labels)}
+    # "stavk" starts a word of articles 0, 2 and 4; only article 0 carries stavka
+    assert model.matched[j["stavka"]] == 3 and model.hits[j["stavka"]] == 1
+    assert model.matched[j["sindikat"]] == 2 and model.hits[j["sindikat"]] == 2
+    q = model.scores(["Nova stavka"])
+    assert q.labels == [["stavka"]] and q.scores[0, 0] == pytest.approx((1 + 1) / (3 + 2))
+    loo = held_out(TEXTS, LABELS)
+    # article 0 without itself: stavka 0 of 2, elektro primorska 0 of 0
+    row = dict(zip(loo.labels[0], loo.scores[0], strict=False))
+    assert row == pytest.approx({"stavka": (0 + 1) / (2 + 2), "elektro primorska": 0.5})
+    row = dict(zip(loo.labels[2], loo.scores[2], strict=False))  # article 2: stavka 1 of 2, sindikat 1 of 1
+    assert row == pytest.approx({"stavka": (1 + 1) / (2 + 2), "sindikat": (1 + 1) / (1 + 2)})
+    assert found[3] == [j["vreme"]] and loo.labels[3] == ["vreme"]
+
+
+def test_the_mix_and_a_stored_model_read_back(tmp_path):
+    comp, opts = LabelNamesComponent(), LabelNamesOptions(weight=0.5)
+    ev = TopLabels([["b", "c"]], np.array([[0.8, 0.4]], dtype=np.float32))
+    vocab = LabelVocab(["a", "b"])
+    mixed = comp.mix(np.array([[0.6, 0.2]], dtype=np.float32), vocab, ev, opts)
+    assert vocab.labels == ["a", "b", "c"] and mixed[0].tolist() == pytest.approx([0.6, 0.4, 0.2])
+    model = comp.fit(MemoryArticles(None, TEXTS, LABELS), opts)
+    comp.save(model, tmp_path)
+    back = comp.load(tmp_path)
+    texts = ["Stavka in sindikat", "Japan", "nič"]
+    a, b = model.scores(texts), back.scores(texts)
+    assert a.labels == b.labels and np.array_equal(a.scores, b.scores) and back.key == model.key
+
+
+def test_matching_is_linear_in_the_article():
+    """Each distinct word gives at most STEM - SHORT + 2 keys, and each key is looked up once: a 1 MB article of one
+    letter, of distinct words or of a name repeated costs keys in proportion to its distinct words."""
+    assert len(stems("a" * 1_000_000)) == STEM - SHORT + 2
+    words = " ".join(f"w{i:07d}" for i in range(50_000))
+    assert len(stems(words)) <= 50_000 * (STEM - SHORT + 2)
+    model, _ = fit_names(TEXTS, LABELS)
+    got = model.scores(["stavka " * 150_000, words])
+    assert got.labels[0] == ["stavka"] and got.labels[1] == []
