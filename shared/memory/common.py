@@ -89,7 +89,12 @@ def neighbour(payload: dict | None, score: float, vector: Any = None) -> Neighbo
     lexical vector, when the search returned it)."""
     payload = payload or {}
     return Neighbour(article_id=payload.get(FIELD_ARTICLE_ID, ""), similarity=float(score),
-                     labels=_labels_of(payload), payload=_user_payload(payload), terms=stored_terms(vector))
+                     labels=_labels_of(payload), payload=_user_payload(payload), terms=_compact(stored_terms(vector)))
+
+
+def _compact(terms: tuple[list[int], list[float]] | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """A stored lexical vector as ``(indices (t,) int32, values (t,) float32)``: a search hit's ``terms``."""
+    return None if terms is None else (np.asarray(terms[0], dtype=np.int32), np.asarray(terms[1], dtype=np.float32))
 
 
 def stored_terms(vector: Any) -> tuple[list[int], list[float]] | None:
