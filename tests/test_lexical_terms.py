@@ -23,6 +23,8 @@ def test_fusion_on_stored_terms_equals_fusion_on_texts(tmp_path, shared_data):
     hits = mem.search(vecs[:12] + 0.3 * rng.standard_normal((12, 16)).astype(np.float32), 30,
                       SearchFilter(labelled=True), texts=queries, lexical_k=40)
     assert all(nb.terms is not None for row in hits for nb in row), "every neighbour carries its stored terms"
+    # as arrays: an eval's leave-one-out search holds millions of hits at once (Python lists: ~70 bytes a term)
+    assert all(nb.terms[0].dtype == np.int32 and nb.terms[1].dtype == np.float32 for row in hits for nb in row)
     assert all("text" not in nb.payload for row in hits for nb in row), "texts stay in the memory"
     stored = Retrieval.from_neighbours(hits)
     texts = {p.article_id: p.payload["text"] for p in mem.get(sorted({nb.article_id for row in hits for nb in row}))}
