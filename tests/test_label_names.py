@@ -77,3 +77,37 @@ def test_matching_is_linear_in_the_article():
     model, _ = fit_names(TEXTS, LABELS)
     got = model.scores(["stavka " * 150_000, words])
     assert got.labels[0] == ["stavka"] and got.labels[1] == []
+
+
+def test_the_calibration_judges_the_names_at_the_threshold_already_chosen():
+    """The names only raise scores: re-choosing the threshold with them would trade the neighbours' proposals for
+    theirs, so their step keeps the threshold chosen before it (here 0.6, though 0.45 and below would propose
+    the neighbours' labels too)."""
+    from dataclasses import dataclass
+
+    from newsmon.schemas.scoring import ScoringParams
+    from newsmon.shared.scoring import Retrieval
+    from newsmon.shared.scoring.calibration import calibration_set
+    from newsmon.shared.scoring.calibration.levers import component_step, decide_on, gold_matrix
+
+    @dataclass
+    class Hit:
+        article_id: str
+        similarity: float
+        labels: tuple
+
+    texts = [f"Stavka in {w}" for w in ("delavci", "vlada", "sindikat", "plače")] * 5
+    gold = [("stavka", "delo")] * 20
+    memory = MemoryArticles(None, texts, gold)
+    r = Retrieval.from_neighbours([[Hit("a", 0.9, ("delo",)), Hit("b", 0.9, ("drugo",))]] * 20)
+    cal = calibration_set(memory, r)
+    vocab = LabelVocab()
+    r.label_matrix(vocab)
+    vocab.extend(["stavka"])
+    Yt = gold_matrix(cal.gold, vocab)
+    params = ScoringParams(top_k=2, tau=0.1, threshold=0.6)
+    state = (params, cal.objective.parts(Yt, np.zeros_like(Yt)), decide_on(r, Yt, vocab.labels, params, {}, None))
+    steps: list = []
+    component_step(steps, LabelNamesComponent(), cal, r, Yt, vocab.labels, state, {})
+    assert steps[-1]["params"]["threshold"] == 0.6
+    assert steps[-1]["kept"] and steps[-1]["micro_f1"] > 0  # stavka (named in every text) is proposed

@@ -100,8 +100,9 @@ def take(steps: list[dict[str, Any]], name: str, found: Found, state: State, tri
 def component_step(steps: list[dict[str, Any]], comp: ScoreComponent, cal: CalibrationSet, retrieval: Retrieval,
                    Yt: np.ndarray, labels: list[str], state: State, evidence: dict[str, Any]
                    ) -> tuple[State, dict[str, Any]]:
-    """The best of ``comp``'s options (its grid, every threshold) on top of ``state``'s parameters, recorded as a
-    step and kept when it lifts; returns the state after it and the evidence of the components kept."""
+    """The best of ``comp``'s options (its grid, every threshold; only the current threshold for a component that
+    does not re-choose it) on top of ``state``'s parameters, recorded as a step and kept when it lifts; returns the
+    state after it and the evidence of the components kept."""
     L, judge = Yt.shape[1], cal.objective
     before = scores_on(retrieval, labels, L, state[0], evidence)
     vocab = LabelVocab(labels)
@@ -109,7 +110,7 @@ def component_step(steps: list[dict[str, Any]], comp: ScoreComponent, cal: Calib
     for opt in comp.grid():
         ev = cal.evidence(comp, opt)
         S = pad(comp.mix(before.copy(), vocab, ev, opt), L)[:, :L]
-        for thr in GRID_THRESHOLD:
+        for thr in (GRID_THRESHOLD if comp.RECHOOSES_THRESHOLD else (state[0].threshold,)):
             parts = judge.parts(Yt, S > thr)
             if best is None or judge.value(parts) > best[0][0] + 1e-12:
                 best = ((judge.value(parts), (opt, float(thr)), parts), ev)

@@ -82,6 +82,10 @@ class ScoreComponent(ABC):
     Options: ClassVar[type[Options]] = Options
     GRID: ClassVar[tuple[dict[str, Any], ...]] = ()
     NEEDS: ClassVar[tuple[str, ...]] = ()
+    #: Whether the calibration chooses the threshold again with the component (a mix that rescales every score);
+    #: False for a component that only raises scores: judged at the threshold already chosen, so that it adds
+    #: proposals instead of trading the neighbours' proposals for its own.
+    RECHOOSES_THRESHOLD: ClassVar[bool] = True
 
     def model_key(self, options: Any) -> tuple:
         """The options the model depends on (the others only change the mix): one model is fitted per key."""

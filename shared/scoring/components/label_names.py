@@ -164,7 +164,8 @@ class LabelNamesComponent(ScoreComponent):
     name = "label_names"
     Options = LabelNamesOptions
     NEEDS = ("texts",)
-    GRID = tuple({"weight": w} for w in (0.4, 0.5, 0.6, 0.75, 0.9, 1.0))
+    RECHOOSES_THRESHOLD = False
+    GRID = tuple({"weight": w} for w in (0.3, 0.4, 0.5, 0.6, 0.75, 0.9, 1.0))
 
     def fit(self, memory: MemoryArticles, options: Any) -> LabelNames:
         return fit_names(memory.texts, memory.labels)[0]
