@@ -97,9 +97,8 @@ class Neighbour:
         similarity: cosine similarity to the query, in ``[-1, 1]``.
         labels: the stored label set (empty for pending articles).
         payload: the caller's payload (internal fields ``article_id``, ``labels``, ``n_labels`` removed).
-        terms: its stored lexical vector ``(indices (t,) int32, values (t,) float32)`` (:data:`LEXICAL_VECTOR`);
-            None without one. Arrays, not lists: an eval's leave-one-out search holds millions of hits at once
-            (about 8 bytes a term instead of about 70 as Python numbers).
+        terms: its stored lexical vector ``(indices (t,) int32, values (t,) float32)`` (:data:`LEXICAL_VECTOR`;
+            arrays: an eval holds millions of hits), None without one.
     """
 
     article_id: str
