@@ -97,8 +97,7 @@ class Neighbour:
         similarity: cosine similarity to the query, in ``[-1, 1]``.
         labels: the stored label set (empty for pending articles).
         payload: the caller's payload (internal fields ``article_id``, ``labels``, ``n_labels`` removed).
-        terms: its stored lexical vector ``(indices (t,) int32, values (t,) float32)`` (:data:`LEXICAL_VECTOR`;
-            arrays: an eval holds millions of hits), None without one.
+        terms: its stored lexical vector ``(indices (t,) int32, values (t,) float32)``; None without one.
     """
 
     article_id: str
