@@ -254,8 +254,21 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
         received, stream_s, applied = _stream(settings, rt, test, gold, show, timeout_s, api)
     report = _report(test, gold, received, stream_s, applied, len(corpus.bad_lines))
     print(f"the demo's knowledge memory stays at {memory_dir} (decisions included): "
-          f"NEWSMON_MEMORY__PATH={memory_dir} newsmon memory stats shows it")
+          f"NEWSMON_MEMORY__PATH={memory_dir} {command_name()} memory stats shows it")
     return report
+
+
+def command_name(argv0: str | None = None) -> str:
+    """How to call this ``newsmon`` again from the current folder: ``newsmon`` when it is the one on PATH, else its
+    path (``.venv/bin/newsmon`` after ``make demo``: the venv is not activated)."""
+    import os
+    import sys
+
+    script = Path(argv0 if argv0 is not None else sys.argv[0])
+    found = shutil.which("newsmon")
+    if script.name != "newsmon" or (found and Path(found).resolve() == script.resolve()):
+        return "newsmon"
+    return os.path.relpath(script)
 
 
 def _start_api(settings: Settings, rt: Runtime):

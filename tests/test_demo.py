@@ -109,3 +109,22 @@ def test_a_warm_demo_reuses_the_calibration(sentinews_slice, newsmon_home, tmp_p
         assert code == 0, text[-3000:]
     assert re.search(r"^reused the calibration of sl from .* \(memory, model, validation articles, settings and "
                      r"code unchanged\)", text, re.M), text[-3000:]
+
+
+def test_the_closing_hint_names_the_newsmon_the_user_can_call(tmp_path, monkeypatch):
+    """After `make demo` the venv is not activated: the hint to see the demo's memory says `.venv/bin/newsmon`
+    (its path from the current folder), and `newsmon` only where that is the one on PATH."""
+    from newsmon.demo import command_name
+
+    venv_bin = tmp_path / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    script = venv_bin / "newsmon"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert command_name(str(script)) == os.path.join(".venv", "bin", "newsmon")
+    assert command_name(".venv/bin/newsmon") == ".venv/bin/newsmon"
+    monkeypatch.setenv("PATH", f"{venv_bin}:/usr/bin:/bin")
+    assert command_name(str(script)) == "newsmon"
+    assert command_name("/usr/lib/python3/some-runner") == "newsmon"  # not the newsmon script: the plain name
