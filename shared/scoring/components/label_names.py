@@ -35,8 +35,8 @@ import numpy as np
 from pydantic import Field
 
 from newsmon.schemas.scoring import Options
-from newsmon.shared.scoring.components.base import MemoryArticles, Queries, ScoreComponent, register_component
-from newsmon.shared.scoring.components.label_tree import TopLabels
+from newsmon.shared.scoring.components.base import MemoryArticles, Queries, register_component
+from newsmon.shared.scoring.components.label_tree import TopLabels, TopLabelsComponent
 from newsmon.shared.scoring.retrieval import LabelVocab
 from newsmon.shared.text import clean_text
 
@@ -157,7 +157,7 @@ class LabelNamesOptions(Options):
 
 
 @register_component
-class LabelNamesComponent(ScoreComponent):
+class LabelNamesComponent(TopLabelsComponent):
     """The label names (see the module docstring); its model is a :class:`LabelNames` of the memory's stored
     texts."""
 
@@ -176,26 +176,12 @@ class LabelNamesComponent(ScoreComponent):
     def held_out_evidence(self, model: LabelNames, memory: MemoryArticles, options: Any) -> TopLabels:
         return held_out(memory.texts, memory.labels)
 
-    def concat(self, parts: Sequence[TopLabels]) -> TopLabels:
-        return TopLabels.concat(parts)
-
-    def relabel(self, evidence: TopLabels, fn: Callable[[tuple[str, ...]], tuple[str, ...]]) -> TopLabels:
-        return evidence.relabel(fn)
-
-    def labels(self, evidence: TopLabels, options: Any) -> list[str]:
-        return [lb for row in evidence.labels for lb in row]
-
     def mix(self, scores: np.ndarray, vocab: LabelVocab, evidence: TopLabels, options: LabelNamesOptions
             ) -> np.ndarray:
         """``max(s, weight * q)`` for every label (``q = 0`` where the label's name does not occur): a name that
         occurs adds its label where ``weight * q`` reaches the label's threshold and never lowers a score."""
-        vocab.extend(lb for row in evidence.labels for lb in row)
-        q = np.zeros((scores.shape[0], len(vocab)), dtype=np.float32)
-        for i, row in enumerate(evidence.labels):
-            q[i, [vocab.index[lb] for lb in row]] = evidence.scores[i, :len(row)]
-        out = np.zeros_like(q)
-        out[:, :scores.shape[1]] = scores
-        return np.maximum(out, options.weight * q)
+        before, q = evidence.dense(scores, vocab)
+        return np.maximum(before, options.weight * q)
 
     def save(self, model: LabelNames, folder: Path) -> None:
         np.savez(folder / "label_names.npz", labels=np.array(model.labels, dtype=str),

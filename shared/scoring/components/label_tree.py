@@ -88,6 +88,31 @@ class TopLabels:
             scores[i, :len(best)] = list(best.values())
         return TopLabels(labels, scores)
 
+    def dense(self, scores: np.ndarray, vocab: LabelVocab) -> tuple[np.ndarray, np.ndarray]:
+        """``(before, these)``: the ``(m, L)`` float32 ``scores`` widened to the vocabulary grown by these labels,
+        and these labels' scores over the same columns (0 where a row does not have a label)."""
+        vocab.extend(lb for row in self.labels for lb in row)
+        these = np.zeros((scores.shape[0], len(vocab)), dtype=np.float32)
+        for i, row in enumerate(self.labels):
+            these[i, [vocab.index[lb] for lb in row]] = self.scores[i, :len(row)]
+        before = np.zeros_like(these)
+        before[:, :scores.shape[1]] = scores
+        return before, these
+
+
+class TopLabelsComponent(ScoreComponent):
+    """A component whose evidence is :class:`TopLabels` (each article's labels with a score): stacking, renaming
+    and the labels it brings, shared."""
+
+    def concat(self, parts: Sequence[TopLabels]) -> TopLabels:
+        return TopLabels.concat(parts)
+
+    def relabel(self, evidence: TopLabels, fn: Callable[[tuple[str, ...]], tuple[str, ...]]) -> TopLabels:
+        return evidence.relabel(fn)
+
+    def labels(self, evidence: TopLabels, options: Any) -> list[str]:
+        return [lb for row in evidence.labels for lb in row]
+
 
 @dataclass
 class LabelTree:
@@ -196,7 +221,7 @@ class LabelTreeOptions(Options):
 
 
 @register_component
-class LabelTreeComponent(ScoreComponent):
+class LabelTreeComponent(TopLabelsComponent):
     """The label tree (see the module docstring); its model is a :class:`LabelTree` trained on the memory's stored
     texts."""
 
@@ -217,26 +242,12 @@ class LabelTreeComponent(ScoreComponent):
     def held_out_evidence(self, model: LabelTree, memory: MemoryArticles, options: LabelTreeOptions) -> TopLabels:
         return out_of_fold(memory.texts, memory.labels, options.tree)
 
-    def concat(self, parts: Sequence[TopLabels]) -> TopLabels:
-        return TopLabels.concat(parts)
-
-    def relabel(self, evidence: TopLabels, fn: Callable[[tuple[str, ...]], tuple[str, ...]]) -> TopLabels:
-        return evidence.relabel(fn)
-
-    def labels(self, evidence: TopLabels, options: Any) -> list[str]:
-        return [lb for row in evidence.labels for lb in row]
-
     def mix(self, scores: np.ndarray, vocab: LabelVocab, evidence: TopLabels, options: LabelTreeOptions
             ) -> np.ndarray:
         """``(1 - weight) * s + weight * P`` for every label; a label the tree did not return for an article has
         ``P = 0`` there (the tree's beam search ranked it below its top)."""
-        vocab.extend(lb for row in evidence.labels for lb in row)
-        tree = np.zeros((scores.shape[0], len(vocab)), dtype=np.float32)
-        for i, row in enumerate(evidence.labels):
-            tree[i, [vocab.index[lb] for lb in row]] = evidence.scores[i, :len(row)]
-        out = np.zeros_like(tree)
-        out[:, :scores.shape[1]] = scores
-        return (1.0 - options.weight) * out + options.weight * tree
+        before, tree = evidence.dense(scores, vocab)
+        return (1.0 - options.weight) * before + options.weight * tree
 
     def save(self, model: LabelTree, folder: Path) -> None:
         np.savez(folder / "label_tree.npz", labels=np.array(model.labels, dtype=str), columns=model.columns,
