@@ -89,18 +89,16 @@ def neighbour(payload: dict | None, score: float, vector: Any = None) -> Neighbo
     lexical vector, when the search returned it)."""
     payload = payload or {}
     return Neighbour(article_id=payload.get(FIELD_ARTICLE_ID, ""), similarity=float(score),
-                     labels=_labels_of(payload), payload=_user_payload(payload), terms=_compact(stored_terms(vector)))
+                     labels=_labels_of(payload), payload=_user_payload(payload), terms=stored_terms(vector))
 
 
-def _compact(terms: tuple[list[int], list[float]] | None) -> tuple[np.ndarray, np.ndarray] | None:
-    """A stored lexical vector as ``(indices (t,) int32, values (t,) float32)``: a search hit's ``terms``."""
-    return None if terms is None else (np.asarray(terms[0], dtype=np.int32), np.asarray(terms[1], dtype=np.float32))
-
-
-def stored_terms(vector: Any) -> tuple[list[int], list[float]] | None:
-    """The lexical vector ``(indices, values)`` among a record's named vectors (None without one)."""
+def stored_terms(vector: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """The lexical vector ``(indices (t,) int32, values (t,) float32)`` among a record's named vectors (None without
+    one): arrays, as an eval's leave-one-out search holds millions of hits at once."""
     sparse = vector.get(LEXICAL_VECTOR) if isinstance(vector, dict) else None
-    return (list(sparse.indices), list(sparse.values)) if sparse is not None else None
+    if sparse is None:
+        return None
+    return np.asarray(sparse.indices, dtype=np.int32), np.asarray(sparse.values, dtype=np.float32)
 
 
 def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
