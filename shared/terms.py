@@ -30,6 +30,13 @@ def hashing_vectorizer(token_pattern: str = r"(?u)\b\w\w+\b") -> HashingVectoriz
 
 
 _VECTORIZER = hashing_vectorizer()
+_ANALYZER = _VECTORIZER.build_analyzer()
+
+
+def words(text: str) -> list[str]:
+    """The words of ``text`` as the lexical index cuts them (cleaned, lower-cased, :func:`hashing_vectorizer`'s
+    analyser), in order. Linear in the length of the text."""
+    return _ANALYZER(clean_text(text or ""))
 
 
 def term_rows(texts: Sequence[str], vectorizer: HashingVectorizer | None = None) -> sp.csr_matrix:

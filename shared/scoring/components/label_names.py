@@ -12,7 +12,7 @@ matching of Annif's MLLM backend (Suominen, Inkinen and Lehtinen, "Annif and Fin
 automated subject indexing", JLIS.it 2022) reduced to one feature with its precision estimated on the memory.
 
 A label's name is its text after the last ``:`` (``place:japan`` -> ``japan``; codes with a scheme prefix), cut into
-words as the lexical index cuts them (:mod:`newsmon.shared.terms`: ``\\b\\w\\w+\\b``, lower-cased, after
+words as the lexical index cuts them (:func:`newsmon.shared.terms.words`: ``\\b\\w\\w+\\b``, lower-cased, after
 :func:`~newsmon.shared.text.clean_text`). A word of up to 3 characters must occur whole (``usa``); a longer one is cut
 to its first ``max(4, min(STEM, length - 1))`` characters and must start a word of the article (``stavka`` in
 ``stavke``, ``japan`` in ``Japanese``, ``earn`` in ``earnings``: truncation stemming, which serves inflected languages
@@ -25,7 +25,6 @@ a few dozen bytes a label, nothing per memory article.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,23 +37,18 @@ from newsmon.schemas.scoring import Options
 from newsmon.shared.scoring.components.base import MemoryArticles, Queries, register_component
 from newsmon.shared.scoring.components.label_tree import TopLabels, TopLabelsComponent
 from newsmon.shared.scoring.retrieval import LabelVocab
-from newsmon.shared.text import clean_text
+from newsmon.shared.terms import words
 
 #: The longest and the shortest stem of a name's word (truncation stemming).
 STEM = 6
 SHORT = 4
-_WORD = re.compile(r"(?u)\b\w\w+\b")
-
-
-def _words(text: str) -> list[str]:
-    return _WORD.findall(clean_text(text or "").lower())
 
 
 def stems(text: str) -> set[str]:
     """What a name's stem may match in ``text``: each distinct word and its starts of :data:`SHORT` to :data:`STEM`
     characters that are shorter than the word (at most ``STEM - SHORT + 2`` keys a word)."""
     out: set[str] = set()
-    for w in set(_words(text)):
+    for w in set(words(text)):
         out.add(w)
         out.update(w[:k] for k in range(SHORT, min(STEM, len(w) - 1) + 1))
     return out
@@ -64,7 +58,7 @@ def name_stems(label: str) -> tuple[str, ...]:
     """The stems of a label's name (its text after the last ``:``), sorted: a word of up to :data:`SHORT`
     characters whole, a longer one cut to ``max(SHORT, min(STEM, length - 1))``; empty for a name without words."""
     return tuple(sorted({w if len(w) <= SHORT else w[:min(STEM, len(w) - 1)]
-                         for w in _words(label.rsplit(":", 1)[-1])}))
+                         for w in words(label.rsplit(":", 1)[-1])}))
 
 
 @dataclass
@@ -81,12 +75,10 @@ class LabelNames:
     names: list[tuple[str, ...]]
     matched: np.ndarray
     hits: np.ndarray
-    key: list[str] = field(default_factory=list)
+    key: list[str]
     _by_key: dict[str, list[int]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        if not self.key:
-            self.key = [max(n, key=len) if n else "" for n in self.names]
         self._by_key = {}
         for j, k in enumerate(self.key):
             if k:
@@ -118,9 +110,8 @@ class LabelNames:
         return TopLabels(labels, out)
 
 
-def fit_names(texts: Sequence[str], label_sets: Sequence[Iterable[str]]) -> tuple[LabelNames, list[list[int]]]:
-    """The :class:`LabelNames` of ``n`` memory articles (one pass over their texts) and, per article, the indices of
-    the labels whose names occur in it."""
+def fit_names(texts: Sequence[str], label_sets: Sequence[Iterable[str]]) -> LabelNames:
+    """The :class:`LabelNames` of ``n`` memory articles (one pass over their texts)."""
     labels = sorted({lb for ls in label_sets for lb in ls})
     names = [name_stems(lb) for lb in labels]
     article_stems = [stems(t) for t in texts]
@@ -131,20 +122,19 @@ def fit_names(texts: Sequence[str], label_sets: Sequence[Iterable[str]]) -> tupl
     key = [min(n, key=lambda s: (df.get(s, 0), -len(s), s)) if n else "" for n in names]
     model = LabelNames(labels, names, np.zeros(len(labels), np.int64), np.zeros(len(labels), np.int64), key)
     index = {lb: j for j, lb in enumerate(labels)}
-    found = []
     for st, ls in zip(article_stems, label_sets, strict=True):
         js = model.matches(st)
-        found.append(js)
         model.matched[js] += 1
         carried = {index[lb] for lb in ls if lb in index}
         model.hits[[j for j in js if j in carried]] += 1
-    return model, found
+    return model
 
 
-def held_out(texts: Sequence[str], label_sets: Sequence[Iterable[str]]) -> TopLabels:
-    """:meth:`LabelNames.scores` of each of ``n`` memory articles from the counts without it (leave-one-out)."""
-    model, found = fit_names(texts, label_sets)
+def held_out(model: LabelNames, texts: Sequence[str], label_sets: Sequence[Iterable[str]]) -> TopLabels:
+    """:meth:`LabelNames.scores` of ``n`` articles of the memory ``model`` was fitted on, each from the counts without
+    it (leave-one-out)."""
     index = {lb: j for j, lb in enumerate(model.labels)}
+    found = [model.matches(stems(t)) for t in texts]
     own = [np.isin(np.asarray(js, dtype=np.int64), [index[lb] for lb in set(ls) if lb in index])
            for js, ls in zip(found, label_sets, strict=True)]
     return model._top(found, lambda i, js: (model.hits[js] - own[i] + 1.0) / (model.matched[js] - 1 + 2.0))
@@ -168,13 +158,13 @@ class LabelNamesComponent(TopLabelsComponent):
     GRID = tuple({"weight": w} for w in (0.3, 0.4, 0.5, 0.6, 0.75, 0.9, 1.0))
 
     def fit(self, memory: MemoryArticles, options: Any) -> LabelNames:
-        return fit_names(memory.texts, memory.labels)[0]
+        return fit_names(memory.texts, memory.labels)
 
     def evidence(self, model: LabelNames, queries: Queries, options: Any) -> TopLabels:
         return model.scores(queries.texts)
 
     def held_out_evidence(self, model: LabelNames, memory: MemoryArticles, options: Any) -> TopLabels:
-        return held_out(memory.texts, memory.labels)
+        return held_out(model, memory.texts, memory.labels)
 
     def mix(self, scores: np.ndarray, vocab: LabelVocab, evidence: TopLabels, options: LabelNamesOptions
             ) -> np.ndarray:
