@@ -66,7 +66,9 @@ def test_rebuild_swaps_to_a_new_generation_and_keeps_every_write_made_meanwhile(
         assert mem.get([f"new{j}"])[0].labels == ("fresh",)
     st = mem.index_status()
     assert st["indexed"] >= 3000 and st["generation"] == 1
-    time.sleep(2.5)  # the replaced generation is closed and removed after RETIRE_AFTER_S
+    deadline = time.monotonic() + 30  # the replaced generation is closed and removed after RETIRE_AFTER_S
+    while (tmp_path / "c" / "segments").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not (tmp_path / "c" / "segments").exists() and (tmp_path / "c" / "gen-1").is_dir()
     mem.close()
     again = EdgeMemory(tmp_path, "c", DIM, SMALL)  # the new generation is what a restart opens
