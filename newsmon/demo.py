@@ -13,7 +13,9 @@ the workers' classifier and label registry) answers on a loopback port while the
 from __future__ import annotations
 
 import gc
+import os
 import shutil
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -261,9 +263,6 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
 def command_name(argv0: str | None = None) -> str:
     """How to call this ``newsmon`` again from the current folder: ``newsmon`` when it is the one on PATH, else its
     path (``.venv/bin/newsmon`` after ``make demo``: the venv is not activated)."""
-    import os
-    import sys
-
     script = Path(argv0 if argv0 is not None else sys.argv[0])
     found = shutil.which("newsmon")
     if script.name != "newsmon" or (found and Path(found).resolve() == script.resolve()):

@@ -56,6 +56,11 @@ def memory_build(
         clf.close()
 
 
+def _memory_where(s: Settings) -> str:
+    """The knowledge memory the settings name, in words: the Qdrant server's URL or the embedded engine's folder."""
+    return s.memory.url and f"the Qdrant server {s.memory_mode()['url']}" or str(s.memory_mode()["path"])
+
+
 #: Where the demo's memory is (``make demo`` keeps it apart from the default ``<home>/memory``).
 DEMO_MEMORY_HINT = ("The demo's memory is <home>/demo-memory: NEWSMON_MEMORY__PATH={home}/demo-memory shows it.")
 
@@ -65,7 +70,7 @@ def memory_stats() -> None:
     from newsmon.shared.memory import MemoryRouter, SearchFilter, stored_collections  # deferred: see above
 
     s = settings_from_env()
-    where = s.memory.url and f"the Qdrant server {s.memory_mode()['url']}" or str(s.memory_mode()["path"])
+    where = _memory_where(s)
     names = stored_collections(s)
     if not names:
         console.print(f"the knowledge memory at {where} is empty: fill it with `newsmon memory build --data PATH "
@@ -113,9 +118,8 @@ def memory_index(
     try:
         languages = language or router.languages()
         if not languages:
-            where = s.memory.url and s.memory_mode()["url"] or s.memory_mode()["path"]
-            msg = (f"the knowledge memory at {where} has no collection of the model version {version}: fill it with "
-                   f"`newsmon memory build` or `newsmon memory import`. {DEMO_MEMORY_HINT.format(home=s.home)}")
+            msg = (f"the knowledge memory at {_memory_where(s)} has no collection of the model version {version}: "
+                   f"fill it with `newsmon memory build` or `newsmon memory import`. {DEMO_MEMORY_HINT.format(home=s.home)}")
             if not status:
                 fail(msg)
             console.print(msg, soft_wrap=True, markup=False)  # nothing to show, as `memory stats` says
