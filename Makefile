@@ -7,7 +7,10 @@ DATA ?= ../shared/data/sentinews_sl
 TUNE ?= 50
 BIN := $(VENV)/bin
 
+# The Python the venv is made with: 3.11 or newer (pyproject's requires-python), checked before anything is made.
+MIN_PY ?= 3.11
 $(BIN)/python:
+	@$(PY) -c 'import sys; want = tuple(int(x) for x in "$(MIN_PY)".split(".")); sys.exit(0 if sys.version_info[:2] >= want else "newsmon needs Python $(MIN_PY) or newer; $(PY) is " + sys.version.split()[0] + ": run make PY=python3.12 (or another) instead")'
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0

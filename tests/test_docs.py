@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,6 +23,24 @@ def test_readme_has_exactly_two_setup_commands():
     block = block[:block.index("```", 7)]
     commands = [ln.split("#")[0].strip() for ln in block.splitlines()[1:] if ln.split("#")[0].strip()]
     assert commands == ["make demo", "make test"]
+
+
+def test_make_refuses_a_python_older_than_required(tmp_path):
+    """The README's commands stop at once, with the reason and the way out, when ``PY`` is older than
+    pyproject's ``requires-python`` (here: a minimum no Python meets), and make no venv; the minimum is the
+    pyproject's."""
+    make = shutil.which("make")
+    assert make, "make is needed for the README's commands"
+    venv = tmp_path / "venv"
+    run = subprocess.run([make, "-s", "-C", str(ROOT), f"VENV={venv}", "MIN_PY=99.0", f"PY={sys.executable}",
+                          "install"], capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert "newsmon needs Python 99.0 or newer" in run.stderr and "PY=" in run.stderr
+    assert not venv.exists()
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    want = re.search(r'requires-python = ">=([0-9.]+)"', pyproject).group(1)
+    assert re.search(rf"^MIN_PY \?= {re.escape(want)}$", makefile, re.M)
 
 
 #: A commit hash as the README used to cite them: 7-40 hex digits with at least one digit and one letter.
