@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from newsmon.schemas.scoring import ScoringParams, legacy_params, registered
 from newsmon.shared.config import Settings
@@ -368,6 +370,38 @@ def test_lexical_fusion_reranks_dense_candidates_by_shared_words():
     assert fused.sims[0, 1] == pytest.approx(0.45, abs=1e-6)
     with pytest.raises(ValueError, match="texts"):
         fuse(Retrieval(r.ids, r.sims, r.labels), ["q"], 0.5, 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 12), st.integers(0, 10_000), st.booleans())
+def test_local_tfidf_cosine_is_the_formula(n, seed, far_columns):
+    """The O(nnz) local TF-IDF cosine equals the formula computed densely over the columns involved (the local
+    IDF ``log((1 + N) / (1 + df)) + 1`` on the candidates' terms, weight 1 on the query's other terms; empty rows
+    0), for random rows with shared and private terms, empty rows, and columns at the ends of the feature space."""
+    import scipy.sparse as sp
+
+    from newsmon.shared.scoring.lexical import local_tfidf_cosine
+    from newsmon.shared.terms import N_FEATURES
+
+    rng = np.random.default_rng(seed)
+    pool = rng.choice(N_FEATURES, 30, replace=False) if far_columns else np.arange(30)
+    pool[0], pool[-1] = 0, N_FEATURES - 1
+
+    def row() -> np.ndarray:
+        v = np.zeros(N_FEATURES, dtype=np.float32)
+        cols = rng.choice(pool, rng.integers(0, 8), replace=False)
+        v[cols] = rng.random(len(cols)).astype(np.float32) + 0.1
+        return v
+
+    q, D = row(), np.stack([row() for _ in range(n)])
+    got = local_tfidf_cosine(sp.csr_matrix(q[None, :]), sp.csr_matrix(D))
+    df = (D > 0).sum(axis=0)
+    idf = np.where(df > 0, np.log((1.0 + n) / (1.0 + df)) + 1.0, 1.0)
+    qw, Dw = q * idf, D * idf
+    want = [float(qw @ d) / (np.linalg.norm(qw) * np.linalg.norm(d)) if np.linalg.norm(qw) > 0
+            and np.linalg.norm(d) > 0 else 0.0 for d in Dw]
+    assert got.dtype == np.float32 and got.shape == (n,)
+    np.testing.assert_allclose(got, want, atol=1e-5)
 
 
 def test_tail_support_reads_the_dense_cosine_after_lexical_fusion():

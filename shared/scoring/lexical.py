@@ -71,20 +71,34 @@ class TermVectors:
 
 
 def local_tfidf_cosine(query: sp.csr_matrix, candidates: sp.csr_matrix) -> np.ndarray:
-    """``(N,)`` cosine between one query row and ``N`` candidate rows (sublinear TF), both weighted by the local
-    IDF ``log((1 + N) / (1 + df)) + 1`` with ``df`` counted over the candidates (0 where a side is empty)."""
+    """``(N,)`` float32 cosine between one query row ``(1, F)`` and ``N`` candidate rows ``(N, F)`` (sublinear TF,
+    CSR), both weighted by the local IDF ``log((1 + N) / (1 + df)) + 1`` with ``df`` counted over the candidates
+    (a term no candidate has keeps weight 1); 0 where a side is empty.
+
+    Linear in the rows' stored terms: ``df`` by one ``bincount``, the weights looked up for the terms present and
+    the query's terms found by binary search; never a dense pass over ``F = 2^20`` per row."""
     n = candidates.shape[0]
-    cols, df = np.unique(candidates.indices, return_counts=True)
-    idf = np.ones(N_FEATURES, dtype=np.float32)
-    idf[cols] = np.log((1.0 + n) / (1.0 + df)) + 1.0
-    qv = query.multiply(idf[None, :]).tocsr()
-    dv = candidates.multiply(idf[None, :]).tocsr()
-    qn = float(np.sqrt(qv.multiply(qv).sum()))
-    dn = np.sqrt(np.asarray(dv.multiply(dv).sum(axis=1)).ravel())
-    dots = np.asarray((dv @ qv.T).todense()).ravel()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where((dn > 0) & (qn > 0), dots / (dn * max(qn, 1e-12)), 0.0)
-    return out.astype(np.float32)
+    out = np.zeros(n, dtype=np.float32)
+    cand, q = candidates.tocsr(), query.tocsr()
+    if n == 0 or cand.nnz == 0 or q.nnz == 0:
+        return out
+    c_idx = np.asarray(cand.indices, dtype=np.int64)
+    df = np.bincount(c_idx, minlength=N_FEATURES)
+    d_w = np.asarray(cand.data, dtype=np.float64) * (np.log((1.0 + n) / (1.0 + df[c_idx])) + 1.0)
+    rows = np.repeat(np.arange(n), np.diff(cand.indptr))
+    dn = np.sqrt(np.bincount(rows, weights=d_w * d_w, minlength=n))
+    q_idx = np.asarray(q.indices, dtype=np.int64)
+    q_df = df[q_idx]
+    q_w = np.asarray(q.data, dtype=np.float64) * np.where(q_df > 0, np.log((1.0 + n) / (1.0 + q_df)) + 1.0, 1.0)
+    qn = float(np.sqrt(np.dot(q_w, q_w)))
+    order = np.argsort(q_idx, kind="stable")
+    q_sorted, q_w_sorted = q_idx[order], q_w[order]
+    at = np.minimum(np.searchsorted(q_sorted, c_idx), len(q_sorted) - 1)
+    hit = q_sorted[at] == c_idx
+    dots = np.bincount(rows[hit], weights=d_w[hit] * q_w_sorted[at[hit]], minlength=n)
+    ok = (dn > 0) & (qn > 0)
+    out[ok] = (dots[ok] / (dn[ok] * qn)).astype(np.float32)
+    return out
 
 
 def fuse(retrieval: Retrieval, query_texts: Sequence[str], weight: float, k: int,
