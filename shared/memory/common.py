@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -32,6 +32,16 @@ TEXT_PAYLOAD_CHARS = 20_000
 
 #: A point as the adapters write it: (point id, dense vector, payload, lexical (indices, values) or None).
 PointRow = tuple[str, list[float], dict, "tuple[list[int], list[float]] | None"]
+
+
+class Hit(NamedTuple):
+    """A search hit an adapter assembled itself (the engine's own hits have the same attributes): point id, payload,
+    score (the cosine similarity) and named vectors."""
+
+    id: Any
+    payload: dict | None
+    score: float
+    vector: Any
 
 
 # -- payloads and records ----------------------------------------------------------------------------------

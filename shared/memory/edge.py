@@ -18,7 +18,7 @@ import qdrant_edge as qe
 
 from newsmon.shared.memory.base import (LEXICAL_VECTOR, NAME_BAD_CHARS, SEARCH_PAYLOAD_EXCLUDED, KnowledgeMemoryError,
                                         MemoryLockedError, check_dim)
-from newsmon.shared.memory.common import PointRow, QdrantAdapter, stored_terms
+from newsmon.shared.memory.common import Hit, PointRow, QdrantAdapter, stored_terms
 from newsmon.shared.memory.index_build import IndexParams, engine_config, ensure_payload_indexes, run_builder
 
 #: File in the collection directory naming the live index generation (JSON; absent: generation 0, the directory
@@ -327,25 +327,51 @@ class EdgeMemory(QdrantAdapter):
 
     def _query(self, queries: np.ndarray, k: int, flt: Any, sparse: Any = None, lexical_k: int = 0,
                exact: bool = False) -> list[list]:
+        """See :meth:`QdrantAdapter._query`. A hybrid query is two plain requests of one batch, the dense top-``k``
+        and the lexical top-``lexical_k``, united here; the lexical hits the dense ones lack get their cosine from
+        a second batch, an exact dense search restricted to their ids. (One request with two prefetches and a dense
+        re-scoring, as on a Qdrant server, costs the embedded engine several times as much once the hits carry
+        payloads and vectors, with a long tail: ``benchmarks/scale.py``.) A hit whose point was deleted between
+        the two batches is left out."""
         quant = (qe.QuantizationSearchParams(rescore=True, oversampling=2.0)
                  if self.index.quantization == "int8" and not exact else None)
         params = qe.SearchParams(hnsw_ef=max(self.index.ef, k), exact=exact, quantization=quant)
         with_vector = [LEXICAL_VECTOR] if self.lexical else False  # the lexical fusion reads the stored terms
         payload = qe.PayloadSelector.Exclude(list(SEARCH_PAYLOAD_EXCLUDED))
-        requests = []
+        requests: list = []
+        lexical_at: set[int] = set()
         for i, q in enumerate(queries):
-            dense = qe.Query.Nearest(q.tolist())
-            terms = sparse[i] if sparse is not None else None
-            if terms is None:
-                requests.append(qe.QueryRequest(limit=k, query=dense, filter=flt, with_payload=payload, params=params,
-                                                with_vector=with_vector))
-                continue
-            lexical = qe.Query.Nearest(qe.SparseVector(*terms), using=LEXICAL_VECTOR)
-            requests.append(qe.QueryRequest(
-                prefetches=[qe.Prefetch(query=dense, limit=k, filter=flt, params=params),
-                            qe.Prefetch(query=lexical, limit=lexical_k, filter=flt)],
-                query=dense, limit=k + lexical_k, with_payload=payload, with_vector=with_vector))
-        return self._live.query_batch(qe.QueryBatchRequest(requests))
+            requests.append(qe.QueryRequest(limit=k, query=qe.Query.Nearest(q.tolist()), filter=flt,
+                                            with_payload=payload, params=params, with_vector=with_vector))
+            terms = sparse[i] if sparse is not None and lexical_k else None
+            if terms is not None:
+                lexical_at.add(i)
+                requests.append(qe.QueryRequest(
+                    limit=lexical_k, query=qe.Query.Nearest(qe.SparseVector(*terms), using=LEXICAL_VECTOR),
+                    filter=flt, with_payload=payload, with_vector=with_vector))
+        answers = self._live.query_batch(qe.QueryBatchRequest(requests)) if requests else []
+        out: list[list] = []
+        extra: dict[int, list] = {}
+        pos = 0
+        for i in range(len(queries)):
+            dense_hits = list(answers[pos])
+            pos += 1
+            if i in lexical_at:
+                seen = {h.id for h in dense_hits}
+                extra[i] = [h for h in answers[pos] if h.id not in seen]
+                pos += 1
+            out.append(dense_hits)
+        todo = [i for i in extra if extra[i]]
+        if todo:
+            cosines = self._live.query_batch(qe.QueryBatchRequest([
+                qe.QueryRequest(limit=len(extra[i]), query=qe.Query.Nearest(queries[i].tolist()),
+                                filter=qe.Filter(must=[qe.HasIdCondition({h.id for h in extra[i]})]),
+                                params=qe.SearchParams(exact=True), with_payload=False, with_vector=False)
+                for i in todo]))
+            for i, scored in zip(todo, cosines, strict=True):
+                cos = {h.id: h.score for h in scored}
+                out[i].extend(Hit(h.id, h.payload, cos[h.id], h.vector) for h in extra[i] if h.id in cos)
+        return out
 
     def _count(self, flt: Any) -> int:
         return self._live.count(qe.CountRequest(exact=True, filter=flt))
