@@ -218,7 +218,7 @@ class KnowledgeMemory(Protocol):
             top_k: dense hits per query, ``>= 1``.
             filter: restriction on the candidates; ``None``: all points.
             texts: the ``m`` query texts; with ``lexical_k > 0`` the top-``lexical_k`` by the lexical vector
-                (:data:`LEXICAL_VECTOR`) join the dense top-``top_k`` (one query, two prefetches, by cosine);
+                (:data:`LEXICAL_VECTOR`) join the dense top-``top_k``, each with its dense cosine;
                 ``exact``: scan every point instead of the HNSW index (for measuring its recall).
 
         Returns ``m`` lists of at most ``top_k + lexical_k`` :class:`Neighbour`, by cosine similarity, highest
