@@ -123,7 +123,7 @@ class Classifier:
         self.terms = TermVectors()  # hybrid retrieval's term vectors of memory articles, by id
         self.calibrations = CalibrationStore(settings, self.router.server_client() if settings.memory.url else None)
         self.model_store = ModelStore(settings, self.router.server_client() if settings.memory.url else None)
-        self.models = MemoryModels(self.memory_articles, self.collection, self.stored_models)
+        self.models = MemoryModels(self.sampled_memory_articles, self.collection, self.stored_models)
         self.scorer = Scorer(self.models, self.resolved, self, self.terms)
 
     # -- memory -------------------------------------------------------------------------------------
@@ -263,16 +263,28 @@ class Classifier:
             return None
         return self.model_store.read(record, rec.models)
 
-    def memory_articles(self, lang: str) -> MemoryArticles:
-        """The labelled articles of ``lang``'s memory (one scroll: stored vectors, texts, labels), what the score
-        components' per-memory models are fitted on."""
-        vectors, texts, labels = [], [], []
-        for p in self.memory(lang).scroll(SearchFilter(labelled=True), with_vectors=True):
+    def memory_articles(self, lang: str, limit: int | None = None) -> MemoryArticles:
+        """The labelled articles of ``lang``'s memory, what the score components' per-memory models are fitted
+        on: one scroll (stored vectors, texts, labels, ids), stopped after ``limit`` articles (None: all), in the
+        engine's scroll order. A sample carries the memory's labelled count as ``total`` (an indexed count)."""
+        memory = self.memory(lang)
+        vectors, texts, labels, ids = [], [], [], []
+        for p in memory.scroll(SearchFilter(labelled=True), with_vectors=True):
             vectors.append(p.vector)
             texts.append(str(p.payload.get("text") or ""))
             labels.append(tuple(p.labels))
+            ids.append(p.article_id)
+            if limit is not None and len(ids) >= limit:
+                break
         vecs = np.stack(vectors).astype(np.float32) if vectors else np.zeros((0, self.encoder.dim), np.float32)
-        return MemoryArticles(vecs, texts, labels)
+        total = memory.count(SearchFilter(labelled=True)) if limit is not None and len(ids) >= limit else None
+        return MemoryArticles(vecs, texts, labels, ids, total)
+
+    def sampled_memory_articles(self, lang: str) -> MemoryArticles:
+        """:meth:`memory_articles` bounded as the calibration job bounds them
+        (``settings.calibration.max_memory_articles``): what a worker fits a record's missing models on, so a
+        record without stored models costs a bounded read, not one proportional to the memory."""
+        return self.memory_articles(lang, self.settings.calibration.max_memory_articles)
 
     def close(self) -> None:
         """Close the memories and the embedding cache."""

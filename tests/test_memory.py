@@ -539,3 +539,21 @@ def test_edge_collection_made_before_the_lexical_vector_gets_it(tmp_path):
                                                                              lexical_k=1)[0]}
     finally:
         mem.close()
+
+
+def test_hybrid_answers_are_united_and_a_point_deleted_meanwhile_is_left_out():
+    # the embedded engine answers a hybrid batch as dense / lexical request pairs; the lexical hits the dense ones
+    # lack get their cosine from a second search, which does not find a point deleted in between
+    from newsmon.shared.memory.common import Hit, split_hybrid, with_cosines
+
+    def h(pid, score=0.0):
+        return Hit(pid, {"article_id": pid}, score, None)
+
+    answers = [[h("a", 0.9), h("b", 0.8)], [h("b", 5.0), h("c", 4.0), h("d", 3.0)],  # query 0: dense, lexical
+               [h("e", 0.7)],                                                          # query 1: dense only
+               [h("f", 0.6)], [h("f", 2.0)]]                                           # query 2: nothing missing
+    dense, extra = split_hybrid(answers, [True, False, True])
+    assert [[x.id for x in row] for row in dense] == [["a", "b"], ["e"], ["f"]]
+    assert {i: [x.id for x in hits] for i, hits in extra.items()} == {0: ["c", "d"]}
+    united = with_cosines(extra[0], [h("c", 0.5)])  # "d" was deleted between the two batches
+    assert united == [Hit("c", {"article_id": "c"}, 0.5, None)]

@@ -92,3 +92,51 @@ def test_the_workers_load_the_stored_models_instead_of_fitting_them():
     assert asked == [] and set(got) == {"label_keys", "head_model", "label_tree"} and counts == cache.counts
     got, _ = models.get("sl", "newsmon_sl_m@20260101T000000Z", PARAMS, False)  # a record without stored models
     assert asked == ["sl"] and set(got) == {"label_keys", "head_model", "label_tree"}
+
+
+class _VectorsGiven:
+    """The encoder's identity only: these tests write vectors themselves and never embed."""
+
+    adapter = None
+    model_id, dim = "test-model", 8
+
+    def encode(self, *_a, **_k):
+        raise AssertionError("nothing here embeds")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_record_without_stored_models_is_fitted_on_a_bounded_sample(tmp_path):
+    """A worker that meets a record without stored models reads at most the calibration's
+    ``max_memory_articles`` labelled articles (not the whole memory: archive size is a million), fits the missing
+    models on them, and estimates the memory's label counts from the sample, scaled to the memory's labelled
+    count."""
+    from newsmon.shared.classifier import Classifier
+    from newsmon.shared.memory import MemoryRouter
+
+    s = Settings(home=tmp_path / "home")
+    s.memory.path = tmp_path / "memory"
+    s.calibration.max_memory_articles = 100
+    enc = _VectorsGiven()
+    clf = Classifier(s, encoder=enc, router=MemoryRouter(s, enc.model_id, enc.dim))
+    try:
+        rng = np.random.default_rng(5)
+        n = 300
+        labels = [["common"] + (["half"] if i % 2 else []) for i in range(n)]
+        clf.memory("sl").upsert([f"sl-{i}" for i in range(n)], rng.standard_normal((n, enc.dim)).astype(np.float32),
+                                labels, [{"lang": "sl", "text": f"novica {i} o vremenu"} for i in range(n)])
+        clf.memory("sl").upsert(["pending"], rng.standard_normal((1, enc.dim)).astype(np.float32), [[]],
+                                [{"lang": "sl", "text": "brez oznak"}])
+        sample = clf.sampled_memory_articles("sl")
+        assert len(sample) == 100 and sample.total == n and len(set(sample.ids)) == 100
+        counts = sample.label_counts()
+        assert counts["common"] == n and abs(counts["half"] - n / 2) <= 0.2 * n
+        whole = clf.memory_articles("sl")
+        assert len(whole) == n and whole.total is None and whole.label_counts() == {"common": n, "half": n // 2}
+        got, counts = clf.models.get("sl", "newsmon_sl_m@20260101T000000Z",
+                                     ScoringParams(components=[{"name": "label_keys", "options": {"weight": 0.5}}]),
+                                     True)
+        assert set(got) == {"label_keys"} and counts["common"] == n
+    finally:
+        clf.close()

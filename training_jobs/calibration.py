@@ -44,22 +44,16 @@ class LanguageCalibration:
 
 
 def _leave_one_out(clf: Classifier, lang: str, k: int, limit: int | None) -> tuple[MemoryArticles, Retrieval]:
-    """The labelled memory articles of ``lang`` (at most ``limit``, in scroll order: stored vectors, texts and
-    labels) with their top-``k`` neighbours among the others (production routing, hybrid)."""
-    vectors, texts, labels, ids = [], [], [], []
-    for p in clf.memory(lang).scroll(SearchFilter(labelled=True), with_vectors=True):
-        vectors.append(p.vector)
-        texts.append(str(p.payload.get("text") or ""))
-        labels.append(tuple(p.labels))
-        ids.append(p.article_id)
-        if limit is not None and len(ids) >= limit:
-            break
-    vecs = np.stack(vectors).astype(np.float32) if vectors else np.empty((0, clf.encoder.dim), dtype=np.float32)
-    memory = MemoryArticles(vecs, texts, labels)
+    """The labelled memory articles of ``lang`` (at most ``limit``, in scroll order:
+    :meth:`~newsmon.shared.classifier.Classifier.memory_articles`) with their top-``k`` neighbours among the
+    others (production routing, hybrid)."""
+    memory = clf.memory_articles(lang, limit)
+    ids = memory.ids or []
     if not ids:
         return memory, Retrieval(np.empty((0, k), dtype=object), np.empty((0, k), dtype=np.float32), [])
-    loo = search_by_language(clf.router, vecs, [lang] * len(ids), k, clf.settings.memory.min_language_articles,
-                             exclude_self=ids, texts=texts, lexical_k=LEXICAL_CANDIDATES)
+    loo = search_by_language(clf.router, memory.vectors, [lang] * len(ids), k,
+                             clf.settings.memory.min_language_articles, exclude_self=ids, texts=memory.texts,
+                             lexical_k=LEXICAL_CANDIDATES)
     return memory, loo
 
 

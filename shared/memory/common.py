@@ -111,6 +111,33 @@ def stored_terms(vector: Any) -> tuple[np.ndarray, np.ndarray] | None:
     return np.asarray(sparse.indices, dtype=np.int32), np.asarray(sparse.values, dtype=np.float32)
 
 
+def split_hybrid(answers: Sequence[Sequence[Any]], hybrid: Sequence[bool]) -> tuple[list[list], dict[int, list]]:
+    """The answers of one batch that asked, per query, its dense request and, where ``hybrid[i]``, its lexical
+    request right after it: (per query its dense hits; per hybrid query with any, the lexical hits its dense hits
+    lack, which still need their dense cosine)."""
+    out: list[list] = []
+    extra: dict[int, list] = {}
+    pos = 0
+    for i, lexical in enumerate(hybrid):
+        dense = list(answers[pos])
+        pos += 1
+        if lexical:
+            seen = {h.id for h in dense}
+            missing = [h for h in answers[pos] if h.id not in seen]
+            if missing:
+                extra[i] = missing
+            pos += 1
+        out.append(dense)
+    return out, extra
+
+
+def with_cosines(hits: Sequence[Any], scored: Sequence[Any]) -> list[Hit]:
+    """``hits`` with the score (the dense cosine) that ``scored``, an exact dense search of their ids, gave each;
+    a hit it did not find (deleted meanwhile) is left out."""
+    cos = {h.id: h.score for h in scored}
+    return [Hit(h.id, h.payload, cos[h.id], h.vector) for h in hits if h.id in cos]
+
+
 def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     """Consecutive slices of ``seq`` of at most ``size`` items."""
     for start in range(0, len(seq), size):

@@ -18,7 +18,7 @@ import qdrant_edge as qe
 
 from newsmon.shared.memory.base import (LEXICAL_VECTOR, NAME_BAD_CHARS, SEARCH_PAYLOAD_EXCLUDED, KnowledgeMemoryError,
                                         MemoryLockedError, check_dim)
-from newsmon.shared.memory.common import Hit, PointRow, QdrantAdapter, stored_terms
+from newsmon.shared.memory.common import PointRow, QdrantAdapter, split_hybrid, stored_terms, with_cosines
 from newsmon.shared.memory.index_build import IndexParams, engine_config, ensure_payload_indexes, run_builder
 
 #: File in the collection directory naming the live index generation (JSON; absent: generation 0, the directory
@@ -339,38 +339,23 @@ class EdgeMemory(QdrantAdapter):
         with_vector = [LEXICAL_VECTOR] if self.lexical else False  # the lexical fusion reads the stored terms
         payload = qe.PayloadSelector.Exclude(list(SEARCH_PAYLOAD_EXCLUDED))
         requests: list = []
-        lexical_at: set[int] = set()
+        hybrid = [sparse is not None and bool(lexical_k) and sparse[i] is not None for i in range(len(queries))]
         for i, q in enumerate(queries):
             requests.append(qe.QueryRequest(limit=k, query=qe.Query.Nearest(q.tolist()), filter=flt,
                                             with_payload=payload, params=params, with_vector=with_vector))
-            terms = sparse[i] if sparse is not None and lexical_k else None
-            if terms is not None:
-                lexical_at.add(i)
+            if hybrid[i]:
                 requests.append(qe.QueryRequest(
-                    limit=lexical_k, query=qe.Query.Nearest(qe.SparseVector(*terms), using=LEXICAL_VECTOR),
+                    limit=lexical_k, query=qe.Query.Nearest(qe.SparseVector(*sparse[i]), using=LEXICAL_VECTOR),
                     filter=flt, with_payload=payload, with_vector=with_vector))
-        answers = self._live.query_batch(qe.QueryBatchRequest(requests)) if requests else []
-        out: list[list] = []
-        extra: dict[int, list] = {}
-        pos = 0
-        for i in range(len(queries)):
-            dense_hits = list(answers[pos])
-            pos += 1
-            if i in lexical_at:
-                seen = {h.id for h in dense_hits}
-                extra[i] = [h for h in answers[pos] if h.id not in seen]
-                pos += 1
-            out.append(dense_hits)
-        todo = [i for i in extra if extra[i]]
-        if todo:
+        out, extra = split_hybrid(self._live.query_batch(qe.QueryBatchRequest(requests)) if requests else [], hybrid)
+        if extra:
             cosines = self._live.query_batch(qe.QueryBatchRequest([
-                qe.QueryRequest(limit=len(extra[i]), query=qe.Query.Nearest(queries[i].tolist()),
-                                filter=qe.Filter(must=[qe.HasIdCondition({h.id for h in extra[i]})]),
+                qe.QueryRequest(limit=len(hits), query=qe.Query.Nearest(queries[i].tolist()),
+                                filter=qe.Filter(must=[qe.HasIdCondition({h.id for h in hits})]),
                                 params=qe.SearchParams(exact=True), with_payload=False, with_vector=False)
-                for i in todo]))
-            for i, scored in zip(todo, cosines, strict=True):
-                cos = {h.id: h.score for h in scored}
-                out[i].extend(Hit(h.id, h.payload, cos[h.id], h.vector) for h in extra[i] if h.id in cos)
+                for i, hits in extra.items()]))
+            for (i, hits), scored in zip(extra.items(), cosines, strict=True):
+                out[i] += with_cosines(hits, scored)
         return out
 
     def _count(self, flt: Any) -> int:

@@ -45,7 +45,8 @@ class ModelCache:
                 continue
             comp = get_component(name)
             self.models[(name, comp.model_key(opts))] = comp.fit(memory, opts)
-        return {"articles": len(memory), "fitted": [n or "label counts" for n, _ in missing]}
+        return {"articles": len(memory), "of": memory.total or len(memory),
+                "fitted": [n or "label counts" for n, _ in missing]}
 
     def get(self, params: ScoringCore) -> dict[str, Any]:
         """The models of ``params``' components, by component name."""
@@ -84,7 +85,8 @@ class MemoryModels:
     """Models of each language memory under a calibration record: the ones stored with the record
     (``stored(record)``, :class:`newsmon.shared.scoring.stored.ModelStore`), else, for a record without them (older
     records, or components the settings add), fitted from the memory's labelled articles read by
-    ``articles(lang)`` (one scroll for every model missing), and said so. Kept until another record is asked for.
+    ``articles(lang)`` (one scroll for every model missing; the classifier bounds it to the calibration's sample
+    size, so it never grows with the memory), and said so. Kept until another record is asked for.
     Thread-safe.
 
     Args:

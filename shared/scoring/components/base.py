@@ -41,22 +41,31 @@ class MemoryArticles:
 
     Attributes:
         vectors: ``(n, d)`` float32 stored embeddings (None: not at hand); texts: ``n`` stored texts; labels: ``n``
-        label sets.
+        label sets; ids: ``n`` article ids (None: not at hand); total: the labelled articles of the whole memory
+        when these ``n`` are a sample of it (None: these are all of them).
     """
 
     vectors: np.ndarray | None
     texts: list[str]
     labels: list[tuple[str, ...]]
+    ids: list[str] | None = None
+    total: int | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def label_counts(self) -> dict[str, int]:
-        """Memory articles per label (the frequency buckets of ``bucket_thresholds``)."""
+        """Memory articles per label (the frequency buckets of ``bucket_thresholds``); for a sample
+        (``total > n``), the whole memory's counts estimated as the sample's times ``total / n``, rounded, at
+        least 1."""
         out: dict[str, int] = {}
         for labels in self.labels:
             for lb in labels:
                 out[lb] = out.get(lb, 0) + 1
+        n = len(self.labels)
+        if self.total is not None and n and self.total > n:
+            scale = self.total / n
+            out = {lb: max(1, round(c * scale)) for lb, c in out.items()}
         return out
 
 
