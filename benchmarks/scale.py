@@ -26,7 +26,8 @@ Per size, in order (``--skip`` leaves steps out; every wait has a time-out):
 4. ``recall``: the indexed dense top-k against exact search, k = the record's top_k and the hybrid candidates;
 5. ``scoring``: ``Scorer.propose`` on batches of 16 (retrieve, fuse, score, decide; vectors given: no encoder),
    p50 / p99 and the retrieve / score split, for the calibration record's parameters (hybrid: the first pass after
-   the index build, then the same batches again, warm) and dense only;
+   the index build, then the same batches again, warm; then without the lexical search, the fusion re-ranking the
+   dense candidates only) and dense only;
 6. ``visible``: decision to visible with the index built (idle);
 7. ``calibration``: a new calibration record (with its stored models, as the calibration job writes it) while
    batches are proposed: the worst batch after the change against the p99 before;
@@ -1010,6 +1011,15 @@ def run_size(size: int, args: argparse.Namespace, gen: Archive, queries: Rows, s
             # the same batches again: the first pass after opening (or rebuilding) the memory pays for the page
             # cache; the second is the steady state of a running worker
             res["record_second_pass"] = measure_scoring(clf, queries, warm, args.batch, args.batches)
+            # the record's parameters without the lexical search (the fusion re-ranks the dense candidates only),
+            # its stored models read the same way, warm
+            from newsmon.schemas.scoring import ScoringParams
+
+            record_id = (out.get("record") or {}).get("id")
+            no_search = Resolved(ScoringParams.model_validate({**params, "lexical_search": False}), record_id,
+                                 None, "calibration")
+            res["record_without_lexical_search"] = measure_scoring(clf, queries, warm, args.batch, args.batches,
+                                                                   resolved=no_search)
             dense = Resolved(clf.settings.scoring, None, None, "defaults")
             res["dense_defaults"] = measure_scoring(clf, queries, warm, args.batch, args.batches, resolved=dense)
             return res
@@ -1073,6 +1083,12 @@ def table(results: list[dict], args: argparse.Namespace) -> tuple[list[str], lis
         row(f"batch of {args.batch} p50 / p99 ms (record, second pass: warm)",
             lambda r: _pair(_get(r, "scoring", "record_second_pass", "p50_ms"),
                             _get(r, "scoring", "record_second_pass", "p99_ms"))),
+        row(f"batch of {args.batch} p50 / p99 ms (record without the lexical search, warm)",
+            lambda r: _pair(_get(r, "scoring", "record_without_lexical_search", "p50_ms"),
+                            _get(r, "scoring", "record_without_lexical_search", "p99_ms"))),
+        row("  of which retrieve / fuse + score + decide p99 ms",
+            lambda r: _pair(_get(r, "scoring", "record_without_lexical_search", "retrieve_p99_ms"),
+                            _get(r, "scoring", "record_without_lexical_search", "score_p99_ms"))),
         row(f"batch of {args.batch} p99 ms (defaults: dense, k 50)",
             lambda r: _get(r, "scoring", "dense_defaults", "p99_ms")),
         row(f"recall@{k} of exact", lambda r: _get(r, "recall", k, "recall")),

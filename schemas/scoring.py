@@ -207,6 +207,10 @@ class ScoringParams(ScoringCore):
     """What a proposal is scored with (see the module docstring). Every rule and component named must be
     registered in this process (:func:`register_options`)."""
 
+    lexical_search: bool = Field(
+        True, description="Hybrid retrieval: the memory's lexical top-N (N = lexical_candidates) joins the dense "
+        "top-N as candidates (a sparse search whose cost grows with the memory); false: the fusion re-ranks the "
+        "dense top-N only. The calibration keeps the lexical search only where it lifts.")
     label_thresholds: dict[str, FiniteFloat] | None = Field(
         None, description="A threshold of its own for each label named (the calibration fits one for labels on >= "
         "100 memory articles, when it lifts on articles it was not fitted on), over threshold and "
@@ -232,7 +236,7 @@ class ScoringParams(ScoringCore):
     def to_wire(self, calibration: str | None = None, source: str = "defaults", note: str | None = None
                 ) -> ScoringInfo:
         """The wire form: the same fields (per-label thresholds as their count) and where they came from."""
-        shared = self.model_dump(exclude={"label_thresholds"})
+        shared = self.model_dump(exclude={"label_thresholds", "lexical_search"})
         return ScoringInfo(**shared, label_thresholds=len(self.label_thresholds or {}), calibration=calibration,
                            source=source, note=note)
 

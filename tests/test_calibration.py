@@ -524,3 +524,43 @@ def test_calibration_tries_bucket_thresholds_and_keeps_them_only_when_they_lift(
     b = res.params.bucket_thresholds
     assert b[0] < 0.2 <= b[3]  # rare labels (0.2 of the weight) pass, the frequent one (0.5-0.6) is held back
     assert "+ bucket thresholds" not in [s["step"] for s in _calibrate(r, gold, rules=()).steps]
+
+
+@dataclass
+class TextHit:
+    article_id: str
+    similarity: float
+    labels: tuple
+    payload: dict
+
+
+def _lexical_case(n: int, far: bool) -> CalibrationSet:
+    """``n`` articles, each with 200 dense candidates (cosine 0.9-0.8, the label ``wrong``, no shared words) and 5
+    candidates sharing the article's own rare words and carrying its label, at cosine 0.75 (``far``: beyond the
+    dense top 200, found only by the lexical search) or 0.85 (among the dense candidates, below the wrong ones that
+    the dense order puts first)."""
+    from newsmon.shared.scoring.calibration import LEXICAL_CANDIDATES
+
+    rows, gold, texts = [], [], []
+    for i in range(n):
+        label, words = f"topic{i % 4}", f"podjetje{i % 4} stavka{i % 4} direktor{i % 4}"
+        row = [TextHit(f"d{i}-{j}", 0.9 - 0.1 * j / LEXICAL_CANDIDATES, ("wrong",), {"text": f"vreme dež {j}"})
+               for j in range(LEXICAL_CANDIDATES)]
+        row += [TextHit(f"l{i}-{j}", 0.75 if far else 0.85, (label,), {"text": f"{words} novica {j}"})
+                for j in range(5)]
+        rows.append(sorted(row, key=lambda h: -h.similarity))
+        gold.append((label,))
+        texts.append(f"{words} danes")
+    return CalibrationSet(Retrieval.from_neighbours(rows), gold, texts)
+
+
+@pytest.mark.parametrize("far", [True, False])
+def test_the_lexical_search_is_kept_only_where_its_candidates_lift(far):
+    # the fusion is judged on the dense candidates alone, then the lexical search (the memory's lexical top-N
+    # added, a sparse search whose cost grows with the memory) on top: kept only where it lifts beyond the noise
+    result = calibrate(_lexical_case(40, far), rules=(), replay=False)
+    steps = {s["step"]: s for s in result.steps}
+    assert steps["+ lexical search"]["kept"] is far
+    assert result.params.lexical_search is far
+    assert steps["+ lexical fusion"]["kept"] is not far  # near: the fusion alone finds the right candidates
+    assert result.params.lexical_weight > 0 and result.figures["micro_f1"] == 1.0

@@ -69,13 +69,14 @@ def test_eval_newsmon_row_has_an_ablation_row_per_calibration_step(cli_env, sent
     methods = report["methods"]
     steps = [methods[k]["name"] for k in sorted(methods, key=lambda k: int(k[12:]) if "_step" in k else -1)
              if k.startswith("newsmon_step")]
-    # one row per calibration step, in the calibration's order: the base grid, the lexical fusion, each registered
+    # one row per calibration step, in the calibration's order: the base grid, the lexical fusion (over the dense
+    # candidates), the lexical search (adding the lexical candidates), each registered
     # score component, the thresholds, then each registered decision rule (the replayed ones last)
     from newsmon.shared.scoring.components import components
     from newsmon.shared.scoring.rules import DecisionRule, rules
     tried = [r for r in sorted(rules(), key=lambda r: r.CALIBRATE_AT)  # rules with options to try
              if r.GRID or type(r).grid is not DecisionRule.grid]
-    expected = (["newsmon: base (k, tau, threshold)", "newsmon: + lexical fusion"]
+    expected = (["newsmon: base (k, tau, threshold)", "newsmon: + lexical fusion", "newsmon: + lexical search"]
                 + [f"newsmon: + {c.name}" for c in components()]
                 + ["newsmon: + bucket thresholds", "newsmon: + label thresholds"]
                 + [f"newsmon: + {r.name}" for r in tried if not getattr(r, "REPLAY", False)]
@@ -86,8 +87,8 @@ def test_eval_newsmon_row_has_an_ablation_row_per_calibration_step(cli_env, sent
             "newsmon: + new_label_support"} <= set(expected)
     assert all(x.endswith(("(kept)", "(not kept)")) for x in steps[1:])
     row = methods["newsmon"]["params"]
-    for key in ("top_k", "tau", "threshold", "lexical_weight", "components", "rules", "bucket_thresholds",
-                "label_thresholds"):  # the product row = the last step
+    for key in ("top_k", "tau", "threshold", "lexical_weight", "lexical_search", "components", "rules",
+                "bucket_thresholds", "label_thresholds"):  # the product row = the last step
         assert row[key] == methods[f"newsmon_step{len(steps) - 1}"]["params"][key], key
     assert "new_label_replay" in methods[f"newsmon_step{len(steps) - 1}"]["params"]
     plain = [x.removesuffix(" (kept)").removesuffix(" (not kept)") for x in steps]

@@ -69,10 +69,11 @@ def rule_base(step: dict) -> dict:
 FIELDS = {
     "top_k": 2, "tau": 1.0, "threshold": 0.8, "bucket_thresholds": (0.05, 0.9, 0.9, 0.2),
     "label_thresholds": {"agency": 0.05, "local": 0.95}, "lexical_weight": 0.9, "lexical_candidates": None,
-    "components": [], "rules": [{"name": "threshold"}],
+    "lexical_search": None, "components": [], "rules": [{"name": "threshold"}],
 }
 #: Fields whose effect is not on the scores of given neighbours, with where it is (checked below).
-INERT = {"lexical_candidates": "how many neighbours hybrid retrieval asks the knowledge memory for"}
+INERT = {"lexical_candidates": "how many neighbours hybrid retrieval asks the knowledge memory for",
+         "lexical_search": "whether the memory's lexical top-N joins the dense candidates (fewer than N here)"}
 #: Each option of each registered rule and component -> a changed value.
 OPTIONS = {
     ("component", "label_keys"): {"weight": 5.0, "keys": 1, "tau": 1.0},
@@ -148,7 +149,18 @@ def test_lexical_candidates_set_what_the_memory_is_asked_for(fixture):
             asked.append((top_k, lexical_k))
             return r.rows(range(len(vectors))), [("c",)] * len(vectors)
 
-    for n in (200, 50):
-        res = Resolved(ScoringParams(**{**BASE, "lexical_candidates": n}))
+    for n, search in ((200, True), (50, True), (200, False)):
+        res = Resolved(ScoringParams(**{**BASE, "lexical_candidates": n, "lexical_search": search}))
         Scorer(FittedModels(memory), lambda _lang: res, Memory()).score(texts, ["sl"] * len(texts), q)
-    assert asked == [(200, 200), (50, 50)]
+    assert asked == [(200, 200), (50, 50), (200, 0)]
+
+
+def test_without_the_lexical_search_a_given_retrieval_is_cut_to_the_dense_candidates(fixture):
+    # eval and the calibration hand the scorer one retrieval for every parameter set (the dense top-N united with
+    # the lexical top-N, by cosine); without the lexical search the workers ask the memory for the dense top-N
+    # alone, so the scorer must read only the first N of a given retrieval: what is measured is what streams
+    memory, texts, q, r = fixture
+    cut = {**BASE, "lexical_candidates": 12,  # Omikuji's label tree is not seeded: equal outcomes need it out
+           "components": [c for c in BASE["components"] if c["name"] != "label_tree"]}
+    assert _outcome(fixture, {**cut, "lexical_search": False}) == _outcome((memory, texts, q, r.head(12)), cut)
+    assert _outcome(fixture, {**cut, "lexical_search": False}) != _outcome(fixture, cut)

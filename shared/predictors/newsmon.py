@@ -16,7 +16,7 @@ from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
 from newsmon.shared.scoring import FittedModels, LabelVocab, MemoryArticles, Queries, Resolved, Scorer
 from newsmon.shared.scoring.calibration import GRID_K, LEXICAL_CANDIDATES, Objective, calibrate, calibration_set
-from newsmon.shared.scoring.decision import neighbours_needed
+from newsmon.shared.scoring.decision import retrieval_size
 from newsmon.shared.scoring.lexical import TermVectors
 
 #: The record id ``eval``'s proposals name: the calibration made in the run.
@@ -106,13 +106,13 @@ class NewsmonPredictor(Predictor):
         p = self.fixed
         if p is None:
             return max(max(GRID_K), LEXICAL_CANDIDATES)
-        return max(neighbours_needed(p), p.lexical_candidates if p.lexical_weight else 0)
+        return retrieval_size(p)[0]
 
     def lexical_neighbours_needed(self) -> int:
         p = self.fixed
         if p is None:
             return LEXICAL_CANDIDATES
-        return p.lexical_candidates if p.lexical_weight else 0
+        return retrieval_size(p)[1]
 
 
 def _label_sets(Y: sp.csr_matrix, vocab: LabelVocab) -> list[tuple[str, ...]]:

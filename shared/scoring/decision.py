@@ -50,11 +50,14 @@ def neighbours_needed(params: ScoringCore) -> int:
 
 def retrieval_size(params: ScoringCore) -> tuple[int, int]:
     """(dense neighbours, lexical neighbours) to retrieve for ``params``: hybrid retrieval fuses the dense top-N
-    united with the lexical top-N (N = ``lexical_candidates``), dense search alone reads k and the rules' windows."""
+    united with the lexical top-N (N = ``lexical_candidates``), or the dense top-N alone without the lexical search
+    (``lexical_search`` false, a :class:`ScoringParams` field); dense search alone reads k and the rules'
+    windows."""
     k = neighbours_needed(params)
     if not params.lexical_weight:
         return k, 0
-    return max(k, params.lexical_candidates), params.lexical_candidates
+    lexical = params.lexical_candidates if getattr(params, "lexical_search", True) else 0
+    return max(k, params.lexical_candidates), lexical
 
 
 def mixed_scores(retrieval: Retrieval, vocab: LabelVocab, params: ScoringCore,

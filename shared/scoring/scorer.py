@@ -176,8 +176,10 @@ class Scorer:
                     langs: list[str | None], exclude: Sequence[str], given: Retrieval | None
                     ) -> tuple[Retrieval, list[tuple[str, ...]]]:
         n, lexical_k = retrieval_size(params)
-        if given is not None:  # retrieved with what the parameters read, or all the memory holds
-            return given.rows(idx), [()] * len(idx)
+        if given is not None:  # retrieved with what the parameters read, or more (by cosine, best first)
+            rows = given.rows(idx)
+            # without the lexical search the candidates are the dense top-n alone: the first n by cosine
+            return (rows if lexical_k else rows.head(n)), [()] * len(idx)
         if self.neighbours is None or vectors is None:
             raise ValueError("no neighbours: give a retrieval, or a neighbour source and the articles' vectors")
         return self.neighbours.search(vectors, langs, n, exclude, texts if lexical_k else None, lexical_k)

@@ -16,7 +16,9 @@ bootstrap 90 % interval of its lift over the proposals before it lies above 0
 articles embedded again (vectors at cosine 0.997) turned levers on and off and moved the test figures by points.
 
 Order: k, tau and the threshold on a grid; then hybrid retrieval (the dense neighbours fused with a lexical
-similarity, when the neighbours' texts are at hand); then each registered score component
+similarity, when the neighbours' texts are at hand): first the fusion re-ranking the dense top-N candidates, then the
+lexical search adding the memory's lexical top-N to them (a sparse search whose cost grows with the memory: kept
+only where it lifts over the fusion alone); then each registered score component
 (:mod:`newsmon.shared.scoring.components`, in registration order: its options' grid with every threshold, on top
 of the components kept before it; :mod:`.levers`); then one threshold per label-frequency bucket and a threshold
 of its own for each frequent label (kept when it lifts on articles it was not fitted on); then each registered
@@ -39,7 +41,7 @@ from newsmon.shared.scoring.calibration.levers import (GRID_K, GRID_THRESHOLD, F
                                                        decide_on, gold_matrix, pad, record, take, threshold_steps,
                                                        with_rule)
 from newsmon.shared.scoring.calibration.objective import Objective
-from newsmon.shared.scoring.calibration.result import CalibrationResult
+from newsmon.shared.scoring.calibration.result import LEXICAL_CANDIDATES, CalibrationResult
 from newsmon.shared.scoring.lexical import TermVectors, fuse
 from newsmon.shared.scoring.rae_xmc import rae_xmc_scores
 from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
@@ -69,14 +71,16 @@ def _base_grid(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], extra: d
     return best[0], ScoringParams(top_k=k, tau=tau, threshold=thr, **extra), best[2]
 
 
-def _lexical_step(cal: CalibrationSet, terms: TermVectors, Yt: np.ndarray, labels: list[str]
+def _lexical_step(cal: CalibrationSet, terms: TermVectors, Yt: np.ndarray, labels: list[str], search: bool
                   ) -> tuple[Found, Retrieval]:
     """The best base grid over the lexical weights of :data:`GRID_LEXICAL` (hybrid retrieval's fusion), with the
-    fused retrieval it was found on."""
+    fused retrieval it was found on. ``search``: the candidates are the dense top-N united with the lexical top-N
+    (the calibration's retrieval); else the dense top-N alone (its first :data:`LEXICAL_CANDIDATES` by cosine)."""
+    candidates = cal.retrieval if search else cal.retrieval.head(LEXICAL_CANDIDATES)
     best = None
     for w in GRID_LEXICAL:
-        fused = fuse(cal.retrieval, cal.texts, w, max(GRID_K), terms)
-        trial = _base_grid(fused, Yt, labels, {"lexical_weight": w}, cal.objective)
+        fused = fuse(candidates, cal.texts, w, max(GRID_K), terms)
+        trial = _base_grid(fused, Yt, labels, {"lexical_weight": w, "lexical_search": search}, cal.objective)
         if best is None or trial[0] > best[0][0]:
             best = (trial, fused)
     return best
@@ -152,10 +156,12 @@ def calibrate(cal: CalibrationSet, terms: TermVectors | None = None, rules: tupl
     state: State = (params, parts, decide_on(dense, Yt, vocab.labels, params, {}, cal.label_counts))
     chosen = dense
     if cal.texts is not None and cal.retrieval.texts is not None:
-        found, fused = _lexical_step(cal, terms or TermVectors(), Yt, vocab.labels)
-        state, kept = take(steps, "+ lexical fusion", found, state,
-                           decide_on(fused, Yt, vocab.labels, found[1], {}, cal.label_counts), Yt, judge)
-        chosen = fused if kept else chosen
+        terms = terms or TermVectors()
+        for name, search in (("+ lexical fusion", False), ("+ lexical search", True)):
+            found, fused = _lexical_step(cal, terms, Yt, vocab.labels, search)
+            state, kept = take(steps, name, found, state,
+                               decide_on(fused, Yt, vocab.labels, found[1], {}, cal.label_counts), Yt, judge)
+            chosen = fused if kept else chosen
     evidence: dict[str, Any] = {}
     for comp in cal.components():
         state, evidence = component_step(steps, comp, cal, chosen, Yt, vocab.labels, state, evidence)
