@@ -75,8 +75,9 @@ def local_tfidf_cosine(query: sp.csr_matrix, candidates: sp.csr_matrix) -> np.nd
     CSR), both weighted by the local IDF ``log((1 + N) / (1 + df)) + 1`` with ``df`` counted over the candidates
     (a term no candidate has keeps weight 1); 0 where a side is empty.
 
-    Linear in the rows' stored terms: ``df`` by one ``bincount``, the weights looked up for the terms present and
-    the query's terms found by binary search; never a dense pass over ``F = 2^20`` per row."""
+    Linear in the rows' stored terms but for one zero-filled ``(F,)`` count array per call (``df`` by one
+    ``bincount``, ``F = 2^20``): the weights are looked up for the terms present and the query's terms found by
+    binary search, with no sparse-by-dense products over the feature space."""
     n = candidates.shape[0]
     out = np.zeros(n, dtype=np.float32)
     cand, q = candidates.tocsr(), query.tocsr()
