@@ -140,3 +140,39 @@ def test_a_record_without_stored_models_is_fitted_on_a_bounded_sample(tmp_path):
         assert set(got) == {"label_keys"} and counts["common"] == n
     finally:
         clf.close()
+
+
+def test_the_long_lived_state_is_frozen_out_of_the_collector_whenever_the_models_change(monkeypatch):
+    """A serving process's full garbage collections walked every object it holds (encoder, vocabularies, models)
+    and freed nothing: a pause of tens of ms in one batch of every few dozen, the tail of the batch latency at archive
+    size. The model source freezes what is alive once a record's models are in (the first batch, each record
+    change, a fill), not on every batch; what was frozen is left out of every generation the collector walks."""
+    import gc
+
+    from newsmon.shared import heap
+    from newsmon.shared.scoring import models as models_module
+
+    memory = _memory()
+    cache = _cache(memory)
+    froze: list[str] = []
+    monkeypatch.setattr(models_module, "freeze_long_lived", lambda why: froze.append(why) or 0)
+    models = MemoryModels(lambda lang: memory,
+                          stored=lambda record: unpack(pack(cache)) if record == cache.record else None)
+    models.get("sl", cache.record, PARAMS, True)
+    models.get("sl", cache.record, PARAMS, True)  # the same record: nothing new to freeze
+    assert len(froze) == 1 and cache.record in froze[0]
+    models.get("sl", "newsmon_sl_m@20260101T000000Z", PARAMS, False)  # another record, its models fitted
+    assert len(froze) == 2
+    models.get("sl", "newsmon_sl_m@20260101T000000Z", PARAMS, False)
+    assert len(froze) == 2
+
+    held = [{"state": i} for i in range(1000)]  # long-lived containers, tracked by the collector
+    try:
+        assert any(o is held for o in gc.get_objects())
+        frozen = heap.freeze_long_lived("test")
+        assert frozen >= len(held) and gc.get_freeze_count() == frozen
+        assert not any(o is held for g in range(3) for o in gc.get_objects(generation=g))
+        young = [{"batch": 1}]  # allocated afterwards: collected as usual
+        assert any(o is young for g in range(3) for o in gc.get_objects(generation=g))
+    finally:
+        gc.unfreeze()

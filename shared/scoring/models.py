@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 
 from newsmon.schemas.scoring import ScoringCore
+from newsmon.shared.heap import freeze_long_lived
 from newsmon.shared.scoring.components import MemoryArticles, get_component
 
 log = structlog.get_logger(__name__)
@@ -86,8 +87,9 @@ class MemoryModels:
     (``stored(record)``, :class:`newsmon.shared.scoring.stored.ModelStore`), else, for a record without them (older
     records, or components the settings add), fitted from the memory's labelled articles read by
     ``articles(lang)`` (one scroll for every model missing; the classifier bounds it to the calibration's sample
-    size, so it never grows with the memory), and said so. Kept until another record is asked for.
-    Thread-safe.
+    size, so it never grows with the memory), and said so. Kept until another record is asked for. Whenever the
+    models change, what the process holds is frozen out of the cyclic collector
+    (:func:`newsmon.shared.heap.freeze_long_lived`). Thread-safe.
 
     Args:
         articles: a language -> that memory's labelled articles (:class:`MemoryArticles`).
@@ -112,7 +114,8 @@ class MemoryModels:
         """
         with self._lock:
             cache = self._caches.get(lang)
-            if cache is None or cache.record != record:
+            loaded = cache is None or cache.record != record
+            if loaded:
                 cache = self._caches[lang] = self._load(lang, record)
             missing = cache.missing(params, counts)
             if missing:
@@ -123,6 +126,8 @@ class MemoryModels:
                 log.warning("per-record models fitted from the memory (not stored with the record)",
                             collection=self.describe(lang), record=record, **fields,
                             seconds=round(time.perf_counter() - t0, 2))
+            if loaded or missing:  # the process's long-lived state changed: out of the cyclic collector's walks
+                freeze_long_lived(f"models of record {record}")
             return cache.get(params), cache.counts if counts else None
 
     def _load(self, lang: str | None, record: str | None) -> ModelCache:
