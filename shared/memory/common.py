@@ -94,12 +94,22 @@ def memory_point(rec: Any, with_vectors: bool) -> MemoryPoint:
                        payload=_user_payload(payload), vector=_vector_of(rec.vector) if with_vectors else None)
 
 
-def neighbour(payload: dict | None, score: float, vector: Any = None) -> Neighbour:
-    """A :class:`Neighbour` from a search hit's payload, score (cosine similarity) and named vectors (its stored
-    lexical vector, when the search returned it)."""
-    payload = payload or {}
-    return Neighbour(article_id=payload.get(FIELD_ARTICLE_ID, ""), similarity=float(score),
-                     labels=_labels_of(payload), payload=_user_payload(payload), terms=stored_terms(vector))
+def ranked_neighbours(hits: Sequence[Any]) -> list[Neighbour]:
+    """The :class:`Neighbour` of each engine hit (``.payload``, ``.score``, ``.vector``), best first, hits of equal
+    similarity in article-id order. One pass: each hit's attributes are read once (the engine's bindings build them
+    anew on every read), its payload is the engine's own fresh dict (the internal fields popped from it), and the
+    sort runs only where two adjacent hits tie or are out of order (the engine answers best first)."""
+    out: list[Neighbour] = []
+    for h in hits:
+        payload = h.payload or {}
+        aid = payload.pop(FIELD_ARTICLE_ID, "")
+        labels = tuple(payload.pop(FIELD_LABELS, None) or ())
+        for key in INTERNAL_FIELDS:
+            payload.pop(key, None)
+        out.append(Neighbour(aid, float(h.score), labels, payload, stored_terms(getattr(h, "vector", None))))
+    if any(a.similarity <= b.similarity for a, b in zip(out, out[1:])):  # a tie, or not best first
+        out.sort(key=lambda n: (-n.similarity, n.article_id))
+    return out
 
 
 def stored_terms(vector: Any) -> tuple[np.ndarray, np.ndarray] | None:
@@ -313,8 +323,7 @@ class QdrantAdapter:
                 dense_only = sparse is None or not lexical_k
                 for hits in self._query(chunk, k + (TIE_MARGIN if dense_only else 0), flt, sparse, lexical_k,
                                         exact):
-                    row = sorted((neighbour(h.payload, h.score, getattr(h, "vector", None)) for h in hits),
-                                 key=lambda n: (-n.similarity, n.article_id))  # ties: by article id
+                    row = ranked_neighbours(hits)  # ties: by article id
                     out.append(row[:k] if dense_only else row)
         return out
 
