@@ -114,3 +114,22 @@ def test_the_calibration_judges_the_names_at_the_threshold_already_chosen():
     component_step(steps, LabelNamesComponent(), cal, r, Yt, vocab.labels, state, {})
     assert steps[-1]["params"]["threshold"] == 0.6
     assert steps[-1]["kept"] and steps[-1]["micro_f1"] > 0  # stavka (named in every text) is proposed
+
+
+def test_the_gate_lets_the_names_speak_only_where_the_neighbours_are_unsure():
+    """sentinews_sl holds desk articles (two broad labels, whatever they mention) beside keyword articles (labels
+    named in the text): the names must not add a keyword to an article the neighbours place firmly among the desk
+    articles, and must still add it where they are unsure."""
+    comp = LabelNamesComponent()
+    ev = TopLabels([["banka"], ["banka"], ["banka"]], np.full((3, 1), 0.8, dtype=np.float32))
+    before = np.array([[0.9, 0.1], [0.3, 0.2], [0.5, 0.0]], dtype=np.float32)  # sure, unsure, at the gate
+    vocab = LabelVocab(["gospodarstvo", "ekonomija"])
+    gated = comp.mix(before.copy(), vocab, ev, LabelNamesOptions(weight=1.0, unsure_below=0.5))
+    assert vocab.labels[2] == "banka"
+    assert gated[:, 2].tolist() == pytest.approx([0.0, 0.8, 0.0])  # below the gate only (0.5 is not below 0.5)
+    assert np.array_equal(gated[:, :2], before)  # never lowers a score
+    vocab = LabelVocab(["gospodarstvo", "ekonomija"])
+    open_ = comp.mix(before.copy(), vocab, ev, LabelNamesOptions(weight=1.0))
+    assert open_[:, 2].tolist() == pytest.approx([0.8, 0.8, 0.8])  # without a gate: every article
+    tried = {(o.weight, o.unsure_below) for o in comp.grid()}
+    assert (1.0, None) in tried and {g for _w, g in tried} >= {None, 0.3, 0.5, 0.9}  # the calibration chooses

@@ -79,7 +79,7 @@ OPTIONS = {
     ("component", "label_keys"): {"weight": 5.0, "keys": 1, "tau": 1.0},
     ("component", "head_model"): {"weight": 1.0, "c": 100.0},
     ("component", "label_tree"): {"weight": 1.0, "tree": "bonsai"},
-    ("component", "label_names"): {"weight": 0.9},
+    ("component", "label_names"): {"weight": 0.9, "unsure_below": 0.01},
     ("rule", "set_vote"): {"share": 0.99},
     ("rule", "tail_support"): {"support": 7, "neighbours": 1, "similarity": 0.99},
     ("rule", "new_label_support"): {"support": 8, "neighbours": 1, "similarity": 0.99},

@@ -1,8 +1,9 @@
 """The label names: a label whose name occurs in the article is scored by how often that occurrence meant the label
 in the knowledge memory, mixed into the newsmon scores with weight ``weight``::
 
-    s_l = max(s_l(before), weight * q_l),
-    q_l = (h_l + 1) / (m_l + 2)  where the name of l occurs in the article, else 0
+    s_l = max(s_l(before), weight * q_l * g),
+    q_l = (h_l + 1) / (m_l + 2)  where the name of l occurs in the article, else 0,
+    g = 1 if max_l' s_l'(before) < unsure_below (or no unsure_below), else 0
 
 ``m_l`` is the number of memory articles in which the name of ``l`` occurs and ``h_l`` how many of them carry ``l``
 (Laplace's rule of succession: a name never seen in the memory scores 1/2). Client topics and library subjects are
@@ -10,6 +11,11 @@ often named after what an article mentions (a company, a place, a strike); a lab
 few neighbours for the retrieval to propose it, but its name in the text is evidence the memory can weigh: the lexical
 matching of Annif's MLLM backend (Suominen, Inkinen and Lehtinen, "Annif and Finto AI: developing and implementing
 automated subject indexing", JLIS.it 2022) reduced to one feature with its precision estimated on the memory.
+
+The gate ``g`` lets the names speak only where the neighbours are unsure of the article (its best score before them
+below ``unsure_below``): a memory may hold articles indexed with a few broad labels whatever they mention beside
+articles indexed by what they mention (sentinews_sl: desk sections beside editors' keywords), and an article its
+neighbours place firmly among the first kind keeps its label set.
 
 A label's name is its text after the last ``:`` (``place:japan`` -> ``japan``; codes with a scheme prefix), cut into
 words as the lexical index cuts them (:func:`newsmon.shared.terms.words`: ``\\b\\w\\w+\\b``, lower-cased, after
@@ -144,6 +150,10 @@ class LabelNamesOptions(Options):
     """The label names' options."""
 
     weight: float = Field(0.5, gt=0, le=1, allow_inf_nan=False, description="The names' weight in the mix.")
+    unsure_below: float | None = Field(
+        None, gt=0, le=1, allow_inf_nan=False,
+        description="The names score only articles whose best score before them is below this (where the "
+        "neighbours are unsure); None: every article.")
 
 
 @register_component
@@ -155,7 +165,8 @@ class LabelNamesComponent(TopLabelsComponent):
     Options = LabelNamesOptions
     NEEDS = ("texts",)
     RECHOOSES_THRESHOLD = False
-    GRID = tuple({"weight": w} for w in (0.3, 0.4, 0.5, 0.6, 0.75, 0.9, 1.0))
+    GRID = tuple({"weight": w, "unsure_below": g} for g in (None, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+                 for w in (0.3, 0.4, 0.5, 0.6, 0.75, 0.9, 1.0))
 
     def fit(self, memory: MemoryArticles, options: Any) -> LabelNames:
         return fit_names(memory.texts, memory.labels)
@@ -168,10 +179,14 @@ class LabelNamesComponent(TopLabelsComponent):
 
     def mix(self, scores: np.ndarray, vocab: LabelVocab, evidence: TopLabels, options: LabelNamesOptions
             ) -> np.ndarray:
-        """``max(s, weight * q)`` for every label (``q = 0`` where the label's name does not occur): a name that
-        occurs adds its label where ``weight * q`` reaches the label's threshold and never lowers a score."""
+        """``max(s, weight * q * g)`` for every label (``q = 0`` where the label's name does not occur; ``g = 0`` for
+        an article whose best score ``s`` reaches ``unsure_below``): a name that occurs adds its label where
+        ``weight * q`` reaches the label's threshold and never lowers a score."""
         before, q = evidence.dense(scores, vocab)
-        return np.maximum(before, options.weight * q)
+        w = np.float32(options.weight)
+        if options.unsure_below is not None and before.shape[1]:
+            w = w * (before.max(axis=1, keepdims=True) < options.unsure_below)
+        return np.maximum(before, w * q)
 
     def save(self, model: LabelNames, folder: Path) -> None:
         np.savez(folder / "label_names.npz", labels=np.array(model.labels, dtype=str),
