@@ -47,7 +47,7 @@ class IndexParams:
 
     m: int = 16
     ef_construct: int = 100
-    ef: int = 512
+    ef: int = 2048
     quantization: str = "none"
     min_points: int = 20_000
     rebuild_unindexed: int = 50_000
