@@ -113,10 +113,9 @@ class MemoryModels:
             ValueError: models are needed for articles without a language.
         """
         with self._lock:
-            cache = self._caches.get(lang)
-            loaded = cache is None or cache.record != record
-            if loaded:
-                cache = self._caches[lang] = self._load(lang, record)
+            found = self._caches.get(lang)
+            loaded = found is None or found.record != record
+            cache = self._caches[lang] = self._load(lang, record) if found is None or loaded else found
             missing = cache.missing(params, counts)
             if missing:
                 if lang is None:
