@@ -102,8 +102,7 @@ def ranked_neighbours(hits: Sequence[Any]) -> list[Neighbour]:
     out: list[Neighbour] = []
     for h in hits:
         payload = h.payload or {}
-        aid = payload.pop(FIELD_ARTICLE_ID, "")
-        labels = tuple(payload.pop(FIELD_LABELS, None) or ())
+        aid, labels = payload.get(FIELD_ARTICLE_ID, ""), _labels_of(payload)
         for key in INTERNAL_FIELDS:
             payload.pop(key, None)
         out.append(Neighbour(aid, float(h.score), labels, payload, stored_terms(getattr(h, "vector", None))))

@@ -113,9 +113,10 @@ class MemoryModels:
             ValueError: models are needed for articles without a language.
         """
         with self._lock:
-            found = self._caches.get(lang)
-            loaded = found is None or found.record != record
-            cache = self._caches[lang] = self._load(lang, record) if found is None or loaded else found
+            cache, loaded = self._caches.get(lang), False
+            if cache is None or cache.record != record:
+                cache = self._caches[lang] = self._load(lang, record)
+                loaded = True
             missing = cache.missing(params, counts)
             if missing:
                 if lang is None:
