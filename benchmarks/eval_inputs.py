@@ -58,7 +58,7 @@ class EvalInputs:
         evidence = {s.name: self.cal.evidence(get_component(s.name), s.parsed()) for s in p.components}
         P_cal = decide(r_cal, LabelVocab(vocab.labels), p, evidence, self.cal.label_counts).proposed
         res = Resolved(p, "eval", frozenset(self.known), "calibration")
-        _, P_te = Scorer(FittedModels(self.memory), lambda _lang: res, terms=self.terms).matrix(
+        _, P_te = Scorer(FittedModels(self.memory, self.cal.models), lambda _lang: res, terms=self.terms).matrix(
             self.test_texts, [None] * len(self.test_texts), self.test_vectors, self.test_retrieval, res, vocab)
         return pad(P_cal, L), P_te
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from newsmon.schemas.scoring import ScoringCore, registered
-from newsmon.shared.scoring.components import get_component
+from newsmon.shared.scoring.components import MixContext, get_component
 from newsmon.shared.scoring.rae_xmc import rae_xmc_scores
 from newsmon.shared.scoring.retrieval import LabelScore, LabelVocab, Proposal, Retrieval
 from newsmon.shared.scoring.rules import DecisionState, get_rule
@@ -61,9 +61,11 @@ def retrieval_size(params: ScoringCore) -> tuple[int, int]:
 
 
 def mixed_scores(retrieval: Retrieval, vocab: LabelVocab, params: ScoringCore,
-                 evidence: Mapping[str, Any] | None = None) -> np.ndarray:
+                 evidence: Mapping[str, Any] | None = None, label_counts: Mapping[str, int] | None = None
+                 ) -> np.ndarray:
     """``(m, L)`` float32 scores: RAE-XMC over the neighbours' labels with each component of ``params`` mixed in
-    (``evidence``: per component name, what its model says about the ``m`` articles). ``vocab`` grows by the
+    (``evidence``: per component name, what its model says about the ``m`` articles; ``label_counts``: memory
+    articles per label, read by a component that reads the others, :class:`MixContext`). ``vocab`` grows by the
     neighbours' labels, then by the labels the components bring; ``L = len(vocab)`` after the call.
 
     Raises:
@@ -81,9 +83,25 @@ def mixed_scores(retrieval: Retrieval, vocab: LabelVocab, params: ScoringCore,
     if L == 0:
         return np.zeros((retrieval.sims.shape[0], 0), dtype=np.float32)
     scores = rae_xmc_scores(retrieval.sims, rows, params.top_k, params.tau, 1.0, L)
+    context = mix_context(retrieval, scores, label_counts) if any(c.READS_CONTEXT for c, _o, _e in steps) else None
     for comp, opts, ev in steps:
-        scores = comp.mix(scores, vocab, ev, opts)
+        if context is not None and comp.READS_CONTEXT:
+            scores = comp.mix_in_context(scores, vocab, ev, opts, context)
+        else:
+            scores = comp.mix(scores, vocab, ev, opts)
+        if context is not None:
+            context.steps.append((comp, opts, ev))
     return scores
+
+
+def mix_context(retrieval: Retrieval, rae: np.ndarray, label_counts: Mapping[str, int] | None) -> MixContext:
+    """The :class:`MixContext` of ``m`` articles: their ``(m, L)`` RAE-XMC scores, the label counts and each
+    article's most similar neighbour (dense cosine; 0 without neighbours); the components are added as they are
+    mixed in."""
+    cos = retrieval.cosine
+    nearest = (np.where(np.isfinite(cos), cos, 0.0).max(axis=1) if cos.size else np.zeros(cos.shape[0])
+               ).astype(np.float32)
+    return MixContext(rae, [], label_counts, nearest)
 
 
 def decide(retrieval: Retrieval, vocab: LabelVocab, params: ScoringCore, evidence: Mapping[str, Any] | None = None,
@@ -102,7 +120,7 @@ def decide(retrieval: Retrieval, vocab: LabelVocab, params: ScoringCore, evidenc
     Raises:
         ValueError: ``top_k < 1``, ``tau <= 0``, or a component without evidence.
     """
-    scores = mixed_scores(retrieval, vocab, params, evidence)
+    scores = mixed_scores(retrieval, vocab, params, evidence, label_counts)
     m = retrieval.sims.shape[0]
     state = DecisionState.start(retrieval, vocab, scores, params, reasons, label_counts=label_counts,
                                 known_labels=known_labels, texts=texts)

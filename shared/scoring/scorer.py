@@ -160,7 +160,7 @@ class Scorer:
         r = fuse(r, gtexts, params.lexical_weight, k, self.terms)
         if relabel is not None:
             known, params = relabelled(r, known, params, relabel)
-        models, counts = self.models.get(res.memory or lang, res.record, params, params.bucket_thresholds is not None)
+        models, counts = self.models.get(res.memory or lang, res.record, params, needs_counts(params))
         evidence = {}
         for spec in params.components:
             comp, opts = get_component(spec.name), spec.parsed()
@@ -183,6 +183,12 @@ class Scorer:
         if self.neighbours is None or vectors is None:
             raise ValueError("no neighbours: give a retrieval, or a neighbour source and the articles' vectors")
         return self.neighbours.search(vectors, langs, n, exclude, texts if lexical_k else None, lexical_k)
+
+
+def needs_counts(params: ScoringParams) -> bool:
+    """Whether scoring with ``params`` reads the memory's label counts (the bucket thresholds, a component that
+    reads the others: :class:`~newsmon.shared.scoring.components.MixContext`)."""
+    return params.bucket_thresholds is not None or any(get_component(s.name).READS_CONTEXT for s in params.components)
 
 
 def relabelled(r: Retrieval, known: frozenset[str] | None, params: ScoringParams, relabel: Relabel

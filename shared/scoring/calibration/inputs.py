@@ -65,10 +65,16 @@ class CalibrationSet:
 
     def evidence(self, component: Any, options: Any) -> Any:
         """Component ``component``'s evidence with ``options`` for the ``n`` articles (each model key fitted and
-        scored once): the memory's own articles held out, then the validation articles."""
+        scored once): the memory's own articles held out, then the validation articles; for a component fitted by
+        the calibration, what its step kept (:meth:`cross_fitted`).
+
+        Raises:
+            ValueError: a component fitted by the calibration before its step ran."""
         if component.name in self.given:
             return self.given[component.name](options)
         key = (component.name, component.model_key(options))
+        if key not in self._evidence and component.FITTED_BY_CALIBRATION:
+            raise ValueError(f"{component.name} is cross-fitted by the calibration's component step; it has not run")
         if key not in self._evidence:
             model = self.models.get(key)
             if model is None:
@@ -80,6 +86,12 @@ class CalibrationSet:
                 parts.append(component.evidence(model, self.validation, options))
             self._evidence[key] = component.concat(parts)
         return self._evidence[key]
+
+    def cross_fitted(self, component: Any, options: Any, evidence: Any, model: Any) -> None:
+        """Keep the evidence of a component fitted by the calibration (``FITTED_BY_CALIBRATION``) for these
+        articles, cross-fitted, and its model fitted on all of them (the one the record stores)."""
+        key = (component.name, component.model_key(options))
+        self._evidence[key], self.models[key] = evidence, model
 
     def _held_out_memory(self) -> MemoryArticles:
         m = self.memory

@@ -13,8 +13,9 @@ from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.scoring.calibration.inputs import CalibrationSet
 from newsmon.shared.scoring.calibration.objective import Objective
 from newsmon.shared.scoring.calibration.thresholds import bucket_ascent, choose_label_thresholds
-from newsmon.shared.scoring.components import ScoreComponent
-from newsmon.shared.scoring.decision import decide, mixed_scores
+from newsmon.shared.scoring.components import MixContext, ScoreComponent, get_component
+from newsmon.shared.scoring.decision import decide, mix_context, mixed_scores
+from newsmon.shared.scoring.rae_xmc import rae_xmc_scores
 from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
 from newsmon.shared.scoring.rules import get_rule, lifts
 from newsmon.shared.scoring.rules.threshold import BUCKET_EDGES, column_thresholds
@@ -70,9 +71,9 @@ def decide_on(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], params: S
 
 
 def scores_on(retrieval: Retrieval, labels: list[str], L: int, params: ScoringParams,
-              evidence: Mapping[str, Any]) -> np.ndarray:
+              evidence: Mapping[str, Any], label_counts: Mapping[str, int] | None = None) -> np.ndarray:
     """``(n, L)`` float32 scores of ``params`` (RAE-XMC with its components mixed in)."""
-    return pad(mixed_scores(retrieval, LabelVocab(labels), params, evidence), L)[:, :L]
+    return pad(mixed_scores(retrieval, LabelVocab(labels), params, evidence, label_counts), L)[:, :L]
 
 
 def record(name: str, params: ScoringParams, parts: Parts, objective: float, kept: bool, **extra: Any
@@ -102,14 +103,24 @@ def component_step(steps: list[dict[str, Any]], comp: ScoreComponent, cal: Calib
                    ) -> tuple[State, dict[str, Any]]:
     """The best of ``comp``'s options (its grid, every threshold; only the current threshold for a component that
     does not re-choose it) on top of ``state``'s parameters, recorded as a step and kept when it lifts; returns the
-    state after it and the evidence of the components kept."""
+    state after it and the evidence of the components kept. A component fitted by the calibration
+    (``FITTED_BY_CALIBRATION``, e.g. stacking) is cross-fitted on these articles (each judged by a model fitted
+    without it) and its model fitted on all of them is the one the record stores."""
     L, judge = Yt.shape[1], cal.objective
-    before = scores_on(retrieval, labels, L, state[0], evidence)
+    before = scores_on(retrieval, labels, L, state[0], evidence, cal.label_counts)
     vocab = LabelVocab(labels)
+    context = None
+    if comp.READS_CONTEXT:  # what it reads of the components kept before it
+        context = _context(retrieval, vocab, state[0], evidence, cal.label_counts, L)
     best = None
     for opt in comp.grid():
-        ev = cal.evidence(comp, opt)
-        S = pad(comp.mix(before.copy(), vocab, ev, opt), L)[:, :L]
+        if comp.FITTED_BY_CALIBRATION and context is not None:  # cross-fitted here; the model fitted on all: stored
+            ev, model = comp.cross_fit(before, vocab, context, opt, Yt)
+            cal.cross_fitted(comp, opt, ev, model)
+        else:
+            ev = cal.evidence(comp, opt)
+        S = pad(comp.mix_in_context(before.copy(), vocab, ev, opt, context) if context is not None
+                else comp.mix(before.copy(), vocab, ev, opt), L)[:, :L]
         for thr in (GRID_THRESHOLD if comp.RECHOOSES_THRESHOLD else (state[0].threshold,)):
             parts = judge.parts(Yt, S > thr)
             if best is None or judge.value(parts) > best[0][0] + 1e-12:
@@ -120,6 +131,17 @@ def component_step(steps: list[dict[str, Any]], comp: ScoreComponent, cal: Calib
     state, kept = take(steps, f"+ {comp.name}", (obj, trial, parts), state,
                        decide_on(retrieval, Yt, labels, trial, tried, cal.label_counts), Yt, judge)
     return state, tried if kept else evidence
+
+
+def _context(retrieval: Retrieval, vocab: LabelVocab, params: ScoringParams, evidence: Mapping[str, Any],
+             counts: Mapping[str, int] | None, L: int) -> MixContext:
+    """The :class:`MixContext` of the calibration articles under ``params`` (its components, as
+    :func:`~newsmon.shared.scoring.decision.mixed_scores` builds it), over the first ``L`` columns of ``vocab``."""
+    rae = pad(rae_xmc_scores(retrieval.sims, retrieval.label_matrix(LabelVocab(vocab.labels)), params.top_k,
+                             params.tau, 1.0, L), L)[:, :L]
+    context = mix_context(retrieval, rae, counts)
+    context.steps = [(get_component(s.name), s.parsed(), evidence[s.name]) for s in params.components]
+    return context
 
 
 def threshold_steps(steps: list[dict[str, Any]], cal: CalibrationSet, retrieval: Retrieval, Yt: np.ndarray,
@@ -134,7 +156,7 @@ def threshold_steps(steps: list[dict[str, Any]], cal: CalibrationSet, retrieval:
     if counts is None:
         return state
     L, judge = Yt.shape[1], cal.objective
-    S = scores_on(retrieval, labels, L, state[0], evidence)
+    S = scores_on(retrieval, labels, L, state[0], evidence, counts)
     bucket = np.searchsorted(BUCKET_EDGES, [counts.get(lb, 0) for lb in labels[:L]], side="left")
     chosen, _ = bucket_ascent(S, Yt, bucket, state[0].threshold, GRID_THRESHOLD, judge=judge)
     parts = judge.parts(Yt, S > np.asarray(chosen)[bucket][None, :])

@@ -146,6 +146,8 @@ def calibrate(cal: CalibrationSet, terms: TermVectors | None = None, rules: tupl
     vocab = LabelVocab()
     cal.retrieval.label_matrix(vocab)
     for comp in cal.components():
+        if comp.FITTED_BY_CALIBRATION:  # brings no label; fitted by its step, on the components before it
+            continue
         first = comp.grid()[0]
         vocab.extend(comp.labels(cal.evidence(comp, first), first))
     Yt = gold_matrix(cal.gold, vocab)

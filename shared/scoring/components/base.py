@@ -20,7 +20,7 @@ it when it lifts.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,7 +30,8 @@ import numpy as np
 from newsmon.schemas.scoring import Options, register_options
 from newsmon.shared.scoring.retrieval import LabelVocab
 
-__all__ = ["MemoryArticles", "Queries", "ScoreComponent", "components", "get_component", "register_component"]
+__all__ = ["MemoryArticles", "MixContext", "Queries", "ScoreComponent", "components", "get_component",
+           "register_component"]
 
 Relabel = Callable[[tuple[str, ...]], tuple[str, ...]]
 
@@ -78,6 +79,33 @@ class Queries:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class MixContext:
+    """What a component that reads the others (:attr:`ScoreComponent.READS_CONTEXT`) sees beside the scores so far.
+
+    Attributes:
+        rae: ``(m, L)`` float32 scores of the neighbours alone (RAE-XMC); steps: the components mixed in before it
+            (component, options, evidence), in order; counts: memory articles per label (None: not at hand, read
+            as 0); nearest: ``(m,)`` float32 dense cosine of each article's most similar neighbour (0: none).
+    """
+
+    rae: np.ndarray
+    steps: list[tuple[Any, Any, Any]] = field(default_factory=list)
+    counts: Mapping[str, int] | None = None
+    nearest: np.ndarray | None = None
+
+    def own_scores(self, vocab: LabelVocab, rows: np.ndarray, cols: np.ndarray) -> tuple[list[str], np.ndarray]:
+        """(the earlier components' names, ``(p, c)`` float32 each one's own score at the pairs ``rows, cols``),
+        computing one component's ``(m, L)`` mix on zeros at a time."""
+        names, out = [], np.zeros((len(rows), len(self.steps)), dtype=np.float32)
+        for j, (comp, opts, ev) in enumerate(self.steps):
+            names.append(comp.name)
+            own = comp.mix(np.zeros_like(self.rae), vocab, ev, opts)
+            out[:, j] = own[rows, cols]
+        return names, out
+
+
+
 class ScoreComponent(ABC):
     """A score component (see the module docstring).
 
@@ -95,6 +123,11 @@ class ScoreComponent(ABC):
     #: False for a component that only raises scores: judged at the threshold already chosen, so that it adds
     #: proposals instead of trading the neighbours' proposals for its own.
     RECHOOSES_THRESHOLD: ClassVar[bool] = True
+    #: Whether its mix reads the other components (:meth:`mix_in_context`, with a :class:`MixContext`).
+    READS_CONTEXT: ClassVar[bool] = False
+    #: Whether its model is fitted by the calibration on the calibration articles' scores (``cross_fit``) instead
+    #: of on the memory (:meth:`fit` then raises; the model must be stored with the record).
+    FITTED_BY_CALIBRATION: ClassVar[bool] = False
 
     def model_key(self, options: Any) -> tuple:
         """The options the model depends on (the others only change the mix): one model is fitted per key."""
@@ -130,6 +163,22 @@ class ScoreComponent(ABC):
     def mix(self, scores: np.ndarray, vocab: LabelVocab, evidence: Any, options: Any) -> np.ndarray:
         """``(m, L)`` float32 scores with the evidence mixed in (``L = len(vocab)``; the vocabulary already holds
         :meth:`labels`)."""
+
+    def mix_in_context(self, scores: np.ndarray, vocab: LabelVocab, evidence: Any, options: Any,
+                       context: MixContext) -> np.ndarray:
+        """:meth:`mix` for a component that reads the components before it (``READS_CONTEXT``); the others ignore
+        ``context``."""
+        return self.mix(scores, vocab, evidence, options)
+
+    def cross_fit(self, scores: np.ndarray, vocab: LabelVocab, context: MixContext, options: Any, gold: np.ndarray
+                  ) -> tuple[Any, Any]:
+        """For a component fitted by the calibration (``FITTED_BY_CALIBRATION``): (its evidence for the ``m``
+        calibration articles, each scored by a model fitted without it; the model fitted on all of them), from the
+        ``(m, L)`` scores so far and the ``(m, >= L)`` bool gold.
+
+        Raises:
+            NotImplementedError: a component fitted on the memory (:meth:`fit`)."""
+        raise NotImplementedError(f"{self.name} is fitted on the memory, not by the calibration")
 
     def grid(self) -> list[Any]:
         """The options the calibration tries."""

@@ -1,0 +1,231 @@
+"""Stacking: a learned fusion of the scores, fitted by the calibration on its own articles. Where the components
+before it are mixed by fixed weights (one weight per component for every label and article), stacking learns how far
+to trust each of them from what else is known of the label and the article::
+
+    s_l = P(l is right | x_l)      for each article's ``candidates`` best labels (0 for the others)
+
+``x_l`` (:data:`FEATURES`, then one column per component mixed in before it): the weighted score so far, its rank in
+the article, the article's best and second-best score, the neighbours' RAE-XMC score alone, each earlier
+component's own score (its ``mix`` on zeros: ``weight * P``, a monotone rescaling a tree model ignores), the label's
+memory articles (``ln(1 + count)``) and the article's most similar neighbour (dense cosine). A label's name is not a
+feature: the model is one for every label, so a label created after the calibration is scored by the same rules.
+
+It is stacked generalisation (Wolpert, "Stacked generalization", Neural Networks 5(2), 1992): the fusion model is
+fitted on scores its inputs gave to articles they were not fitted on (the calibration articles: the memory's own
+articles scored leave-one-out / out of fold, then the validation articles), with scikit-learn's histogram
+gradient-boosted trees (Ke et al., "LightGBM", NeurIPS 2017; deterministic: no early stopping, a fixed seed). Annif's
+``nn_ensemble`` backend is the same idea with a neural network over its sources' scores. The calibration judges it
+cross-fitted (each article scored by a model fitted without its fold, :data:`FOLDS` folds by position) and, when it
+lifts, stores the model fitted on all its articles with the record; the workers load it, never fit it (its training
+data is the calibration's, not the memory's: :meth:`StackingComponent.fit` raises).
+
+Cost: features for ``m * candidates`` (article, label) pairs per batch, and one pass of the earlier components' mix
+at a time (a ``(m, L)`` float32 array) to read their own scores; the model is a few hundred small trees whatever the
+memory's size.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sklearn
+from pydantic import Field
+from sklearn.ensemble import HistGradientBoostingClassifier
+
+from newsmon.schemas.scoring import Options
+from newsmon.shared.scoring.components.base import (
+    MemoryArticles,
+    MixContext,
+    Queries,
+    ScoreComponent,
+    register_component,
+)
+from newsmon.shared.scoring.retrieval import LabelVocab
+
+#: Folds of the calibration's cross-fitting.
+FOLDS = 5
+#: The features every model reads, before one column per earlier component.
+FEATURES = ("score", "rank", "article_best", "article_second", "neighbours", "label_articles", "nearest")
+
+
+@dataclass
+class StackingModel:
+    """A fitted fusion model: ``components`` (the names of the components it read, in order) and the classifier
+    (None: one class only in its training pairs; ``constant`` is then every pair's probability)."""
+
+    components: list[str]
+    classifier: Any
+    constant: float = 0.0
+
+    def probabilities(self, X: np.ndarray) -> np.ndarray:
+        """``(p,)`` float32 probabilities of ``(p, f)`` features."""
+        if self.classifier is None:
+            return np.full(X.shape[0], self.constant, dtype=np.float32)
+        return self.classifier.predict_proba(X)[:, 1].astype(np.float32)
+
+
+@dataclass
+class StackingEvidence:
+    """The fusion models to apply: one for every article (``fold`` None), or, in calibration, article ``i`` scored
+    by ``models[fold[i]]`` (a model fitted without it)."""
+
+    models: list[StackingModel]
+    fold: np.ndarray | None = None
+
+
+def fit_model(X: np.ndarray, y: np.ndarray, components: list[str], iterations: int) -> StackingModel:
+    """The fusion model of ``(p, f)`` features and ``(p,)`` bool targets."""
+    if y.all() or not y.any():
+        return StackingModel(components, None, float(y.mean()) if len(y) else 0.0)
+    clf = HistGradientBoostingClassifier(max_iter=iterations, learning_rate=0.05, max_leaf_nodes=31,
+                                         min_samples_leaf=20, l2_regularization=1.0, early_stopping=False,
+                                         random_state=0)
+    return StackingModel(components, clf.fit(X, y))
+
+
+class StackingOptions(Options):
+    """Stacking's options."""
+
+    candidates: int = Field(20, ge=1, le=200, description="Labels per article the fusion model scores (the best by "
+                            "the weighted score so far); the others get 0.")
+    iterations: int = Field(200, ge=10, le=2000, description="Boosting iterations (trees) of the fusion model.")
+
+
+@register_component
+class StackingComponent(ScoreComponent):
+    """Stacking (see the module docstring)."""
+
+    name = "stacking"
+    Options = StackingOptions
+    GRID = ({"candidates": 20, "iterations": 200},)
+    READS_CONTEXT = True
+    FITTED_BY_CALIBRATION = True
+
+    def model_key(self, options: StackingOptions) -> tuple:
+        return (options.candidates, options.iterations)
+
+    def fit(self, memory: MemoryArticles, options: Any) -> StackingModel:
+        """Raises:
+            ValueError: always: the fusion model is fitted by the calibration on its articles' scores and stored
+                with its record (a record that names it without its stored model cannot be served)."""
+        raise ValueError("the stacking model is fitted by the calibration on its articles and stored with the "
+                         "calibration record; it cannot be fitted from the memory: calibrate again")
+
+    def evidence(self, model: StackingModel, queries: Queries, options: Any) -> StackingEvidence:
+        return StackingEvidence([model])
+
+    def held_out_evidence(self, model: Any, memory: MemoryArticles, options: Any) -> StackingEvidence:
+        """Raises:
+            ValueError: always: the calibration cross-fits this component instead (:meth:`cross_fit`)."""
+        raise ValueError("stacking is cross-fitted by the calibration, not held out of the memory")
+
+    def concat(self, parts: Sequence[StackingEvidence]) -> StackingEvidence:
+        """Raises:
+            ValueError: parts with different models (only one model's evidence can be stacked)."""
+        if any(p.fold is not None or p.models != parts[0].models for p in parts):
+            raise ValueError("only evidence of one stacking model can be concatenated")
+        return parts[0]
+
+    def relabel(self, evidence: StackingEvidence, fn: Callable[[tuple[str, ...]], tuple[str, ...]]
+                ) -> StackingEvidence:
+        return evidence  # reads no label name
+
+    def labels(self, evidence: Any, options: Any) -> list[str]:
+        return []
+
+    def mix(self, scores: np.ndarray, vocab: LabelVocab, evidence: Any, options: Any) -> np.ndarray:
+        """Raises:
+            ValueError: always: stacking reads the other components (:meth:`mix_in_context`)."""
+        raise ValueError("stacking needs the mix context (mix_in_context)")
+
+    def pairs(self, scores: np.ndarray, vocab: LabelVocab, context: MixContext, options: StackingOptions
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+        """The ``p`` (article, label) pairs the model scores: (``rows``, ``cols``, ``(p, f)`` float32 features,
+        the earlier components' names). An article's candidates are its best ``candidates`` labels with a
+        score > 0."""
+        m, L = scores.shape
+        c = min(options.candidates, L)
+        if not m or not c:
+            return (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, len(FEATURES) + len(context.steps)),
+                    np.float32), [s[0].name for s in context.steps])
+        top = np.argpartition(-scores, c - 1, axis=1)[:, :c] if c < L else np.tile(np.arange(L), (m, 1))
+        top_scores = np.take_along_axis(scores, top, axis=1)
+        order = np.argsort(-top_scores, axis=1, kind="stable")
+        top, top_scores = np.take_along_axis(top, order, axis=1), np.take_along_axis(top_scores, order, axis=1)
+        keep = top_scores > 0
+        rows, rank = np.nonzero(keep)
+        cols = top[rows, rank]
+        best = top_scores[:, 0]
+        second = top_scores[:, 1] if c > 1 else np.zeros(m, np.float32)
+        counts = context.counts or {}
+        label_articles = np.log1p(np.array([counts.get(lb, 0) for lb in vocab.labels[:L]], dtype=np.float32))
+        nearest = context.nearest if context.nearest is not None else np.zeros(m, np.float32)
+        names, own = context.own_scores(vocab, rows, cols)
+        base = np.stack([scores[rows, cols], rank.astype(np.float32), best[rows], second[rows],
+                         context.rae[rows, cols], label_articles[cols], nearest[rows]], axis=1).astype(np.float32)
+        return rows, cols, np.hstack([base, own]), names
+
+    def mix_in_context(self, scores: np.ndarray, vocab: LabelVocab, evidence: StackingEvidence,
+                       options: StackingOptions, context: MixContext) -> np.ndarray:
+        """``(m, L)`` float32: each article's candidates scored by the fusion model, 0 elsewhere.
+
+        Raises:
+            ValueError: the model read other components than those mixed in before it, or the folds do not match
+                the articles."""
+        rows, cols, X, names = self.pairs(scores, vocab, context, options)
+        out = np.zeros_like(scores)
+        for model in evidence.models:
+            if model.components != names:
+                raise ValueError(f"the stacking model read the components {model.components}, these scores mix "
+                                 f"{names}: calibrate again")
+        if evidence.fold is None:
+            out[rows, cols] = evidence.models[0].probabilities(X)
+            return out
+        if len(evidence.fold) != scores.shape[0]:
+            raise ValueError(f"cross-fitted stacking evidence for {len(evidence.fold)} articles, scores for "
+                             f"{scores.shape[0]}")
+        for f, model in enumerate(evidence.models):
+            sel = evidence.fold[rows] == f
+            out[rows[sel], cols[sel]] = model.probabilities(X[sel])
+        return out
+
+    def cross_fit(self, scores: np.ndarray, vocab: LabelVocab, context: MixContext, options: StackingOptions,
+                  gold: np.ndarray, folds: int = FOLDS) -> tuple[StackingEvidence, StackingModel]:
+        """For the calibration: (the cross-fitted evidence of its ``m`` articles, each article's pairs scored by a
+        model fitted on the other folds' pairs; the model fitted on all of them, which the record stores).
+
+        Args:
+            scores: ``(m, L)`` the weighted scores so far; gold: ``(m, >= L)`` bool gold labels over the same
+                columns."""
+        rows, cols, X, names = self.pairs(scores, vocab, context, options)
+        y = gold[rows, cols].astype(bool)
+        fold = np.arange(scores.shape[0]) % folds
+        models = []
+        for f in range(folds):
+            train = fold[rows] != f
+            models.append(fit_model(X[train], y[train], names, options.iterations))
+        return StackingEvidence(models, fold), fit_model(X, y, names, options.iterations)
+
+    def save(self, model: StackingModel, folder: Path) -> None:
+        buf = io.BytesIO()
+        pickle.dump({"sklearn": sklearn.__version__, "components": model.components, "constant": model.constant,
+                     "classifier": model.classifier}, buf, protocol=5)
+        (folder / "stacking.pkl").write_bytes(buf.getvalue())
+
+    def load(self, folder: Path) -> StackingModel:
+        """The model :meth:`save` wrote (a pickle of the calibration's own artefact store, never of untrusted input).
+
+        Raises:
+            ValueError: written by another scikit-learn version (its trees may not read back the same)."""
+        with (folder / "stacking.pkl").open("rb") as f:
+            z = pickle.load(f)  # noqa: S301 - the record store's own artefact
+        if z["sklearn"] != sklearn.__version__:
+            raise ValueError(f"the stacking model was written by scikit-learn {z['sklearn']}, this is "
+                             f"{sklearn.__version__}: calibrate again")
+        return StackingModel(list(z["components"]), z["classifier"], float(z["constant"]))

@@ -1,0 +1,160 @@
+"""Stacking (issue 25): a fusion model fitted by the calibration on its articles' scores, cross-fitted when judged,
+stored with the record, and the only way a record that names it is served (never fitted from the memory)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from newsmon.schemas.scoring import ScoringParams
+from newsmon.shared.scoring import LabelVocab, MemoryArticles, Retrieval
+from newsmon.shared.scoring.calibration import calibration_set
+from newsmon.shared.scoring.calibration.levers import component_step, decide_on, gold_matrix
+from newsmon.shared.scoring.components import MixContext
+from newsmon.shared.scoring.components.head_model import HeadModelComponent, HeadModelOptions, HeadScores
+from newsmon.shared.scoring.components.label_tree import LabelTreeComponent, LabelTreeOptions, TopLabels
+from newsmon.shared.scoring.components.stacking import StackingComponent, StackingEvidence, StackingOptions
+from newsmon.shared.scoring.decision import decide
+from newsmon.shared.scoring.models import FittedModels
+
+
+@dataclass
+class Hit:
+    article_id: str
+    similarity: float
+    labels: tuple
+
+
+def _sources(m: int = 1200, L: int = 12, seed: int = 0):
+    """Two predictors whose reliability depends on the label's frequency: the first (a head model) is right on the
+    six frequent labels and noise on the six rare ones, the second (a label tree) the other way round. Returns
+    (labels, counts, gold (m, L) bool, first (m, L), second (m, L))."""
+    rng = np.random.default_rng(seed)
+    labels = [f"l{j}" for j in range(L)]
+    counts = {lb: (500 if j < L // 2 else 5) for j, lb in enumerate(labels)}
+    gold = rng.random((m, L)) < 0.15
+    signal = np.where(gold, rng.uniform(0.55, 1.0, (m, L)), rng.uniform(0.0, 0.45, (m, L)))
+    noise = rng.random((m, L))
+    frequent = np.arange(L) < L // 2
+    first = np.where(frequent, signal, noise).astype(np.float32)
+    second = np.where(frequent, noise, signal).astype(np.float32)
+    return labels, counts, gold, first, second
+
+
+def _context(labels, counts, first, second):
+    m, L = first.shape
+    head = (HeadModelComponent(), HeadModelOptions(weight=0.5), HeadScores(labels, first))
+    tree = (LabelTreeComponent(), LabelTreeOptions(weight=0.5), TopLabels([labels] * m, second))
+    return MixContext(np.zeros((m, L), np.float32), [head, tree], counts, np.ones(m, np.float32))
+
+
+def _micro_f1(gold: np.ndarray, P: np.ndarray) -> float:
+    return 2 * (gold & P).sum() / (gold.sum() + P.sum())
+
+
+def test_stacking_learns_which_predictor_to_trust_for_which_labels_where_a_weighted_average_cannot():
+    labels, counts, gold, first, second = _sources()
+    average = 0.5 * first + 0.5 * second  # what the weighted mix of the two gives
+    best_average = max(_micro_f1(gold, average > t) for t in np.arange(0.05, 1.0, 0.05))
+    comp, opts = StackingComponent(), StackingOptions(candidates=12, iterations=100)
+    ctx = _context(labels, counts, first, second)
+    ev, model = comp.cross_fit(average, LabelVocab(labels), ctx, opts, gold)
+    assert ev.fold is not None and len(ev.models) == 5 and model.components == ["head_model", "label_tree"]
+    crossed = comp.mix_in_context(average, LabelVocab(labels), ev, opts, ctx)  # each article by a model without it
+    stacked = max(_micro_f1(gold, crossed > t) for t in np.arange(0.05, 1.0, 0.05))
+    assert stacked > best_average + 0.15, (stacked, best_average)
+    # new articles, the one model fitted on all: as good
+    labels2, counts2, gold2, first2, second2 = _sources(seed=1)
+    served = comp.mix_in_context(0.5 * first2 + 0.5 * second2, LabelVocab(labels2), StackingEvidence([model]), opts,
+                                 _context(labels2, counts2, first2, second2))
+    assert _micro_f1(gold2, served > 0.5) > best_average + 0.15
+
+
+def test_only_each_articles_best_candidates_are_scored_and_the_others_get_zero():
+    labels, counts, gold, first, second = _sources(m=200)
+    average = 0.5 * first + 0.5 * second
+    comp, opts = StackingComponent(), StackingOptions(candidates=3, iterations=20)
+    ctx = _context(labels, counts, first, second)
+    _ev, model = comp.cross_fit(average, LabelVocab(labels), ctx, opts, gold)
+    out = comp.mix_in_context(average, LabelVocab(labels), StackingEvidence([model]), opts, ctx)
+    top3 = np.argsort(-average, axis=1)[:, :3]
+    outside = np.ones_like(out, dtype=bool)
+    np.put_along_axis(outside, top3, False, axis=1)
+    assert not out[outside].any() and (out > 0).sum(axis=1).max() <= 3
+
+
+def test_each_option_changes_the_scores():
+    """Every option of stacking has an effect (``tests/test_scoring_params.py`` lists it here): ``candidates`` how
+    many labels per article it scores, ``iterations`` the trees of its model."""
+    labels, counts, gold, first, second = _sources(m=300)
+    average = 0.5 * first + 0.5 * second
+    comp = StackingComponent()
+    ctx = _context(labels, counts, first, second)
+
+    def scores(opts: StackingOptions) -> np.ndarray:
+        _ev, model = comp.cross_fit(average, LabelVocab(labels), ctx, opts, gold)
+        return comp.mix_in_context(average, LabelVocab(labels), StackingEvidence([model]), opts, ctx)
+
+    base = scores(StackingOptions(candidates=6, iterations=30))
+    assert not np.array_equal(base, scores(StackingOptions(candidates=4, iterations=30)))
+    assert not np.array_equal(base, scores(StackingOptions(candidates=6, iterations=60)))
+
+
+def test_a_stored_model_reads_back_and_a_model_of_other_components_is_refused(tmp_path):
+    labels, counts, gold, first, second = _sources(m=300)
+    average = 0.5 * first + 0.5 * second
+    comp, opts = StackingComponent(), StackingOptions(candidates=12, iterations=20)
+    ctx = _context(labels, counts, first, second)
+    _ev, model = comp.cross_fit(average, LabelVocab(labels), ctx, opts, gold)
+    comp.save(model, tmp_path)
+    back = comp.load(tmp_path)
+    a = comp.mix_in_context(average, LabelVocab(labels), StackingEvidence([model]), opts, ctx)
+    b = comp.mix_in_context(average, LabelVocab(labels), StackingEvidence([back]), opts, ctx)
+    assert np.array_equal(a, b)
+    ctx.steps = ctx.steps[:1]  # the scores now mix only the head model: the model read both
+    with pytest.raises(ValueError, match="calibrate again"):
+        comp.mix_in_context(average, LabelVocab(labels), StackingEvidence([back]), opts, ctx)
+    with pytest.raises(ValueError, match="fitted by the calibration"):
+        comp.fit(MemoryArticles(None, ["x"], [("l0",)]), opts)
+
+
+def test_the_calibration_judges_stacking_cross_fitted_and_the_scorer_serves_the_model_it_stored():
+    """The component step cross-fits stacking on the calibration articles (so its lift is not its own training
+    articles'), keeps it when it lifts, and leaves the model fitted on all of them where the record and eval's
+    scorer take the models from; a scorer without that model refuses instead of falling back."""
+    labels, counts, gold, first, second = _sources(m=600)
+    m = len(gold)
+    texts = [f"t{i}" for i in range(m)]
+    memory = MemoryArticles(None, texts, [tuple(lb for lb, g in zip(labels, row) if g) for row in gold])
+    r = Retrieval.from_neighbours([[Hit("a", 0.9, ("l0",)), Hit("b", 0.8, ("l7",))]] * m)
+    cal = calibration_set(memory, r)
+    cal.given = {"head_model": lambda _o: HeadScores(labels, first),
+                 "label_tree": lambda _o: TopLabels([labels] * m, second)}
+    cal.label_counts = counts
+    vocab = LabelVocab()
+    r.label_matrix(vocab)
+    vocab.extend(labels)
+    Yt = gold_matrix(cal.gold, vocab)
+    params = ScoringParams(top_k=2, tau=0.1, threshold=0.5, components=[
+        {"name": "head_model", "options": {"weight": 0.5}}, {"name": "label_tree", "options": {"weight": 0.5}}])
+    evidence = {"head_model": cal.evidence(HeadModelComponent(), HeadModelOptions(weight=0.5)),
+                "label_tree": cal.evidence(LabelTreeComponent(), LabelTreeOptions(weight=0.5))}
+    P = decide_on(r, Yt, vocab.labels, params, evidence, counts)
+    state = (params, cal.objective.parts(Yt, P), P)
+    steps: list = []
+    (chosen, parts, _P), kept_evidence = component_step(steps, StackingComponent(), cal, r, Yt, vocab.labels, state,
+                                                        evidence)
+    assert steps[-1]["kept"] and parts[0] > state[1][0] + 0.1
+    assert [s.name for s in chosen.components] == ["head_model", "label_tree", "stacking"]
+    spec = chosen.components[-1]
+    key = ("stacking", StackingComponent().model_key(spec.parsed()))
+    assert key in cal.models and kept_evidence["stacking"].fold is not None
+    # served: the stored model on every article; close to the cross-fitted figures
+    served = dict(kept_evidence, stacking=StackingEvidence([cal.models[key]]))
+    Ps = decide(r, LabelVocab(vocab.labels), chosen, served, counts).proposed[:, :Yt.shape[1]]
+    assert cal.objective.parts(Yt, Ps)[0] >= parts[0] - 0.02
+    alone = chosen.model_copy(update={"components": chosen.components[-1:]})
+    with pytest.raises(ValueError, match="fitted by the calibration"):  # without the stored model: no fallback
+        FittedModels(memory).get(None, None, alone, True)
