@@ -127,7 +127,7 @@ def test_the_calibration_judges_stacking_cross_fitted_and_the_scorer_serves_the_
     labels, counts, gold, first, second = _sources(m=600)
     m = len(gold)
     texts = [f"t{i}" for i in range(m)]
-    memory = MemoryArticles(None, texts, [tuple(lb for lb, g in zip(labels, row) if g) for row in gold])
+    memory = MemoryArticles(None, texts, [tuple(lb for lb, g in zip(labels, row, strict=True) if g) for row in gold])
     r = Retrieval.from_neighbours([[Hit("a", 0.9, ("l0",)), Hit("b", 0.8, ("l7",))]] * m)
     cal = calibration_set(memory, r)
     cal.given = {"head_model": lambda _o: HeadScores(labels, first),
