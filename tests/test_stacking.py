@@ -158,3 +158,12 @@ def test_the_calibration_judges_stacking_cross_fitted_and_the_scorer_serves_the_
     alone = chosen.model_copy(update={"components": chosen.components[-1:]})
     with pytest.raises(ValueError, match="fitted by the calibration"):  # without the stored model: no fallback
         FittedModels(memory).get(None, None, alone, True)
+
+
+def test_the_context_says_which_of_the_first_k_neighbours_carry_each_label():
+    from newsmon.shared.scoring.decision import mix_context
+
+    r = Retrieval.from_neighbours([[Hit("a", 0.9, ("x", "y")), Hit("b", 0.8, ("x",)), Hit("c", 0.95, ("z",))]])
+    ctx = mix_context(r, np.zeros((1, 3), np.float32), None, k=2)
+    assert ctx.carriers == [{"x": (pytest.approx(0.9), 2), "y": (pytest.approx(0.9), 1)}]  # z is the third
+    assert ctx.nearest[0] == pytest.approx(0.95)

@@ -83,7 +83,8 @@ def mixed_scores(retrieval: Retrieval, vocab: LabelVocab, params: ScoringCore,
     if L == 0:
         return np.zeros((retrieval.sims.shape[0], 0), dtype=np.float32)
     scores = rae_xmc_scores(retrieval.sims, rows, params.top_k, params.tau, 1.0, L)
-    context = mix_context(retrieval, scores, label_counts) if any(c.READS_CONTEXT for c, _o, _e in steps) else None
+    context = (mix_context(retrieval, scores, label_counts, params.top_k)
+               if any(c.READS_CONTEXT for c, _o, _e in steps) else None)
     for comp, opts, ev in steps:
         if context is not None and comp.READS_CONTEXT:
             scores = comp.mix_in_context(scores, vocab, ev, opts, context)
@@ -94,14 +95,24 @@ def mixed_scores(retrieval: Retrieval, vocab: LabelVocab, params: ScoringCore,
     return scores
 
 
-def mix_context(retrieval: Retrieval, rae: np.ndarray, label_counts: Mapping[str, int] | None) -> MixContext:
-    """The :class:`MixContext` of ``m`` articles: their ``(m, L)`` RAE-XMC scores, the label counts and each
-    article's most similar neighbour (dense cosine; 0 without neighbours); the components are added as they are
-    mixed in."""
+def mix_context(retrieval: Retrieval, rae: np.ndarray, label_counts: Mapping[str, int] | None, k: int
+                ) -> MixContext:
+    """The :class:`MixContext` of ``m`` articles: their ``(m, L)`` RAE-XMC scores, the label counts, each
+    article's most similar neighbour (dense cosine; 0 without neighbours) and what its first ``k`` neighbours carry
+    (``m * k`` label sets); the components are added as they are mixed in."""
     cos = retrieval.cosine
-    nearest = (np.where(np.isfinite(cos), cos, 0.0).max(axis=1) if cos.size else np.zeros(cos.shape[0])
-               ).astype(np.float32)
-    return MixContext(rae, [], label_counts, nearest)
+    finite = np.where(np.isfinite(cos), cos, 0.0)
+    nearest = (finite.max(axis=1) if cos.size else np.zeros(cos.shape[0])).astype(np.float32)
+    carriers: list[dict[str, tuple[float, int]]] = []
+    for i, row in enumerate(retrieval.labels):
+        seen: dict[str, tuple[float, int]] = {}
+        for j, labels in enumerate(row[:k]):
+            c = float(finite[i, j])
+            for lb in labels:
+                best, n = seen.get(lb, (c, 0))
+                seen[lb] = (max(best, c), n + 1)
+        carriers.append(seen)
+    return MixContext(rae, [], label_counts, nearest, carriers)
 
 
 def decide(retrieval: Retrieval, vocab: LabelVocab, params: ScoringCore, evidence: Mapping[str, Any] | None = None,

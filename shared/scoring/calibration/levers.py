@@ -139,7 +139,7 @@ def _context(retrieval: Retrieval, vocab: LabelVocab, params: ScoringParams, evi
     :func:`~newsmon.shared.scoring.decision.mixed_scores` builds it), over the first ``L`` columns of ``vocab``."""
     rae = pad(rae_xmc_scores(retrieval.sims, retrieval.label_matrix(LabelVocab(vocab.labels)), params.top_k,
                              params.tau, 1.0, L), L)[:, :L]
-    context = mix_context(retrieval, rae, counts)
+    context = mix_context(retrieval, rae, counts, params.top_k)
     context.steps = [(get_component(s.name), s.parsed(), evidence[s.name]) for s in params.components]
     return context
 

@@ -86,13 +86,16 @@ class MixContext:
     Attributes:
         rae: ``(m, L)`` float32 scores of the neighbours alone (RAE-XMC); steps: the components mixed in before it
             (component, options, evidence), in order; counts: memory articles per label (None: not at hand, read
-            as 0); nearest: ``(m,)`` float32 dense cosine of each article's most similar neighbour (0: none).
+            as 0); nearest: ``(m,)`` float32 dense cosine of each article's most similar neighbour (0: none);
+            carriers: per article, each label its first k neighbours carry -> (the best dense cosine of a neighbour
+            carrying it, how many of the k carry it) (None: not at hand, read as none).
     """
 
     rae: np.ndarray
     steps: list[tuple[Any, Any, Any]] = field(default_factory=list)
     counts: Mapping[str, int] | None = None
     nearest: np.ndarray | None = None
+    carriers: list[dict[str, tuple[float, int]]] | None = None
 
     def own_scores(self, vocab: LabelVocab, rows: np.ndarray, cols: np.ndarray) -> tuple[list[str], np.ndarray]:
         """(the earlier components' names, ``(p, c)`` float32 each one's own score at the pairs ``rows, cols``),

@@ -7,7 +7,8 @@ to trust each of them from what else is known of the label and the article::
 ``x_l`` (:data:`FEATURES`, then one column per component mixed in before it): the weighted score so far, its rank in
 the article, the article's best and second-best score, the neighbours' RAE-XMC score alone, each earlier
 component's own score (its ``mix`` on zeros: ``weight * P``, a monotone rescaling a tree model ignores), the label's
-memory articles (``ln(1 + count)``) and the article's most similar neighbour (dense cosine). A label's name is not a
+memory articles (``ln(1 + count)``), the article's most similar neighbour (dense cosine), and of the article's first
+k neighbours those that carry the label (how many, the best cosine among them). A label's name is not a
 feature: the model is one for every label, so a label created after the calibration is scored by the same rules.
 
 It is stacked generalisation (Wolpert, "Stacked generalization", Neural Networks 5(2), 1992): the fusion model is
@@ -51,7 +52,8 @@ from newsmon.shared.scoring.retrieval import LabelVocab
 #: Folds of the calibration's cross-fitting.
 FOLDS = 5
 #: The features every model reads, before one column per earlier component.
-FEATURES = ("score", "rank", "article_best", "article_second", "neighbours", "label_articles", "nearest")
+FEATURES = ("score", "rank", "article_best", "article_second", "neighbours", "label_articles", "nearest",
+            "carrier_cosine", "carriers")
 
 
 @dataclass
@@ -103,7 +105,7 @@ class StackingComponent(ScoreComponent):
 
     name = "stacking"
     Options = StackingOptions
-    GRID = ({"candidates": 20, "iterations": 200},)
+    GRID = ({"candidates": 20, "iterations": 200}, {"candidates": 20, "iterations": 500})
     READS_CONTEXT = True
     FITTED_BY_CALIBRATION = True
 
@@ -167,8 +169,14 @@ class StackingComponent(ScoreComponent):
         label_articles = np.log1p(np.array([counts.get(lb, 0) for lb in vocab.labels[:L]], dtype=np.float32))
         nearest = context.nearest if context.nearest is not None else np.zeros(m, np.float32)
         names, own = context.own_scores(vocab, rows, cols)
+        carried = np.zeros((len(rows), 2), dtype=np.float32)
+        if context.carriers is not None:
+            labels = vocab.labels
+            for p, (i, j) in enumerate(zip(rows.tolist(), cols.tolist(), strict=True)):
+                carried[p] = context.carriers[i].get(labels[j], (0.0, 0))
         base = np.stack([scores[rows, cols], rank.astype(np.float32), best[rows], second[rows],
-                         context.rae[rows, cols], label_articles[cols], nearest[rows]], axis=1).astype(np.float32)
+                         context.rae[rows, cols], label_articles[cols], nearest[rows], carried[:, 0], carried[:, 1]],
+                        axis=1).astype(np.float32)
         return rows, cols, np.hstack([base, own]), names
 
     def mix_in_context(self, scores: np.ndarray, vocab: LabelVocab, evidence: StackingEvidence,
@@ -214,18 +222,22 @@ class StackingComponent(ScoreComponent):
 
     def save(self, model: StackingModel, folder: Path) -> None:
         buf = io.BytesIO()
-        pickle.dump({"sklearn": sklearn.__version__, "components": model.components, "constant": model.constant,
-                     "classifier": model.classifier}, buf, protocol=5)
+        pickle.dump({"sklearn": sklearn.__version__, "features": list(FEATURES), "components": model.components,
+                     "constant": model.constant, "classifier": model.classifier}, buf, protocol=5)
         (folder / "stacking.pkl").write_bytes(buf.getvalue())
 
     def load(self, folder: Path) -> StackingModel:
         """The model :meth:`save` wrote (a pickle of the calibration's own artefact store, never of untrusted input).
 
         Raises:
-            ValueError: written by another scikit-learn version (its trees may not read back the same)."""
+            ValueError: written by another scikit-learn version (its trees may not read back the same), or over other
+                features than this version computes."""
         with (folder / "stacking.pkl").open("rb") as f:
             z = pickle.load(f)  # noqa: S301 - the record store's own artefact
         if z["sklearn"] != sklearn.__version__:
             raise ValueError(f"the stacking model was written by scikit-learn {z['sklearn']}, this is "
                              f"{sklearn.__version__}: calibrate again")
+        if z.get("features") != list(FEATURES):
+            raise ValueError(f"the stacking model reads the features {z.get('features')}, this version computes "
+                             f"{list(FEATURES)}: calibrate again")
         return StackingModel(list(z["components"]), z["classifier"], float(z["constant"]))
