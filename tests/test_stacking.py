@@ -167,6 +167,7 @@ def test_the_context_says_which_of_the_first_k_neighbours_carry_each_label():
     ctx = mix_context(r, np.zeros((1, 3), np.float32), None, k=2)
     assert ctx.carriers == [{"x": (pytest.approx(0.9), 2), "y": (pytest.approx(0.9), 1)}]  # z is the third
     assert ctx.nearest[0] == pytest.approx(0.95)
+    assert ctx.set_size[0] == pytest.approx(1.5)  # {x, y} and {x}
 
 
 def test_the_workers_serve_the_stored_model_and_refuse_a_record_without_it():
