@@ -87,9 +87,10 @@ def replay(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
     cal = calibrate(calibration_set(memory, neighbours(Q, P, ids, texts, labels, tr, tr, n, True),
                                     neighbours(Q, P, ids, texts, labels, va, tr, n, False), [labels[i] for i in va],
                                     Queries([texts[i] for i in va], Q[va])), terms)
-    # the head model, where kept, mixes into head labels only (100+ articles): not replayed
+    # the head model, where kept, mixes into head labels only (100+ articles): not replayed; nor stacking, whose
+    # model read the head model's scores (it serves a new label by the same features as any: the eval rows)
     params = ScoringParams(**{**cal.params.model_dump(), "components": [
-        c for c in cal.params.components if c.name != "head_model"]})
+        c for c in cal.params.components if c.name not in ("head_model", "stacking")]})
     everyone = np.arange(len(arts))
     # the workers' label keys: the whole memory's, each article's own vector taken out (it is the query); the
     # replayed label has none (its keys are built at the calibration, before its confirmations)

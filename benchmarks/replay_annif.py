@@ -7,8 +7,10 @@ train and validation splits (those articles stay, without the label): these labe
 from their first test article on, as the labels a newsroom adds every month. Then the test articles are replayed in
 file order, one at a time:
 
-- **newsmon**: the ``newsmon`` predictor with the parameters an ``eval`` run calibrated (``--params``: its
-  ``results.json``; else the settings'), its models fitted on the train split (known labels: the train split's);
+- **newsmon**: the ``newsmon`` predictor calibrated on the replay's own train and validation splits as ``eval``
+  calibrates it (``--calibrate``: every lever with the models it judged, stacking's included), or with the
+  parameters an ``eval`` run calibrated (``--params``: its ``results.json``, its models fitted on the train split;
+  not for a component fitted by the calibration) or else the settings' (known labels: the train split's);
   each article is searched in the knowledge memory as the workers do (hybrid, by language), scored, decided, and
   then stored in the memory with its gold labels (the moderator's decision), so the next article can retrieve it
   and its labels at once. Nothing is retrained.
@@ -22,7 +24,7 @@ occurrences after their first one (the first cannot be known by anyone), with ea
 Usage (``--params``: the ``results.json`` of a ``newsmon eval --methods newsmon ...`` run; without it, the settings'
 scoring parameters, what runs before any calibration)::
 
-    python benchmarks/replay_annif.py --data ../shared/data/sentinews_sl --params runs/eval-sentinews_sl/results.json
+    python benchmarks/replay_annif.py --data ../shared/data/sentinews_sl --calibrate
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Article, load_corpus
 from newsmon.shared.encoder import Encoder
-from newsmon.shared.evaluation.neighbours import _eval_memory_settings, search_by_language
+from newsmon.shared.evaluation.neighbours import _eval_memory_settings, retrieve_neighbours, search_by_language
 from newsmon.shared.memory import MemoryRouter
 from newsmon.shared.metrics import classification_metrics
 from newsmon.shared.predictors import LabelVocab, NewsmonPredictor, QueryBatch, TrainingSet
@@ -53,6 +55,7 @@ from newsmon.shared.predictors.annif_peer import (
     choose_limit_threshold,
     decide_limit_threshold,
 )
+from newsmon.shared.scoring.components import get_component
 from newsmon.shared.scoring.decision import neighbours_needed
 
 
@@ -71,10 +74,29 @@ def hide_new_labels(train: list[Article], val: list[Article], test: list[Article
     return new, strip(train), strip(val)
 
 
-def replay_newsmon(s: Settings, params: ScoringParams, train: list[Article], train_labels: list[tuple[str, ...]],
-                   test: list[Article], vocab: LabelVocab) -> tuple[np.ndarray, float]:
+def calibrated(s: Settings, train: list[Article], train_labels: list[tuple[str, ...]], val: list[Article],
+               val_labels: list[tuple[str, ...]], test: list[Article], vocab: LabelVocab) -> NewsmonPredictor:
+    """The ``newsmon`` predictor calibrated as ``eval`` calibrates it (the train split leave-one-out plus the
+    validation split, every lever and its per-record models, stacking's included), on the replay's own splits: the
+    new labels hidden, as a calibration before they existed."""
+    hidden = [a.model_copy(update={"labels": tuple(lbs)}) for a, lbs in zip(train, train_labels, strict=True)]
+    hidden_val = [a.model_copy(update={"labels": tuple(lbs)}) for a, lbs in zip(val, val_labels, strict=True)]
+    pred = NewsmonPredictor.from_settings(s)
+    k, lex = pred.neighbours_needed(), pred.lexical_neighbours_needed()
+    nb = retrieve_neighbours(s, hidden, test, hidden_val, k, bool(val), k, False, {"timings": {}}, lex)
+    return pred.fit(TrainingSet([a.text for a in train], vocab.encode(train_labels, grow=False), vocab,
+                                retrieval=nb.train_loo, validation=nb.validation,
+                                validation_labels=vocab.encode(val_labels, grow=False) if val else None,
+                                validation_texts=[a.text for a in val], vectors=nb.train_vecs,
+                                validation_vectors=nb.val_vecs))
+
+
+def replay_newsmon(s: Settings, params: ScoringParams | NewsmonPredictor, train: list[Article],
+                   train_labels: list[tuple[str, ...]], test: list[Article], vocab: LabelVocab
+                   ) -> tuple[np.ndarray, float]:
     """newsmon's ``(m, L)`` proposals for the test articles in order, each stored with its gold labels after its
-    decision; and the wall time (s)."""
+    decision; and the wall time (s). ``params``: fixed parameters (the components' models fitted on the train
+    split), or a predictor already calibrated (:func:`calibrated`: its models, the ones it judged)."""
     enc = Encoder(s.encoder, s.home)
     try:
         P = enc.encode([a.text for a in train] + [a.text for a in test], role="passage")
@@ -84,7 +106,8 @@ def replay_newsmon(s: Settings, params: ScoringParams, train: list[Article], tra
     t0 = time.perf_counter()
     n_train = len(train)
     Y_train = vocab.encode(train_labels, grow=False)
-    pred = NewsmonPredictor(params).fit(TrainingSet([a.text for a in train], Y_train, vocab, vectors=P[:n_train]))
+    pred = params if isinstance(params, NewsmonPredictor) else NewsmonPredictor(params).fit(
+        TrainingSet([a.text for a in train], Y_train, vocab, vectors=P[:n_train]))
     k, lex = pred.neighbours_needed(), pred.lexical_neighbours_needed()
     out = np.zeros((len(test), len(vocab)), dtype=bool)
     with tempfile.TemporaryDirectory(prefix="newsmon-replay-") as tmp:
@@ -171,13 +194,24 @@ def replay(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
     Y_test = vocab.encode([a.labels for a in test], grow=False).toarray() > 0
     Y_train, Y_val = vocab.encode(train_labels, grow=False), vocab.encode(val_labels, grow=False)
     mask = new_label_mask(test, new, vocab)
-    if args.params:
-        report = json.loads(Path(args.params).read_text())["methods"]["newsmon"]["params"]
-        params = ScoringParams(**{k: v for k, v in report.items() if k in ScoringParams.model_fields})
+    calibration_s = None
+    if args.calibrate:
+        t0 = time.perf_counter()
+        pred = calibrated(s, train, train_labels, val, val_labels, test, vocab)
+        calibration_s, params = round(time.perf_counter() - t0, 1), pred.resolved.params
+        Z, secs = replay_newsmon(s, pred, train, train_labels, test, vocab)
     else:
-        params = s.scoring  # what the workers run without a calibration record
+        if args.params:
+            report = json.loads(Path(args.params).read_text())["methods"]["newsmon"]["params"]
+            params = ScoringParams(**{k: v for k, v in report.items() if k in ScoringParams.model_fields})
+        else:
+            params = s.scoring  # what the workers run without a calibration record
+        fitted_by_calibration = [c.name for c in params.components if get_component(c.name).FITTED_BY_CALIBRATION]
+        if fitted_by_calibration:
+            raise SystemExit(f"--params names {fitted_by_calibration}, whose model the calibration fits on its own "
+                             "articles (not in results.json): use --calibrate")
+        Z, secs = replay_newsmon(s, params, train, train_labels, test, vocab)
     rows = []
-    Z, secs = replay_newsmon(s, params, train, train_labels, test, vocab)
     rows.append(["newsmon (each decision fed back)", *figures(Y_test, Z, mask), round(secs, 1)])
     chosen = {}
     for every in [*args.every, None]:
@@ -190,7 +224,9 @@ def replay(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
     rec.data.update(new_labels=sorted(new), new_label_occurrences_after_first=int((Y_test & mask).sum()),
                     test_articles=len(test), annif=chosen, newsmon_params=params.model_dump(mode="json",
                                                                                           exclude_defaults=True),
-                    params_from=args.params or "settings (no calibration)", k=neighbours_needed(params))
+                    params_from="calibrated on the replay's splits" if args.calibrate else
+                    args.params or "settings (no calibration)", calibration_s=calibration_s,
+                    k=neighbours_needed(params))
     rec.table(f"Replay of the test split in order ({args.data})",
               ["method", "stream micro-F1", "stream macro-F1", "new-label P", "new-label R", "new-label F1",
                "wall s"], rows,
@@ -205,6 +241,9 @@ def main() -> None:
     ap.add_argument("--data", default="../shared/data/sentinews_sl")
     ap.add_argument("--params", help="results.json of a newsmon eval run (its newsmon row's calibrated parameters; "
                                      "default: the settings' scoring parameters, what runs without a calibration)")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="calibrate newsmon on the replay's own train (leave-one-out) and validation splits, as eval "
+                         "does, the new labels hidden (needed when the calibration keeps stacking)")
     ap.add_argument("--train-limit", type=int, default=None,
                     help="only the first N train articles (the memory and Annif's training set; a small machine)")
     ap.add_argument("--test-limit", type=int, default=None, help="only the first N test articles of the stream")

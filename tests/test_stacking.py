@@ -167,3 +167,50 @@ def test_the_context_says_which_of_the_first_k_neighbours_carry_each_label():
     ctx = mix_context(r, np.zeros((1, 3), np.float32), None, k=2)
     assert ctx.carriers == [{"x": (pytest.approx(0.9), 2), "y": (pytest.approx(0.9), 1)}]  # z is the third
     assert ctx.nearest[0] == pytest.approx(0.95)
+    assert ctx.set_size[0] == pytest.approx(1.5)  # {x, y} and {x}
+
+
+def test_the_workers_serve_the_stored_model_and_refuse_a_record_without_it():
+    """The worker path: the stacking model travels in the record's archive (``shared/scoring/stored.py``), the
+    scorer of the workers loads it and proposes what the calibration's model proposes; a record stored without it
+    is refused (its ``fit`` raises), not served with other parameters."""
+    from newsmon.shared.scoring import Resolved, Scorer
+    from newsmon.shared.scoring.models import MemoryModels, ModelCache
+    from newsmon.shared.scoring.stored import pack, unpack
+
+    rng = np.random.default_rng(5)
+    m = 400
+    labels = ["a", "b", "c"]
+    hits = [[Hit(f"n{i}{j}", float(0.95 - 0.05 * j), (labels[(i + j) % 3],)) for j in range(4)] for i in range(m)]
+    r = Retrieval.from_neighbours(hits)
+    gold = np.zeros((m, 3), dtype=bool)
+    gold[np.arange(m), np.arange(m) % 3] = rng.random(m) < 0.8  # the first neighbour's label, mostly
+    params = ScoringParams(top_k=4, tau=0.1, threshold=0.5, lexical_weight=0.0, rules=[{"name": "threshold"}],
+                           components=[{"name": "stacking"}])
+    comp, opts = StackingComponent(), params.components[0].parsed()
+    vocab = LabelVocab(labels)
+    from newsmon.shared.scoring.decision import mix_context
+    from newsmon.shared.scoring.rae_xmc import rae_xmc_scores
+
+    rae = rae_xmc_scores(r.sims, r.label_matrix(vocab), 4, 0.1, 1.0, 3)
+    _ev, model = comp.cross_fit(rae, vocab, mix_context(r, rae, {"a": 5, "b": 5, "c": 5}, 4), opts, gold)
+    record = "newsmon_sl_m@20261203T000000Z"
+    cache = ModelCache(record)
+    cache.models[("stacking", comp.model_key(opts))] = model
+    cache.counts = {"a": 5, "b": 5, "c": 5}
+    stored = unpack(pack(cache))
+
+    def articles(_lang):
+        raise AssertionError("the workers must not read the memory for a stored model")
+
+    res = Resolved(params, record, frozenset(labels), "calibration")
+    scorer = Scorer(MemoryModels(articles, stored=lambda rec: stored if rec == record else None), lambda _l: res)
+    (g,) = scorer.score(["t"] * m, ["sl"] * m, None, retrieval=r, resolved=res, vocab=LabelVocab(labels))
+    want = decide(r, LabelVocab(labels), params, {"stacking": StackingEvidence([model])}, cache.counts)
+    assert np.array_equal(g.decision.proposed[:, :3], want.proposed[:, :3]) and g.decision.proposed.any()
+    empty = ModelCache(record)
+    empty.counts = cache.counts
+    without = Scorer(MemoryModels(lambda _l: MemoryArticles(None, ["x"], [("a",)]),
+                                  stored=lambda rec: unpack(pack(empty))), lambda _l: res)
+    with pytest.raises(ValueError, match="calibrate again"):
+        without.score(["t"] * m, ["sl"] * m, None, retrieval=r, resolved=res)

@@ -99,20 +99,24 @@ def mix_context(retrieval: Retrieval, rae: np.ndarray, label_counts: Mapping[str
                 ) -> MixContext:
     """The :class:`MixContext` of ``m`` articles: their ``(m, L)`` RAE-XMC scores, the label counts, each
     article's most similar neighbour (dense cosine; 0 without neighbours) and what its first ``k`` neighbours carry
-    (``m * k`` label sets); the components are added as they are mixed in."""
+    (``m * k`` label sets: who carries each label, their mean size); the components are added as they are mixed
+    in."""
     cos = retrieval.cosine
     finite = np.where(np.isfinite(cos), cos, 0.0)
     nearest = (finite.max(axis=1) if cos.size else np.zeros(cos.shape[0])).astype(np.float32)
     carriers: list[dict[str, tuple[float, int]]] = []
+    set_size = np.zeros(len(retrieval.labels), dtype=np.float32)
     for i, row in enumerate(retrieval.labels):
         seen: dict[str, tuple[float, int]] = {}
+        first = [labels for labels in row[:k] if labels]
         for j, labels in enumerate(row[:k]):
             c = float(finite[i, j])
             for lb in labels:
                 best, n = seen.get(lb, (c, 0))
                 seen[lb] = (max(best, c), n + 1)
         carriers.append(seen)
-    return MixContext(rae, [], label_counts, nearest, carriers)
+        set_size[i] = sum(len(x) for x in first) / len(first) if first else 0.0
+    return MixContext(rae, [], label_counts, nearest, carriers, set_size)
 
 
 def decide(retrieval: Retrieval, vocab: LabelVocab, params: ScoringCore, evidence: Mapping[str, Any] | None = None,

@@ -88,7 +88,8 @@ class MixContext:
             (component, options, evidence), in order; counts: memory articles per label (None: not at hand, read
             as 0); nearest: ``(m,)`` float32 dense cosine of each article's most similar neighbour (0: none);
             carriers: per article, each label its first k neighbours carry -> (the best dense cosine of a neighbour
-            carrying it, how many of the k carry it) (None: not at hand, read as none).
+            carrying it, how many of the k carry it) (None: not at hand, read as none); set_size: ``(m,)`` float32
+            mean label-set size of those k neighbours (how many labels the article may want; None: read as 0).
     """
 
     rae: np.ndarray
@@ -96,15 +97,21 @@ class MixContext:
     counts: Mapping[str, int] | None = None
     nearest: np.ndarray | None = None
     carriers: list[dict[str, tuple[float, int]]] | None = None
+    set_size: np.ndarray | None = None
 
     def own_scores(self, vocab: LabelVocab, rows: np.ndarray, cols: np.ndarray) -> tuple[list[str], np.ndarray]:
-        """(the earlier components' names, ``(p, c)`` float32 each one's own score at the pairs ``rows, cols``),
+        """(the earlier components' names, ``(p, 2c)`` float32: for each of the ``c`` components its own score at the
+        pairs ``rows, cols``, then that score over the article's best by that component, 0 where it has none),
         computing one component's ``(m, L)`` mix on zeros at a time."""
-        names, out = [], np.zeros((len(rows), len(self.steps)), dtype=np.float32)
+        c = len(self.steps)
+        names, out = [], np.zeros((len(rows), 2 * c), dtype=np.float32)
         for j, (comp, opts, ev) in enumerate(self.steps):
             names.append(comp.name)
             own = comp.mix(np.zeros_like(self.rae), vocab, ev, opts)
+            best = own.max(axis=1) if own.shape[1] else np.zeros(own.shape[0], np.float32)
             out[:, j] = own[rows, cols]
+            out[:, c + j] = np.divide(out[:, j], best[rows], out=np.zeros(len(rows), np.float32),
+                                      where=best[rows] > 0)
         return names, out
 
 

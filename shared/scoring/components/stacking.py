@@ -4,11 +4,13 @@ to trust each of them from what else is known of the label and the article::
 
     s_l = P(l is right | x_l)      for each article's ``candidates`` best labels (0 for the others)
 
-``x_l`` (:data:`FEATURES`, then one column per component mixed in before it): the weighted score so far, its rank in
+``x_l`` (:data:`FEATURES`, then two columns per component mixed in before it): the weighted score so far, its rank in
 the article, the article's best and second-best score, the neighbours' RAE-XMC score alone, each earlier
-component's own score (its ``mix`` on zeros: ``weight * P``, a monotone rescaling a tree model ignores), the label's
+component's own score (its ``mix`` on zeros: ``weight * P``, a monotone rescaling a tree model ignores) and that
+score over the article's best by that component, the label's
 memory articles (``ln(1 + count)``), the article's most similar neighbour (dense cosine), and of the article's first
-k neighbours those that carry the label (how many, the best cosine among them). A label's name is not a
+k neighbours those that carry the label (how many, the best cosine among them) and their mean label-set size (with
+the rank: whether the article wants this many labels, the RCut of Yang 2001 learned). A label's name is not a
 feature: the model is one for every label, so a label created after the calibration is scored by the same rules.
 
 It is stacked generalisation (Wolpert, "Stacked generalization", Neural Networks 5(2), 1992): the fusion model is
@@ -51,9 +53,9 @@ from newsmon.shared.scoring.retrieval import LabelVocab
 
 #: Folds of the calibration's cross-fitting.
 FOLDS = 5
-#: The features every model reads, before one column per earlier component.
+#: The features every model reads, before two columns per earlier component (its own score, over its best).
 FEATURES = ("score", "rank", "article_best", "article_second", "neighbours", "label_articles", "nearest",
-            "carrier_cosine", "carriers")
+            "carrier_cosine", "carriers", "neighbour_set_size")
 
 
 @dataclass
@@ -154,7 +156,7 @@ class StackingComponent(ScoreComponent):
         m, L = scores.shape
         c = min(options.candidates, L)
         if not m or not c:
-            return (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, len(FEATURES) + len(context.steps)),
+            return (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, len(FEATURES) + 2 * len(context.steps)),
                     np.float32), [s[0].name for s in context.steps])
         top = np.argpartition(-scores, c - 1, axis=1)[:, :c] if c < L else np.tile(np.arange(L), (m, 1))
         top_scores = np.take_along_axis(scores, top, axis=1)
@@ -174,9 +176,10 @@ class StackingComponent(ScoreComponent):
             labels = vocab.labels
             for p, (i, j) in enumerate(zip(rows.tolist(), cols.tolist(), strict=True)):
                 carried[p] = context.carriers[i].get(labels[j], (0.0, 0))
+        set_size = context.set_size if context.set_size is not None else np.zeros(m, np.float32)
         base = np.stack([scores[rows, cols], rank.astype(np.float32), best[rows], second[rows],
-                         context.rae[rows, cols], label_articles[cols], nearest[rows], carried[:, 0], carried[:, 1]],
-                        axis=1).astype(np.float32)
+                         context.rae[rows, cols], label_articles[cols], nearest[rows], carried[:, 0], carried[:, 1],
+                         set_size[rows]], axis=1).astype(np.float32)
         return rows, cols, np.hstack([base, own]), names
 
     def mix_in_context(self, scores: np.ndarray, vocab: LabelVocab, evidence: StackingEvidence,
