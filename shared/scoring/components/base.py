@@ -115,7 +115,6 @@ class MixContext:
         return names, out
 
 
-
 class ScoreComponent(ABC):
     """A score component (see the module docstring).
 
