@@ -63,10 +63,20 @@ def retrieval_size(params: ScoringCore) -> tuple[int, int]:
 def mixed_scores(retrieval: Retrieval, vocab: LabelVocab, params: ScoringCore,
                  evidence: Mapping[str, Any] | None = None, label_counts: Mapping[str, int] | None = None
                  ) -> np.ndarray:
+    """``(m, L)`` float32 scores of :func:`scores_and_context` (the context built only where a component reads
+    it)."""
+    return scores_and_context(retrieval, vocab, params, evidence, label_counts)[0]
+
+
+def scores_and_context(retrieval: Retrieval, vocab: LabelVocab, params: ScoringCore,
+                       evidence: Mapping[str, Any] | None = None, label_counts: Mapping[str, int] | None = None,
+                       context: bool = False) -> tuple[np.ndarray, MixContext | None]:
     """``(m, L)`` float32 scores: RAE-XMC over the neighbours' labels with each component of ``params`` mixed in
     (``evidence``: per component name, what its model says about the ``m`` articles; ``label_counts``: memory
     articles per label, read by a component that reads the others, :class:`MixContext`). ``vocab`` grows by the
-    neighbours' labels, then by the labels the components bring; ``L = len(vocab)`` after the call.
+    neighbours' labels, then by the labels the components bring; ``L = len(vocab)`` after the call. With the
+    :class:`MixContext` after every component of ``params`` when ``context`` is asked for or a component reads it
+    (else None): what a component added after them would read (the calibration's step for it).
 
     Raises:
         ValueError: a component of ``params`` without evidence.
@@ -80,19 +90,18 @@ def mixed_scores(retrieval: Retrieval, vocab: LabelVocab, params: ScoringCore,
         vocab.extend(comp.labels(evidence[spec.name], opts))
         steps.append((comp, opts, evidence[spec.name]))
     L = len(vocab)
-    if L == 0:
-        return np.zeros((retrieval.sims.shape[0], 0), dtype=np.float32)
-    scores = rae_xmc_scores(retrieval.sims, rows, params.top_k, params.tau, 1.0, L)
-    context = (mix_context(retrieval, scores, label_counts, params.top_k)
-               if any(c.READS_CONTEXT for c, _o, _e in steps) else None)
-    for comp, opts, ev in steps:
-        if context is not None and comp.READS_CONTEXT:
-            scores = comp.mix_in_context(scores, vocab, ev, opts, context)
+    scores = rae_xmc_scores(retrieval.sims, rows, params.top_k, params.tau, 1.0, L) if L else np.zeros(
+        (retrieval.sims.shape[0], 0), dtype=np.float32)
+    ctx = (mix_context(retrieval, scores, label_counts, params.top_k)
+           if L and (context or any(c.READS_CONTEXT for c, _o, _e in steps)) else None)
+    for comp, opts, ev in (steps if L else []):
+        if ctx is not None and comp.READS_CONTEXT:
+            scores = comp.mix_in_context(scores, vocab, ev, opts, ctx)
         else:
             scores = comp.mix(scores, vocab, ev, opts)
-        if context is not None:
-            context.steps.append((comp, opts, ev))
-    return scores
+        if ctx is not None:
+            ctx.steps.append((comp, opts, ev))
+    return scores, ctx
 
 
 def mix_context(retrieval: Retrieval, rae: np.ndarray, label_counts: Mapping[str, int] | None, k: int

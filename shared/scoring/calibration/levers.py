@@ -13,9 +13,8 @@ from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.scoring.calibration.inputs import CalibrationSet
 from newsmon.shared.scoring.calibration.objective import Objective
 from newsmon.shared.scoring.calibration.thresholds import bucket_ascent, choose_label_thresholds
-from newsmon.shared.scoring.components import MixContext, ScoreComponent, get_component
-from newsmon.shared.scoring.decision import decide, mix_context, mixed_scores
-from newsmon.shared.scoring.rae_xmc import rae_xmc_scores
+from newsmon.shared.scoring.components import ScoreComponent
+from newsmon.shared.scoring.decision import decide, mixed_scores, scores_and_context
 from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
 from newsmon.shared.scoring.rules import get_rule, lifts
 from newsmon.shared.scoring.rules.threshold import BUCKET_EDGES, column_thresholds
@@ -107,11 +106,11 @@ def component_step(steps: list[dict[str, Any]], comp: ScoreComponent, cal: Calib
     (``FITTED_BY_CALIBRATION``, e.g. stacking) is cross-fitted on these articles (each judged by a model fitted
     without it) and its model fitted on all of them is the one the record stores."""
     L, judge = Yt.shape[1], cal.objective
-    before = scores_on(retrieval, labels, L, state[0], evidence, cal.label_counts)
     vocab = LabelVocab(labels)
-    context = None
-    if comp.READS_CONTEXT:  # what it reads of the components kept before it
-        context = _context(retrieval, vocab, state[0], evidence, cal.label_counts, L)
+    # the scores so far, and what a component that reads the others sees of those kept before it
+    mixed, context = scores_and_context(retrieval, LabelVocab(labels), state[0], evidence, cal.label_counts,
+                                        context=comp.READS_CONTEXT)
+    before = pad(mixed, L)[:, :L]
     best = None
     for opt in comp.grid():
         if comp.FITTED_BY_CALIBRATION and context is not None:  # cross-fitted here; the model fitted on all: stored
@@ -131,17 +130,6 @@ def component_step(steps: list[dict[str, Any]], comp: ScoreComponent, cal: Calib
     state, kept = take(steps, f"+ {comp.name}", (obj, trial, parts), state,
                        decide_on(retrieval, Yt, labels, trial, tried, cal.label_counts), Yt, judge)
     return state, tried if kept else evidence
-
-
-def _context(retrieval: Retrieval, vocab: LabelVocab, params: ScoringParams, evidence: Mapping[str, Any],
-             counts: Mapping[str, int] | None, L: int) -> MixContext:
-    """The :class:`MixContext` of the calibration articles under ``params`` (its components, as
-    :func:`~newsmon.shared.scoring.decision.mixed_scores` builds it), over the first ``L`` columns of ``vocab``."""
-    rae = pad(rae_xmc_scores(retrieval.sims, retrieval.label_matrix(LabelVocab(vocab.labels)), params.top_k,
-                             params.tau, 1.0, L), L)[:, :L]
-    context = mix_context(retrieval, rae, counts, params.top_k)
-    context.steps = [(get_component(s.name), s.parsed(), evidence[s.name]) for s in params.components]
-    return context
 
 
 def threshold_steps(steps: list[dict[str, Any]], cal: CalibrationSet, retrieval: Retrieval, Yt: np.ndarray,
