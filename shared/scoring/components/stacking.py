@@ -29,7 +29,6 @@ memory's size.
 
 from __future__ import annotations
 
-import functools
 import io
 import pickle
 from collections.abc import Callable, Sequence
@@ -41,7 +40,6 @@ import numpy as np
 import sklearn
 from pydantic import Field
 from sklearn.ensemble import HistGradientBoostingClassifier
-from threadpoolctl import ThreadpoolController
 
 from newsmon.schemas.scoring import Options
 from newsmon.shared.scoring.components.base import (
@@ -55,17 +53,9 @@ from newsmon.shared.scoring.retrieval import LabelVocab
 
 #: Folds of the calibration's cross-fitting.
 FOLDS = 5
-#: Below this many (article, label) pairs the fusion model predicts on one thread (a request's batch).
-ONE_THREAD_BELOW = 20_000
 #: The features every model reads, before two columns per earlier component (its own score, over its best).
 FEATURES = ("score", "rank", "article_best", "article_second", "neighbours", "label_articles", "nearest",
             "carrier_cosine", "carriers", "neighbour_set_size")
-
-
-@functools.cache
-def _openmp() -> ThreadpoolController:
-    """The process's thread pools, inspected once (each inspection walks the loaded libraries)."""
-    return ThreadpoolController()
 
 
 @dataclass
@@ -78,15 +68,10 @@ class StackingModel:
     constant: float = 0.0
 
     def probabilities(self, X: np.ndarray) -> np.ndarray:
-        """``(p,)`` float32 probabilities of ``(p, f)`` features. A request's few hundred pairs are scored on one
-        thread (:data:`ONE_THREAD_BELOW`): scikit-learn walks the trees one by one, and an OpenMP team per tree on
-        a busy machine costs more than the trees."""
+        """``(p,)`` float32 probabilities of ``(p, f)`` features."""
         if self.classifier is None:
             return np.full(X.shape[0], self.constant, dtype=np.float32)
-        if X.shape[0] >= ONE_THREAD_BELOW:
-            return self.classifier.predict_proba(X)[:, 1].astype(np.float32)
-        with _openmp().limit(limits=1, user_api="openmp"):
-            return self.classifier.predict_proba(X)[:, 1].astype(np.float32)
+        return self.classifier.predict_proba(X)[:, 1].astype(np.float32)
 
 
 @dataclass
