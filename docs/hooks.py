@@ -1,6 +1,10 @@
-"""MkDocs hook: the pages generated from the code when the site is built (``mkdocs.yml``, ``hooks:``).
+"""MkDocs hook and generator: the Markdown generated from the code (``mkdocs.yml``, ``hooks:``).
 
-A page source holds a marker ``<!-- generated: NAME -->`` where the generated Markdown goes:
+A page source holds a marker ``<!-- generated: NAME -->`` where the generated Markdown goes; the pages of
+:data:`IN_FILE` (the CLI and settings references) hold it in the file itself, between that marker and
+``<!-- end generated: NAME -->``, so the Markdown reads complete without a site build: ``python docs/hooks.py``
+rewrites them from the code (``tests/test_docs.py`` checks that the committed files are what it writes), and the
+site's build fills every marker again:
 
 - ``cli``: every command and sub-command of the typer app ``newsmon.cli:app``, with its usage, help and options
   (read from the click command typer builds, so a new command or option is in the next build);
@@ -23,6 +27,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "<!-- generated: {} -->"
+END = "<!-- end generated: {} -->"
+#: The pages (under docs/) whose generated Markdown is kept in the file itself: page -> generator name.
+IN_FILE = {"reference/cli.md": "cli", "reference/settings.md": "settings"}
 
 
 # ---------------------------------------------------------------- CLI
@@ -229,10 +236,47 @@ def measurements() -> str:
 GENERATORS = {"cli": cli_reference, "settings": settings_tables, "measurements": measurements}
 
 
-def on_page_markdown(markdown: str, page, config, files) -> str:
-    """Put the generated Markdown in place of each marker of the page."""
+def generated_block(markdown: str, name: str) -> str | None:
+    """The Markdown between the markers of ``name`` in a page (None without both markers)."""
+    start, end = markdown.find(MARK.format(name)), markdown.find(END.format(name))
+    if start < 0 or end < start:
+        return None
+    return markdown[start + len(MARK.format(name)):end]
+
+
+def filled(markdown: str) -> str:
+    """``markdown`` with each generator's block (its marker, then the marker to the end marker when there is one)
+    written anew: ``MARK``, a blank line, the generated Markdown, a blank line, ``END``."""
     for name, generate in GENERATORS.items():
-        mark = MARK.format(name)
-        if mark in markdown:
-            markdown = markdown.replace(mark, generate())
+        mark, end = MARK.format(name), END.format(name)
+        start = markdown.find(mark)
+        if start < 0:
+            continue
+        stop = markdown.find(end, start)
+        stop = stop + len(end) if stop >= 0 else start + len(mark)
+        markdown = f"{markdown[:start]}{mark}\n\n{generate().strip()}\n\n{end}{markdown[stop:]}"
     return markdown
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    """Put the generated Markdown in place of each marker of the page (and of what a page of :data:`IN_FILE`
+    holds between its markers)."""
+    return filled(markdown)
+
+
+def write_pages() -> list[Path]:
+    """Rewrite the generated blocks of the pages of :data:`IN_FILE` from the code; returns the pages changed."""
+    changed = []
+    for page in IN_FILE:
+        path = ROOT / "docs" / page
+        text = path.read_text(encoding="utf-8")
+        new = filled(text)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            changed.append(path)
+    return changed
+
+
+if __name__ == "__main__":  # python docs/hooks.py: the references of IN_FILE written into their files
+    for written in write_pages():
+        print(f"wrote {written.relative_to(ROOT)}")

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, SecretStr, field_serializer
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from newsmon.schemas.scoring import ScoringParams  # its rules and components register when first looked up
+from newsmon.schemas.scoring import ScoringParams, registered  # rules and components register when first looked up
 from newsmon.shared.masking import SECRET_KEYS, MaskedUrl, SecretUrl, mask_url, redact_url, reveal
 
 __all__ = ["BUNDLED_E5_SMALL", "PRODUCTION_MODEL", "ApiSettings", "CalibrationSettings", "EncoderSettings",
@@ -377,7 +377,9 @@ def _default_text(field) -> str:
 def settings_reference() -> str:
     """The settings table (Markdown) of ``newsmon settings --markdown`` and of the docs' settings reference
     (``docs/reference/settings.md``, filled in by ``docs/hooks.py`` when the site is built): environment variable,
-    default and meaning of every setting, a pipe in a meaning escaped as ``\\|``."""
+    default and meaning of every setting, a pipe in a meaning escaped as ``\\|``. The registered rules and
+    components are loaded first, so a default rule shows its options whatever this process imported before."""
+    registered("rule")
     rows = ["| variable | default | meaning |", "|---|---|---|"]
 
     def walk(model: type[BaseModel], prefix: str) -> None:

@@ -83,3 +83,28 @@ def test_docs_messages_are_valid_schema_examples():
         assert message in model.model_json_schema()["examples"], topic
     for field in ("labels", "candidates", "neighbours", "scoring", "model_version", "memory_version", "revision"):
         assert f"`{field}" in text or f"`labels[].{field}" in text, field
+
+
+def _hooks():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("newsmon_docs_hooks_in_files", ROOT / "docs" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_generated_references_are_in_their_files():
+    """Issue 43 item 7: docs/reference/cli.md (and settings.md, the same kind) read as Markdown hold the reference
+    itself, not a placeholder for the site's build: the committed file is exactly what the generator writes
+    (``python docs/hooks.py`` rewrites it), so a new command or setting that is not regenerated fails here."""
+    hooks = _hooks()
+    cli = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+    assert hooks.missing_commands(cli) == [] and "### `newsmon memory build`" in cli
+    settings = (ROOT / "docs" / "reference" / "settings.md").read_text(encoding="utf-8")
+    assert hooks.missing_settings(settings) == []
+    for page, name in hooks.IN_FILE.items():
+        text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+        assert hooks.filled(text) == text, f"{page} is not what `python docs/hooks.py` writes: run it"
+        block = hooks.generated_block(text, name)
+        assert block is not None and block.strip() == hooks.GENERATORS[name]().strip(), page
