@@ -57,6 +57,9 @@ class DeadLetterReason(StrEnum):
     """Valid JSON that the event's schema refuses (a missing field, an empty text, an unknown language ...)."""
     TOO_LARGE = "too_large"
     """Larger than ``worker.max_message_bytes``."""
+    UNKNOWN_LANGUAGE = "unknown_language"
+    """An article in a language the knowledge memory has no collection for (the error names the languages it
+    has)."""
     UNKNOWN_ARTICLE = "unknown_article"
     """A decision on an article the knowledge memory never saw."""
     LABEL_CONFLICT = "label_conflict"

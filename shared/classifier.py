@@ -131,9 +131,10 @@ class Classifier:
         """The collection name of ``lang`` for this model version."""
         return self.router.collection(lang)
 
-    def memory(self, lang: str) -> KnowledgeMemory:
-        """The knowledge memory of one language (opened on first use)."""
-        return self.router.memory(lang)
+    def memory(self, lang: str, create: bool = True) -> KnowledgeMemory:
+        """The knowledge memory of one language (opened on first use; created when missing only with ``create``:
+        :meth:`MemoryRouter.memory`)."""
+        return self.router.memory(lang, create)
 
     def languages(self) -> list[str]:
         """Languages that have a collection of this model version."""
@@ -267,7 +268,7 @@ class Classifier:
         """The labelled articles of ``lang``'s memory, what the score components' per-memory models are fitted
         on: one scroll (stored vectors, texts, labels, ids), stopped after ``limit`` articles (None: all), in the
         engine's scroll order. A sample carries the memory's labelled count as ``total`` (an indexed count)."""
-        memory = self.memory(lang)
+        memory = self.memory(lang, create=False)
         vectors, texts, labels, ids = [], [], [], []
         for p in memory.scroll(SearchFilter(labelled=True), with_vectors=True):
             vectors.append(p.vector)

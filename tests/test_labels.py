@@ -179,12 +179,12 @@ def test_label_without_examples_proposed_from_its_rule_then_from_retrieval(memor
     rule = {x.label: x for x in out[hits[0].id].labels}["client:mercator"]
     assert rule.source == "rule" and rule.neighbours == [] and "Mercator" in rule.rule.matched[0]
     assert "client:mercator" not in {x.label for x in out[miss.id].labels}
-    # a near-copy keeps its original's labels
+    # a near-copy of an undecided original is scored on its own: the rule proposes the label again
     copy = article_event(hits[0]).model_copy(update={"article_id": "copy-of-mercator"})
     batch, _ = p.validate([message(copy.to_bytes(), 10)])
     p.propose(batch)
     (_, pc), = p.emit(batch)
-    assert pc.duplicate_of == hits[0].id and {x.label: x.source for x in pc.labels}["client:mercator"] == "duplicate"
+    assert pc.duplicate_of == hits[0].id and {x.label: x.source for x in pc.labels}["client:mercator"] == "rule"
     # three confirmed examples: no longer proposed from the rule alone
     mem = clf.memory("sl")
     mem.set_labels([a.id for a in corpus.split("train")[:3]], [("client:mercator",)] * 3)

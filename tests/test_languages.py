@@ -8,9 +8,11 @@ import json
 
 import numpy as np
 import pytest
+from test_stream import Collector, publish, runtime_factory  # noqa: F401 (fixtures)
 from typer.testing import CliRunner
 
 from newsmon.cli import app
+from newsmon.demo import article_event
 from newsmon.schemas import ArticleEvent, InvalidEvent, parse_event
 from newsmon.shared.data import load_corpus
 from newsmon.shared.memory import MemoryRouter
@@ -155,3 +157,98 @@ def test_an_article_without_a_language_is_given_one_of_the_memorys():
     assert {lang: detect(text, six) for lang, text in said.items()} == {lang: lang for lang in said}
     assert detect(said["hr"], ["sl", "en"]) == "sl"  # no Croatian memory: the closest memory's language
     assert detect("anything", ["sl"]) == "sl"
+
+
+# -- a language the memory has no collection for (issue 43 item 6) -----------------------------------------------
+SL_TEXT = "Vlada je sprejela predlog državnega proračuna za prihodnji dve leti."
+
+
+def finnish_only(corpus, n: int = 40):
+    """The first ``n`` train articles as the memory's only language, ``fi`` (the texts stay Slovene: what is checked
+    is the routing by language code, not the language itself)."""
+    return [a.model_copy(update={"lang": "fi"}) for a in corpus.split("train")[:n]]
+
+
+def test_an_unknown_memory_language_is_refused_over_the_api_with_the_languages_there_are(memory_classifier, corpus,
+                                                                                         tansu):
+    """The issue's example: ``{"lang": "sl"}`` on a Finnish-only memory created an empty ``sl`` collection and
+    proposed nothing. Now 422 naming the languages there are, for the minimal form and a full ArticleEvent alike,
+    and no collection is created; ``fi`` is proposed as before."""
+    from fastapi.testclient import TestClient
+
+    from newsmon.api.app import create_app
+    from newsmon.api.service import build_service
+    from newsmon.shared.dedup import NearDuplicateIndex
+    from newsmon.shared.memory import stored_collections
+    from newsmon.workers.labels import LabelRegistry
+
+    clf = memory_classifier
+    clf.add_articles(finnish_only(corpus))
+    s = clf.settings
+    s.kafka.bootstrap_servers = tansu.bootstrap
+    svc = build_service(s, clf, LabelRegistry(), NearDuplicateIndex())
+    try:
+        with TestClient(create_app(svc)) as client:
+            r = client.post("/v1/suggest", json={"text": SL_TEXT, "lang": "sl"})
+            assert r.status_code == 422, r.text
+            assert "'sl'" in r.json()["detail"] and "fi" in r.json()["detail"], r.text
+            event = json.loads(article_event(corpus.split("test")[0]).to_bytes())  # an ArticleEvent in sl
+            r = client.post("/v1/suggest", json=[{"text": SL_TEXT, "lang": "fi"}, event])
+            assert r.status_code == 422 and [e["index"] for e in r.json()["errors"]] == [1], r.text
+            assert stored_collections(s) == [clf.collection("fi")]
+            r = client.post("/v1/suggest", json={"text": SL_TEXT, "lang": "fi"})
+            assert r.status_code == 200 and r.json()[0]["memory_version"] == clf.collection("fi"), r.text
+    finally:
+        svc.producer.flush(5)
+    assert stored_collections(s) == [clf.collection("fi")]
+
+
+def test_the_command_line_names_the_languages_there_are_for_an_unknown_one(monkeypatch, newsmon_home, tmp_path,
+                                                                          corpus, encoder):
+    """``suggest --lang sl`` and ``memory index --language sl`` on a Finnish-only memory: exit 2 with the languages
+    there are; neither creates a collection (``memory index`` made an empty one, ``suggest`` searched ``fi``)."""
+    from newsmon.shared.classifier import Classifier
+    from newsmon.shared.config import Settings
+    from newsmon.shared.memory import stored_collections
+
+    s = Settings(home=newsmon_home)
+    s.memory.path = tmp_path / "memory"
+    router = MemoryRouter(s, encoder.model_id, encoder.dim)
+    Classifier(s, encoder=encoder, router=router).add_articles(finnish_only(corpus, 20))
+    fi = router.collection("fi")
+    router.close()
+    monkeypatch.setenv("NEWSMON_HOME", str(newsmon_home))
+    monkeypatch.setenv("NEWSMON_MEMORY__PATH", str(tmp_path / "memory"))
+    for args in (["suggest", SL_TEXT, "--lang", "sl"], ["memory", "index", "--language", "sl", "--status"]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2 and "'sl'" in res.output and "fi" in res.output, (args, res.output)
+        assert stored_collections(s) == [fi], args
+
+
+def test_the_stream_dead_letters_an_unknown_memory_language_with_the_languages_there_are(runtime_factory, corpus):
+    """An article in ``sl`` on a Finnish-only memory is dead-lettered (``unknown_language``, stage ``validate``,
+    the languages there are in words), creates no collection, and the Finnish article beside it is proposed."""
+    from newsmon.demo import article_event as event_of
+    from newsmon.schemas import dead_letter_topic
+    from newsmon.shared.memory import stored_collections
+
+    s, rt = runtime_factory(finnish_only(corpus, 60))
+    rt.start()
+    sl_event = event_of(corpus.split("test")[0])
+    fi_event = event_of(corpus.split("test")[1]).model_copy(update={"lang": "fi"})
+    dlq = Collector(s, dead_letter_topic(s.kafka.topic_articles))
+    out = Collector(s, s.kafka.topic_proposals)
+    try:
+        publish(s, s.kafka.topic_articles, [(e.kafka_key(), e.to_bytes()) for e in (sl_event, fi_event)])
+        out.wait_for(lambda c: fi_event.article_id in c.proposals(), 120, "the Finnish article's proposal")
+        dlq.wait_for(lambda c: c.messages, 60, "the Slovene article's dead letter")
+        (m,) = dlq.messages
+        h = {k: v.decode() for k, v in m.headers()}
+        assert m.key() == sl_event.kafka_key() and m.value() == sl_event.to_bytes()
+        assert h["newsmon-reason"] == "unknown_language" and h["newsmon-stage"] == "validate", h
+        assert "'sl'" in h["newsmon-error"] and "fi" in h["newsmon-error"], h
+        assert sl_event.article_id not in out.proposals()
+        assert stored_collections(s) == [rt.router.collection("fi")]
+    finally:
+        dlq.close()
+        out.close()

@@ -86,8 +86,10 @@ def test_a_moderated_original_passes_on_its_confirmed_labels_only(services, corp
     assert copies["a-copy"].duplicate_of == a.article_id
     assert copies["a-copy"].labels == []  # never the rejected proposal
     assert [x.label for x in copies["b-copy"].labels] == [b_labels[0], X]
-    assert [x.label for x in copies["c-copy"].labels] == c_labels  # unmoderated: its proposal
-    assert all(x.source == "duplicate" for x in copies["b-copy"].labels + copies["c-copy"].labels)
+    assert all(x.source == "duplicate" for x in copies["b-copy"].labels)
+    # unmoderated: its proposal is not passed on; the copy is scored on its own (issue 43 item 2)
+    assert copies["c-copy"].duplicate_of == c.article_id
+    assert all(x.source == "retrieval" for x in copies["c-copy"].labels) and copies["c-copy"].scoring is not None
 
 
 def test_decision_landing_while_a_near_copy_is_in_flight_reaches_the_copy(services, corpus):
@@ -110,7 +112,8 @@ def test_a_decision_revises_the_copies_proposed_from_the_old_state(services, cor
     p, svc = services
     (a, a_labels), (b, b_labels) = labelled_originals(p, corpus, 2)
     first = propose(p, [retitled(a, "a-copy-1"), retitled(a, "a-copy-2"), retitled(b, "b-copy")])
-    assert [x.label for x in first["a-copy-1"].labels] == a_labels and first["a-copy-1"].revision == 0
+    assert first["a-copy-1"].duplicate_of == a.article_id and first["a-copy-1"].revision == 0
+    assert all(x.source == "retrieval" for x in first["a-copy-1"].labels)  # A undecided: scored on its own
     # a copy that was itself moderated keeps its own decision
     assert svc.apply_decision(decision("a-copy-2", confirmed=a_labels)) == "applied"
     dec = decision(a.article_id, rejected=a_labels, added=[X])
@@ -159,3 +162,48 @@ def test_a_future_dated_decision_is_clamped_and_does_not_lock_the_article(servic
     mem.upsert([b.article_id], old.vector[None, :], [old.labels], [{**old.payload, "decided_at": future.isoformat()}])
     assert svc.apply_decision(decision(b.article_id, added=["client:fixed"])) == "applied"
     assert mem.get([b.article_id])[0].labels == ("client:fixed",)
+
+
+def test_a_copy_of_an_undecided_original_keeps_its_own_scores(services, corpus):
+    """Issue 43 item 2: a near-copy of an article nobody decided on is scored as any article (its own labels,
+    scores, neighbours, candidates and scoring), only linked ``duplicate_of`` its original; what nobody decided is
+    never passed on as certainty (source ``duplicate``, score the Jaccard, no candidates). Two copies in one batch,
+    whose original is not even stored yet, alike. Once the original is decided, the next copy takes the decision."""
+    p, svc = services
+    (a, a_labels), = labelled_originals(p, corpus, 1)
+    same = a.model_copy(update={"article_id": "a-resent"})  # the same text sent twice
+    copies = propose(p, [retitled(a, "a-copy"), same])
+    for pid in ("a-copy", "a-resent"):
+        c = copies[pid]
+        assert c.duplicate_of == a.article_id, pid
+        assert c.labels and all(x.source == "retrieval" and x.neighbours for x in c.labels), c.labels
+        assert c.scoring is not None and c.candidates, pid
+    b = article_event(corpus.split("test")[20])
+    twins = propose(p, [b, b.model_copy(update={"article_id": "b-twin"})])
+    assert twins["b-twin"].duplicate_of == b.article_id
+    assert all(x.source == "retrieval" for x in twins["b-twin"].labels) and twins["b-twin"].scoring is not None
+    assert svc.apply_decision(decision(a.article_id, confirmed=a_labels[:1], added=[X])) == "applied"
+    later = propose(p, [retitled(a, "a-copy-after")])["a-copy-after"]
+    assert [(x.label, x.source) for x in later.labels] == [(a_labels[0], "duplicate"), (X, "duplicate")]
+
+
+def test_a_text_sent_twice_over_the_api_is_not_made_certain(services, corpus, tansu):
+    """The issue's example on ``POST /v1/suggest``: the second sending came back ``duplicate_of`` the first with its
+    undecided labels at score 1.0, source ``duplicate``, no candidates. Now it is scored on its own."""
+    from fastapi.testclient import TestClient
+
+    from newsmon.api.app import create_app
+    from newsmon.api.service import ApiService
+    from newsmon.workers.kafka_io import make_producer
+
+    p, _svc = services
+    p.settings.kafka.bootstrap_servers = tansu.bootstrap
+    text = article_event(corpus.split("test")[3]).text
+    api = ApiService(p.settings, p, make_producer(p.settings, "newsmon-api-test"))
+    with TestClient(create_app(api)) as client:
+        first = client.post("/v1/suggest", json={"text": text, "lang": "sl", "article_id": "sent-1"}).json()[0]
+        again = client.post("/v1/suggest", json={"text": text, "lang": "sl", "article_id": "sent-2"}).json()[0]
+    assert again["duplicate_of"] == "sent-1"
+    assert again["labels"] and all(x["source"] == "retrieval" for x in again["labels"]), again["labels"]
+    assert [x["label"] for x in again["labels"]] == [x["label"] for x in first["labels"]]
+    assert again["scoring"] is not None and again["candidates"]

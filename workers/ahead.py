@@ -15,7 +15,7 @@ What stays as without the overlap:
   offsets.
 - **Near-copies.** Only the index is checked ahead (it needs no memory call); the originals are read from the
   memory in N+1's own turn, after N's pending points are stored. The articles with an index hit are embedded
-  then, only if their original is neither stored nor an earlier article of their own batch.
+  then, unless their original's labels were decided (a copy of an undecided original is scored on its own).
 - **Model switches.** Vectors embedded ahead by a model that a promotion has replaced in the meantime are
   dropped and embedded again.
 - **Errors.** Preparing ahead never fails the loop: an error there leaves the batch to be handled in its turn

@@ -8,8 +8,8 @@ validation rejects, produces the proposals and marks the messages done; committi
 
 For every proposed article the embedding is kept in the knowledge memory as a *pending* point before the
 proposal is produced, so a moderator decision on it never needs the model again. A near-copy of an article
-already seen gets ``duplicate_of`` and what its original passes on (see :mod:`newsmon.workers.copies`) without a
-model call.
+already seen gets ``duplicate_of``, and the original's decided labels without a model call once a moderator decided
+on it (see :mod:`newsmon.workers.copies`).
 
 One batch is in flight: the next batch is embedded while the current one is finished (:mod:`newsmon.workers.ahead`
 says what stays as without the overlap: offsets, near-copies, model switches, errors).
@@ -107,6 +107,7 @@ class ClassifierWorker(BatchWorker):
             prepared = take(ahead, p) if ahead is not None else None  # after a model switch: its vectors dropped
         with self.stage(DeadLetterStage.VALIDATE):
             batch, rejected = prepared if prepared is not None else p.validate(msgs)
+            rejected = [*rejected, *p.refuse_unknown_languages(batch)]
             for m, exc in rejected:
                 self.refuse(outbox, m, exc, DeadLetterStage.VALIDATE)
                 ARTICLES.labels("dead_letter").inc()

@@ -1,11 +1,14 @@
 """Near-copies and their originals: what an original passes on, and the revised proposals of its copies when a
 moderator decides on it.
 
-A near-copy (MinHash LSH, :mod:`newsmon.shared.dedup`) is proposed its original's labels without a model call,
-and its pending point records ``duplicate_of`` (the original's id), ``duplicate_jaccard``, the labels it was
-proposed (``proposed_labels``) and the proposal's ``revision``. What an original passes on
-(:func:`inherited_labels`): once moderated, exactly its confirmed and added labels (none for a reviewed article,
-never the rejected proposal); unmoderated, its own proposal (or its corpus labels).
+A near-copy (MinHash LSH, :mod:`newsmon.shared.dedup`) is linked ``duplicate_of`` its original, and its pending
+point records ``duplicate_of`` (the original's id), ``duplicate_jaccard``, the labels it was proposed
+(``proposed_labels``) and the proposal's ``revision``. Only **decided** labels are passed on
+(:func:`inherited_labels`): an original a moderator decided on passes on exactly its confirmed and added labels
+(none for a reviewed article, never the rejected proposal), and a corpus article its archive's labels; the copy
+then takes them without a model call (``source = "duplicate"``, scored by the estimated Jaccard). An original
+nobody decided on passes on nothing: its labels are only a proposal, so the copy is scored as any article (its own
+scores, neighbours and candidates), and revised once the original is decided.
 
 When a decision changes what an original passes on, the memory updater revises every unmoderated copy proposed
 from the old state (:func:`revise_copies`): the copy's point gets the new labels and ``revision`` + 1, and a
@@ -24,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from newsmon.schemas import LabelProposal, NeighbourRef, ProposedLabel
-from newsmon.shared.memory import MemoryPoint, MemoryRouter, SearchFilter
+from newsmon.shared.memory import KnowledgeMemory, MemoryPoint, MemoryRouter, SearchFilter
+from newsmon.shared.scoring.retrieval import display_title
 
 
 @dataclass
@@ -41,8 +45,14 @@ class Duplicate:
 
     @property
     def vector(self) -> np.ndarray | None:
-        """The original's embedding (the copy's point reuses it)."""
+        """The original's embedding (the point of a copy that takes its decided labels reuses it)."""
         return self.point.vector if self.point is not None else self.item.vector
+
+    @property
+    def decided(self) -> bool:
+        """Whether the original's labels were decided (:func:`inherited_labels`): only then does the copy take
+        them; an original of the same batch is never decided."""
+        return self.point is not None and inherited_labels(self.point) is not None
 
 
 def link_copies(items: list, hits: dict, found: dict) -> None:
@@ -62,34 +72,47 @@ def link_copies(items: list, hits: dict, found: dict) -> None:
             earlier.setdefault(it.event.article_id, it)
 
 
-def copy_batch_originals(items: list) -> None:
-    """Give each copy of an article of its own batch the proposal its original was given (call it once the
-    originals' labels are final, before the pending points are written)."""
-    for it in items:
-        d = it.duplicate
-        if d is not None and d.item is not None:
-            it.labels = duplicate_labels(d.original_id, tuple(x.label for x in d.item.labels), d.jaccard)
-
-
 def is_moderated(point: MemoryPoint) -> bool:
     """Whether a moderator decided on the article (a decision was applied to its point)."""
     return bool(point.payload.get("decided_at"))
 
 
-def inherited_labels(original: MemoryPoint) -> tuple[str, ...]:
+def inherited_labels(original: MemoryPoint) -> tuple[str, ...] | None:
     """The labels an original passes on to its near-copies (before the label registry is applied): its stored
-    labels once moderated (possibly none) or when labelled from a corpus, else the labels it was proposed."""
+    labels once a moderator decided (possibly none) or when labelled from a corpus; None while nobody decided on
+    it (its labels are only a proposal, which is never passed on)."""
     if original.labels or is_moderated(original):
         return tuple(original.labels)
-    return tuple(original.payload.get("proposed_labels") or ())
+    return None
 
 
-def duplicate_labels(original_id: str, labels: tuple[str, ...], jaccard: float) -> list[ProposedLabel]:
-    """The proposed labels of a near-copy: each of ``labels`` scored by the estimated Jaccard similarity, with the
-    original as its one neighbour (``source = "duplicate"``)."""
+def duplicate_labels(original_id: str, labels: tuple[str, ...], jaccard: float,
+                     original: MemoryPoint | None = None) -> list[ProposedLabel]:
+    """The proposed labels of a near-copy: each of ``labels`` (decided on the original) scored by the estimated
+    Jaccard similarity, with the original as its one neighbour (``source = "duplicate"``; its headline, or the
+    start of its text, from its point ``original`` when given)."""
+    title = display_title(original.payload) if original is not None else None
     return [ProposedLabel(label=lb, score=float(jaccard), source="duplicate",
-                          neighbours=[NeighbourRef(article_id=original_id, similarity=float(jaccard))])
+                          neighbours=[NeighbourRef(article_id=original_id, similarity=float(jaccard), title=title)])
             for lb in labels]
+
+
+def recheck_copies(items: list, mem: KnowledgeMemory, relabel) -> list:
+    """Read the originals of near-copies ``items`` (``ArticleItem``, originals in ``mem``) again, after their
+    pending points were written: a copy whose original has been decided since it was read, with labels other
+    than the copy's, takes them (its ``duplicate`` now holds the decided original). Returns the stored copies that
+    changed (their points must be written again). ``relabel``: the label registry's names."""
+    changed = []
+    for it, original in zip(items, mem.get([it.duplicate.original_id for it in items], with_vectors=True), strict=True):
+        inherited = inherited_labels(original) if original is not None else None
+        if inherited is None:
+            continue  # not decided: the copy keeps its own proposal
+        d, labels = it.duplicate, relabel(inherited)
+        if not d.decided or list(labels) != [x.label for x in it.labels]:
+            d.point = original
+            it.labels = duplicate_labels(d.original_id, labels, d.jaccard, original)
+            changed += [it] if it.stored else []
+    return changed
 
 
 def revise_copies(router: MemoryRouter, lang: str, original: MemoryPoint, labels: tuple[str, ...], key: str
@@ -98,7 +121,8 @@ def revise_copies(router: MemoryRouter, lang: str, original: MemoryPoint, labels
     ``router``) proposed with labels other than ``labels`` (what the original passes on now, mapped through the
     label registry); their points are updated (``proposed_labels``, ``revision`` + 1, ``revised_for = key``).
 
-    ``key`` identifies the decision (its ``decided_at`` as sent). A copy already revised for the same key is
+    ``labels`` are decided labels (:func:`inherited_labels` is not None). ``key`` identifies the decision (its
+    ``decided_at`` as sent). A copy already revised for the same key is
     proposed again with the same revision and labels: the decision was redelivered, and its revision may never
     have been acknowledged (at-least-once). Call it under ``router.write_lock``. One filtered scroll.
     """
@@ -119,7 +143,7 @@ def revise_copies(router: MemoryRouter, lang: str, original: MemoryPoint, labels
         jaccard = float(copy.payload.get("duplicate_jaccard") or 1.0)
         out.append(LabelProposal(
             article_id=copy.article_id, revision=revision, labels=duplicate_labels(original.article_id, labels,
-                                                                                   jaccard),
+                                                                                   jaccard, original),
             duplicate_of=original.article_id, model_version=router.model_version,
             memory_version=router.collection(lang), produced_at=datetime.now(timezone.utc)))
     if changed:

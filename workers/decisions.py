@@ -203,7 +203,10 @@ class DecisionService:
                 if found is None:
                     continue
                 lang, original = found
-                labels = self.registry.apply(inherited_labels(original), snapshot)
+                inherited = inherited_labels(original)
+                if inherited is None:  # not decided (any more): nothing to pass on
+                    continue
+                labels = self.registry.apply(inherited, snapshot)
                 for p in revise_copies(router, lang, original, labels, dec.decided_at.isoformat()):
                     out.setdefault(p.article_id, p)
         return list(out.values())

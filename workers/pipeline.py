@@ -31,15 +31,15 @@ from confluent_kafka import Message
 
 from newsmon.schemas import (ArticleEvent, DeadLetterReason, DeadLetterStage, InvalidEvent, LabelProposal,
                              ProposedLabel, ScoringInfo, Timings, parse_event)
-from newsmon.shared.classifier import TEXT_PAYLOAD_CHARS, Classifier
+from newsmon.shared.classifier import Classifier
 from newsmon.shared.scoring.wire import proposal_fields
 from newsmon.shared.config import Settings
 from newsmon.shared.dedup import NearDuplicateIndex
-from newsmon.shared.memory import SearchFilter, catch_up, replaced_router
+from newsmon.shared.memory import SearchFilter, UnknownLanguageError, catch_up, replaced_router
 from newsmon.shared.promotion import read_promoted
 from newsmon.shared.text import clean_text
-from newsmon.workers.copies import (Duplicate, copy_batch_originals, duplicate_labels, inherited_labels, is_moderated,
-                                    link_copies)
+from newsmon.workers.copies import Duplicate, duplicate_labels, inherited_labels, link_copies
+from newsmon.workers.pending import recheck_originals, write_pending
 from newsmon.workers.labels import LabelRegistry, RegistryState
 from newsmon.workers.observability import BATCH_SECONDS, BATCH_SIZE
 from newsmon.workers.rules import (RuleBook, RuleOutcome, admitted_candidates, article_meta, count_examples,
@@ -82,6 +82,11 @@ class ArticleItem:
     revision: int = 0
     stored: bool = False
 
+    @property
+    def reuses(self) -> bool:
+        """Whether it is a near-copy that takes its original's decided labels (no model call)."""
+        return self.duplicate is not None and self.duplicate.decided
+
 
 @dataclass
 class ArticleBatch:
@@ -97,8 +102,8 @@ class ArticleBatch:
 
     @property
     def fresh(self) -> list[ArticleItem]:
-        """The articles that are not near-copies (they need the model)."""
-        return [it for it in self.items if it.duplicate is None]
+        """The articles that need the model: all but the near-copies of a decided original."""
+        return [it for it in self.items if not it.reuses]
 
 
 class ArticlePipeline:
@@ -206,11 +211,24 @@ class ArticlePipeline:
             batch.items.append(ArticleItem(m, ev, text))
         return batch, rejected
 
+    def refuse_unknown_languages(self, batch: ArticleBatch) -> list[tuple[Message, InvalidEvent]]:
+        """Take the articles in a language the memory has no collection for out of ``batch`` (nothing is created
+        for them) and return them with why, naming the languages there are (reason ``unknown_language``)."""
+        refused: list[tuple[Message, InvalidEvent]] = []
+        for it in list(batch.items):
+            try:
+                self.call("memory", self.classifier.router.check_language, it.event.lang)
+            except UnknownLanguageError as exc:
+                refused.append((it.msg, InvalidEvent(str(exc), "ArticleEvent", DeadLetterReason.UNKNOWN_LANGUAGE)))
+                batch.items.remove(it)
+        return refused
+
     def near_duplicates(self, batch: ArticleBatch) -> None:
         """Check each article against the near-duplicate index (adding the new ones; done already when
         :meth:`index_near_copies` ran ahead), then read the originals found from the memory (one ``get`` per
         language); an article whose original is stored, or is an earlier article of the same batch (the index
-        holds it, the memory not yet), becomes a :class:`~newsmon.workers.copies.Duplicate` and needs no model call."""
+        holds it, the memory not yet), gets a :class:`~newsmon.workers.copies.Duplicate`; it needs no model call when
+        its original's labels were decided (:attr:`ArticleItem.reuses`)."""
         t0 = time.perf_counter()
         if batch.hits is None:
             self.index_near_copies(batch)
@@ -230,7 +248,7 @@ class ArticlePipeline:
                 batch.hits[id(it)] = hit
 
     def embed(self, batch: ArticleBatch) -> None:
-        """Embed the articles that are not near-copies (``query`` role) and have no vector from the embedding
+        """Embed the articles that need the model (``query`` role) and have no vector from the embedding
         ahead (:mod:`newsmon.workers.ahead`), one encoder call per batch."""
         fresh = [it for it in batch.fresh if it.vector is None]
         if not fresh:
@@ -242,10 +260,10 @@ class ArticlePipeline:
         batch.seconds["embed"] += time.perf_counter() - t0
 
     def retrieve_and_score(self, batch: ArticleBatch) -> None:
-        """Propose labels: RAE-XMC over the retrieved neighbours for fresh articles (neighbour labels mapped
-        through the label registry), what the original passes on for near-copies (its confirmed labels once
-        moderated, none when it was reviewed, else its proposal; :func:`newsmon.workers.copies.inherited_labels`;
-        scored by the estimated Jaccard)."""
+        """Propose labels: RAE-XMC over the retrieved neighbours for the articles that need the model (neighbour
+        labels mapped through the label registry), the original's decided labels for the near-copies of a decided
+        original (its confirmed and added labels, none when it was reviewed, a corpus article's labels;
+        :func:`newsmon.workers.copies.inherited_labels`; scored by the estimated Jaccard)."""
         snapshot = batch.registry = self.call("label registry", self.registry.snapshot)
 
         def relabel(labels):
@@ -265,8 +283,9 @@ class ArticlePipeline:
                                                                                      "scoring", "abstained"))
         for it in batch.items:
             d = it.duplicate
-            if d is not None and d.point is not None:
-                it.labels = duplicate_labels(d.original_id, relabel(inherited_labels(d.point)), d.jaccard)
+            if it.reuses and d is not None and d.point is not None:
+                it.labels = duplicate_labels(d.original_id, relabel(inherited_labels(d.point) or ()), d.jaccard,
+                                             d.point)
 
     def match_rules(self, batch: ArticleBatch) -> None:
         """Apply the label rules of the registry snapshot the batch is scored with to the articles that are not
@@ -303,59 +322,11 @@ class ArticlePipeline:
         self.call("memory write", self._store, batch)
 
     def _store(self, batch: ArticleBatch) -> None:
-        copy_batch_originals(batch.items)
         with self.classifier.router.write_lock:  # one step for the memory updater of this process
-            self._write_pending(batch)
+            write_pending(self.classifier.router, batch.fresh, [it for it in batch.items if it.reuses])
             if any(it.duplicate is not None for it in batch.items):
-                self._recheck_originals(batch)
-
-    def _write_pending(self, batch: ArticleBatch) -> None:
-        rows: dict[str, list[tuple[ArticleItem, np.ndarray, str | None]]] = {}
-        for it in batch.fresh:
-            rows.setdefault(it.event.lang, []).append((it, it.vector, None))
-        for it in batch.items:  # a near-copy reuses its original's vector
-            d = it.duplicate
-            if d is not None and d.vector is not None:
-                rows.setdefault(d.lang, []).append((it, d.vector, d.original_id))
-        with self.classifier.router.write_lock:
-            for lang, entries in rows.items():
-                mem = self.classifier.memory(lang)
-                existing = mem.get([it.event.article_id for it, _v, _o in entries])
-                keep = []
-                for e, p in zip(entries, existing):
-                    if p is None or (not p.labels and not is_moderated(p)):
-                        keep.append(e)
-                        e[0].revision = int(p.payload.get("revision") or 0) + 1 if p is not None else 0
-                if keep:
-                    mem.upsert([it.event.article_id for it, _v, _o in keep],
-                               np.stack([np.asarray(v, dtype=np.float32) for _i, v, _o in keep]),
-                               [() for _ in keep], [_pending_payload(lang, it) for it, _v, _o in keep])
-                    for it, _v, _o in keep:
-                        it.stored = True
-
-    def _recheck_originals(self, batch: ArticleBatch) -> None:
-        """Read the near-copies' originals again (one ``get`` per language); a copy whose original now passes on
-        other labels gets them, and its stored pending point is rewritten."""
-        by_lang: dict[str, list[ArticleItem]] = {}
-        for it in batch.items:
-            if it.duplicate is not None:
-                by_lang.setdefault(it.duplicate.lang, []).append(it)
-        with self.classifier.router.write_lock:
-            for lang, items in by_lang.items():
-                mem = self.classifier.memory(lang)
-                changed = []
-                for it, original in zip(items, mem.get([it.duplicate.original_id for it in items])):
-                    if original is None:
-                        continue
-                    d = it.duplicate
-                    labels = self.registry.apply(inherited_labels(original), batch.registry)
-                    if list(labels) != [x.label for x in it.labels]:
-                        it.labels = duplicate_labels(d.original_id, labels, d.jaccard)
-                        changed += [it] if it.stored else []
-                if changed:
-                    mem.upsert([it.event.article_id for it in changed],
-                               np.stack([it.duplicate.vector for it in changed]), [() for _ in changed],
-                               [_pending_payload(lang, it) for it in changed])
+                recheck_originals(self.classifier.router, batch.items,
+                                  lambda labels: self.registry.apply(labels, batch.registry))
 
     def emit(self, batch: ArticleBatch) -> list[tuple[Message, LabelProposal]]:
         """The :class:`LabelProposal` of every valid article, with its consumed message, in batch order."""
@@ -366,14 +337,15 @@ class ArticlePipeline:
         for it in batch.items:
             _ts_type, ts = it.msg.timestamp()
             queue_ms = max(0.0, now.timestamp() * 1000 - ts) if ts and ts > 0 else 0.0
-            searched = (self.classifier.collection(it.duplicate.lang),) if it.duplicate else it.searched
+            reuses = it.reuses
+            searched = (self.classifier.collection(it.duplicate.lang),) if reuses and it.duplicate else it.searched
             out.append((it.msg, LabelProposal(
                 article_id=it.event.article_id, revision=it.revision, labels=it.labels,
-                candidates=[] if it.duplicate else it.candidates,
+                candidates=[] if reuses else it.candidates,
                 duplicate_of=it.duplicate.original_id if it.duplicate else None,
                 model_version=self.classifier.model_version,
                 memory_version="+".join(searched) or self.classifier.collection(it.event.lang),
-                scoring=None if it.duplicate else it.scoring, abstained=None if it.duplicate else it.abstained,
+                scoring=None if reuses else it.scoring, abstained=None if reuses else it.abstained,
                 timings=Timings(batch_size=batch.size, queue_ms=queue_ms, dedup_ms=1000 * sec["dedup"],
                                 embed_ms=1000 * sec["embed"], search_ms=1000 * sec["search_score"],
                                 score_ms=1000 * sec["rules"], total_ms=total_ms),
@@ -385,15 +357,3 @@ class ArticlePipeline:
         for stage in ("dedup", "embed", "search_score", "rules"):
             BATCH_SECONDS.labels(stage).observe(batch.seconds[stage])
         BATCH_SECONDS.labels("total").observe(time.perf_counter() - batch.started)
-
-
-def _pending_payload(lang: str, it: ArticleItem) -> dict:
-    """The payload of a pending point: where the article came from, its text, the proposed labels and the
-    proposal's revision; for a near-copy its original and the estimated Jaccard (see
-    :mod:`newsmon.workers.copies`)."""
-    ev, d = it.event, it.duplicate
-    return {"lang": lang, "status": "pending", "title": ev.title, "outlet": ev.outlet, "country": ev.country,
-            "published_at": ev.published_at.isoformat(), "section": ev.section,
-            "duplicate_of": d.original_id if d else None, "duplicate_jaccard": float(d.jaccard) if d else None,
-            "text": it.text[:TEXT_PAYLOAD_CHARS], "proposed_labels": [x.label for x in it.labels],
-            "revision": it.revision}

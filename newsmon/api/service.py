@@ -79,7 +79,8 @@ class ApiService:
         classifier's stages; each article is stored as a pending point, so a moderator decision on it works.
 
         Raises:
-            ApiError: 413 for too many or too large articles, 422 for an invalid one (all reasons listed).
+            ApiError: 413 for too many or too large articles, 422 for an invalid one or one in a language the
+                knowledge memory has no collection for (all reasons listed, the memory's languages named).
         """
         api = self.settings.api
         if len(articles) > api.max_articles:
@@ -92,6 +93,8 @@ class ApiService:
                 for i, a in enumerate(articles)]
         with self._lock:
             batch, rejected = self.pipeline.validate(msgs)
+            rejected = sorted([*rejected, *self.pipeline.refuse_unknown_languages(batch)],
+                              key=lambda r: r[0].offset() or 0)
             if rejected:
                 errors = [{"index": m.offset(), "reason": exc.reason} for m, exc in rejected]
                 status = 413 if all(exc.code is DeadLetterReason.TOO_LARGE for _m, exc in rejected) else 422

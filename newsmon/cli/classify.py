@@ -109,7 +109,8 @@ def memory_index(
     `newsmon memory import` or `memory build` of a large archive. A running worker rebuilds it by itself, off the
     request path, once memory.index.rebuild_unindexed points are outside it; a Qdrant server indexes by itself."""
     from newsmon.shared.classifier import model_identity
-    from newsmon.shared.memory import EdgeMemory, MemoryLockedError, MemoryRouter  # deferred: see the module docstring
+    from newsmon.shared.memory import (EdgeMemory, MemoryLockedError, MemoryRouter,  # deferred: see the module docstring
+                                       UnknownLanguageError)
 
     s = settings_from_env()
     version, dim = model_identity(s)
@@ -126,7 +127,9 @@ def memory_index(
             return
         for lg in languages:
             try:
-                mem = router.memory(lg)
+                mem = router.memory(lg, create=False)
+            except UnknownLanguageError as exc:
+                fail(f"--language: {exc}")
             except MemoryLockedError as exc:
                 fail(f"{exc}\nStop the workers (or index from the worker: it rebuilds by itself) and run it again.")
             if not isinstance(mem, EdgeMemory):
@@ -149,7 +152,8 @@ def memory_index(
 def suggest(
     text: Annotated[Optional[str], typer.Argument(help="Article text (title + body).")] = None,
     file: Annotated[Optional[Path], typer.Option("--file", "-f", help="Read the article from a file ('-' = stdin).")] = None,
-    lang: Annotated[Optional[str], typer.Option(help="ISO 639-1; default: search every language.")] = None,
+    lang: Annotated[Optional[str], typer.Option(help="ISO 639-1 code, one of the memory's languages; default: "
+                                                         "detected among them.")] = None,
     top_k: Annotated[Optional[int], typer.Option(help="Neighbours (k).")] = None,
     tau: Annotated[Optional[float], typer.Option(help="Temperature tau.")] = None,
     threshold: Annotated[Optional[float], typer.Option(help="Proposal threshold.")] = None,
@@ -223,6 +227,7 @@ def _propose_one(s: Settings, text: str, lang: str | None, article_id: str) -> L
 
     from newsmon.schemas import LabelProposal, Timings  # deferred: see the module docstring
     from newsmon.shared.classifier import Classifier
+    from newsmon.shared.memory import UnknownLanguageError
     from newsmon.shared.scoring.wire import proposal_fields
 
     clf = Classifier(s)
@@ -232,8 +237,8 @@ def _propose_one(s: Settings, text: str, lang: str | None, article_id: str) -> L
             fail("the knowledge memory is empty for this model: run `newsmon memory build --data PATH --calibrate` "
                  "first")
         lang = clf.language_of([text], [lang])[0]
-        if lang and lang not in known:
-            err.print(f"[yellow]note:[/yellow] no {lang!r} memory; searching {', '.join(known)} (cross-lingual)")
+        if lang and lang not in known:  # never a new empty collection: the languages there are
+            fail(f"--lang: {UnknownLanguageError(lang, known)}")
         elif lang and clf.router.labelled_count(lang) < s.memory.min_language_articles:
             err.print(f"[yellow]note:[/yellow] the {lang!r} memory is small; searching it with "
                       f"{', '.join(known)} (cross-lingual)")

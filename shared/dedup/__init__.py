@@ -2,7 +2,8 @@
 
 A near-copy of an article already seen (re-published by an aggregator with another headline, a paragraph cut,
 boilerplate around it, or transliterated between Serbian Latin and Cyrillic) is linked to the first copy
-(``duplicate_of``) and takes over its labels without a model call.
+(``duplicate_of``); once a moderator decided on the first copy, it takes the decided labels without a model
+call (:mod:`newsmon.workers.copies`).
 
 Method (Broder 1997): a text is cleaned of boilerplate that unrelated articles share (consent walls, paywalls,
 newsletter boxes: :func:`strip_boilerplate`), normalised (:func:`normalize_text`: invisible characters deleted,

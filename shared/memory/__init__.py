@@ -22,12 +22,13 @@ from newsmon.shared.memory.base import (ARTICLE_NAMESPACE, KnowledgeMemory, Know
                                         MemoryLockedError, MemoryPoint, MemoryUnavailableError, Neighbour,
                                         SearchFilter, collection_name, point_id)
 from newsmon.shared.memory.edge import EdgeMemory
-from newsmon.shared.memory.router import (MemoryRouter, close_all_routers, open_memory, shared_router,
-                                          stored_collections)
+from newsmon.shared.memory.router import (MemoryRouter, UnknownLanguageError, close_all_routers, open_memory,
+                                          shared_router, stored_collections)
 from newsmon.shared.memory.server import QdrantServerMemory
 from newsmon.shared.memory.versions import catch_up, copy_missing, decision_time, replaced_router
 
 __all__ = ["ARTICLE_NAMESPACE", "EdgeMemory", "KnowledgeMemory", "KnowledgeMemoryError", "MemoryLockedError",
            "MemoryPoint", "MemoryRouter", "MemoryUnavailableError", "Neighbour", "QdrantServerMemory",
-           "SearchFilter", "catch_up", "close_all_routers", "collection_name", "copy_missing", "decision_time",
-           "open_memory", "point_id", "replaced_router", "shared_router", "stored_collections"]
+           "SearchFilter", "UnknownLanguageError", "catch_up", "close_all_routers", "collection_name",
+           "copy_missing", "decision_time", "open_memory", "point_id", "replaced_router", "shared_router",
+           "stored_collections"]

@@ -5,7 +5,9 @@ In server mode a router holds one ``QdrantClient`` for all its collections and f
 language collections is cached: :meth:`MemoryRouter.new_batch` marks it stale, and the next
 :meth:`MemoryRouter.languages` call lists the collections again, so a worker lists them at most once per batch.
 Only ISO 639-1 codes name a collection: :meth:`MemoryRouter.memory` refuses any other code, so a bad code never
-creates one.
+creates one. Only the paths that write a memory's articles (``memory build``, ``memory import``, eval's own
+memories, a promotion's new version) create a collection; every other path opens a language's collection with
+``create=False`` and gets :class:`UnknownLanguageError`, naming the languages there are, when it has none.
 """
 
 from __future__ import annotations
@@ -30,6 +32,21 @@ from newsmon.shared.memory.base import (
 from newsmon.shared.memory.edge import EdgeMemory
 from newsmon.shared.memory.index_build import IndexParams
 from newsmon.shared.memory.server import QdrantServerMemory, connect, server_call
+
+
+class UnknownLanguageError(ValueError):
+    """A language the knowledge memory has no collection for, on a path that never creates one (a proposal, a
+    count, an index build): ``lang``, and ``known``, the languages there are (sorted; empty for an empty memory)."""
+
+    def __init__(self, lang: str, known: Sequence[str]):
+        self.lang, self.known = lang, tuple(known)
+        if self.known:
+            there = f"the memory has {', '.join(self.known)}: send one of them, leave the language out to have it " \
+                    "detected among them"
+        else:
+            there = "the memory is empty: build it first (`newsmon memory build --data PATH --calibrate`)"
+        super().__init__(f"no knowledge memory for language {lang!r}: {there}, or build a {lang!r} memory from "
+                         f"labelled {lang!r} articles (`newsmon memory build` or `newsmon memory import`)")
 
 
 def open_memory(*, url: str | None, api_key: str | None, path: str | Path, collection: str, dim: int,
@@ -112,13 +129,17 @@ class MemoryRouter:
             self._client = connect(reveal(self.settings.memory.url), reveal(self.settings.memory.api_key))
         return self._client
 
-    def memory(self, lang: str) -> KnowledgeMemory:
-        """The knowledge memory of one language (opened, and created when missing, on first use).
+    def memory(self, lang: str, create: bool = True) -> KnowledgeMemory:
+        """The knowledge memory of one language (opened on first use; created when missing only with ``create``,
+        which only the paths that write a memory's articles ask for).
 
         Raises:
             ValueError: ``lang`` is not an ISO 639-1 code (nothing is created).
+            UnknownLanguageError: ``create`` is false and ``lang`` has no collection (nothing is created).
         """
         check_language_code(lang)
+        if not create and lang not in self._memories:
+            self.check_language(lang)
         with self._open_lock:
             if lang not in self._memories:
                 m = self.settings.memory
@@ -128,6 +149,16 @@ class MemoryRouter:
                                                    collection=self.collection(lang), dim=self.dim, client=client,
                                                    index=m.index.params())
             return self._memories[lang]
+
+    def check_language(self, lang: str) -> None:
+        """Refuse a language without a collection of this model version: the cached listing, listed again once
+        when it lacks ``lang`` (another process may have built it since).
+
+        Raises:
+            UnknownLanguageError: no collection for ``lang`` (nothing is created).
+        """
+        if lang not in self.languages() and lang not in self.languages(refresh=True):
+            raise UnknownLanguageError(lang, self.languages())
 
     def opened(self) -> list[KnowledgeMemory]:
         """The memories opened so far (one per language)."""
@@ -158,12 +189,12 @@ class MemoryRouter:
 
     def has_labelled(self, lang: str) -> bool:
         """Whether the collection of ``lang`` holds at least one labelled article (one exact count)."""
-        return self.memory(lang).count(SearchFilter(labelled=True)) > 0
+        return self.memory(lang, create=False).count(SearchFilter(labelled=True)) > 0
 
     def labelled_count(self, lang: str) -> int:
         """Labelled articles in the collection of ``lang`` (one exact count, cached until :meth:`new_batch`)."""
         if lang not in self._counts:
-            self._counts[lang] = self.memory(lang).count(SearchFilter(labelled=True))
+            self._counts[lang] = self.memory(lang, create=False).count(SearchFilter(labelled=True))
         return self._counts[lang]
 
     # -- the search routed by language --------------------------------------------------------------------
@@ -187,8 +218,9 @@ class MemoryRouter:
         limit = top_k + (lexical_k if texts is not None else 0)
 
         def search(lang: str, idx: list[int]) -> list[list[Neighbour]]:
-            return self.memory(lang).search(vectors[idx], top_k, flt, [texts[i] for i in idx] if texts is not None
-                                            else None, lexical_k if texts is not None else 0)
+            return self.memory(lang, create=False).search(
+                vectors[idx], top_k, flt, [texts[i] for i in idx] if texts is not None else None,
+                lexical_k if texts is not None else 0)
 
         rows: list[list[Neighbour]] = [[] for _ in langs]
         searched: list[tuple[str, ...]] = [() for _ in langs]
@@ -231,7 +263,7 @@ class MemoryRouter:
         for lang in self.languages():
             if not todo:
                 break
-            for aid, point in zip(todo, self.memory(lang).get(todo, with_vectors=with_vectors)):
+            for aid, point in zip(todo, self.memory(lang, create=False).get(todo, with_vectors=with_vectors)):
                 if point is not None:
                     found[aid] = (lang, point)
             todo = [aid for aid in todo if aid not in found]
