@@ -1,8 +1,9 @@
 """A :class:`~newsmon.schemas.LabelProposal` as a moderator reads it, for the demo and ``newsmon suggest``.
 
-Per label: its score, source and the decision rule that proposed it (or, for a label not proposed, its own
-threshold), then the evidence: the rule that matched (the KwE and the words it found), the
-original of a near-copy, or the top neighbours with their similarity and title. The labels below the threshold
+Per label: its score, source and why it is proposed (or, for a label not proposed, why not): the proposal's own
+``reason`` (version 7), or for an older proposal words made from its decision rule and threshold; then the
+evidence: the rule that matched (the KwE and the words it found), the original of a near-copy, or the top neighbours
+with their similarity and title. The labels below the threshold
 (``candidates``) follow the same way. Built as rich :class:`~rich.text.Text` (titles are never read as markup)
 and printed through a rich console, so a live progress display on the same console is redrawn around it.
 """
@@ -16,7 +17,7 @@ from rich.text import Text
 
 from newsmon.schemas import LabelProposal, ProposedLabel
 
-__all__ = ["print_proposal", "render_proposal", "thresholds_in_words"]
+__all__ = ["print_proposal", "reason_in_words", "render_proposal", "thresholds_in_words"]
 
 _MARK = {True: ("✓", "green"), False: ("✗", "red"), None: ("•", "cyan")}
 
@@ -29,8 +30,10 @@ def _evidence(x: ProposedLabel, neighbours: int) -> list[Text]:
         lines.append(Text.assemble("      rule ", (x.rule.kwe, "magenta"), f" matched {found}"))
     if x.source == "duplicate":
         for n in x.neighbours[:1]:
-            lines.append(Text(f"      near-copy of {n.article_id} (estimated Jaccard {n.similarity:.2f}): "
-                              "the labels its original passes on"))
+            line = Text(f"      near-copy of {n.article_id} (estimated Jaccard {n.similarity:.2f})")
+            if n.title:
+                line.append("  " + n.title, style="italic")
+            lines.append(line)
         return lines
     for n in x.neighbours[:neighbours]:
         line = Text(f"      {n.similarity:.3f}  {n.article_id}")
@@ -76,13 +79,20 @@ def _why(x: ProposedLabel, proposed: bool, support: dict[str, int], count_rule: 
     return f"{words} (below its threshold {t:g})" if t is not None and x.score <= t else words
 
 
+def reason_in_words(x: ProposedLabel, proposed: bool = True, support: dict[str, int] | None = None,
+                    count_rule: bool = False) -> str:
+    """Why ``x`` is proposed (or not), for people: its ``reason`` (version 7), else, for an older proposal, words made
+    from its decision rule and threshold ("" when it carries neither)."""
+    return x.reason or _why(x, proposed, support or {}, count_rule)
+
+
 def _label_line(x: ProposedLabel, gold: set[str] | None, width: int, proposed: bool = True,
                 support: dict[str, int] | None = None, count_rule: bool = False) -> Text:
-    """``  ✓ label  0.577  retrieval  above its threshold 0.5`` (✓ / ✗ against the gold labels when known, •
-    otherwise; then the rule that proposed it, or for a label not proposed its threshold, when the proposal
-    carries them)."""
+    """``  ✓ label  0.577  retrieval  its score 0.58 is above its threshold 0.50; 3 of the 50 nearest memory
+    articles carry it, ...`` (✓ / ✗ against the gold labels when known, • otherwise; then why:
+    :func:`reason_in_words`)."""
     mark, style = _MARK[None if gold is None else x.label in gold]
-    why = _why(x, proposed, support or {}, count_rule)
+    why = reason_in_words(x, proposed, support, count_rule)
     return Text.assemble(f"  {mark} ", (x.label.ljust(width), f"bold {style}"), f"  {x.score:.3f}  ",
                          (x.source, "dim"), (f"  {why}" if why else "", "dim"))
 

@@ -92,29 +92,33 @@ _DEFAULTS = {"predictor": "newsmon", "top_k": 50, "tau": 0.04, "threshold": 0.5,
 
 PROPOSAL_EXAMPLES: list[dict] = [
     {
-        "schema_version": 6,
+        "schema_version": 7,
         "article_id": "sta-2024-05-06-0412",
         "revision": 0,
         "labels": [
             {"label": "bencin", "score": 0.83, "source": "retrieval", "rule": None, "decided_by": "threshold",
-             "threshold": 0.6, "neighbours": [
+             "threshold": 0.6, "reason": "its score 0.83 is above its threshold 0.60; 9 of the 75 nearest memory "
+                                         "articles carry it, the closest at 0.91", "neighbours": [
                 {"article_id": "sl-test-707", "similarity": 0.912, "title": "Bencin cenejši, dizel dražji"},
                 {"article_id": "sl-test-285", "similarity": 0.897, "title": "Bencin ne bo več rekordno drag"},
                 {"article_id": "sl-test-700", "similarity": 0.889,
                  "title": "Bencin spet dosegel rekordne vrednosti"}]},
             {"label": "dizel", "score": 0.61, "source": "retrieval", "rule": None, "decided_by": "threshold",
-             "threshold": 0.6, "neighbours": [
+             "threshold": 0.6, "reason": "its score 0.61 is above its threshold 0.60; 4 of the 75 nearest memory "
+                                         "articles carry it, the closest at 0.91", "neighbours": [
                 {"article_id": "sl-test-707", "similarity": 0.912, "title": "Bencin cenejši, dizel dražji"},
                 {"article_id": "sl-test-502", "similarity": 0.884,
                  "title": "Višje trošarine, nespremenjena cena pogonskih goriv"}]},
         ],
         "candidates": [
             {"label": "trošarine", "score": 0.34, "source": "retrieval", "rule": None, "decided_by": None,
-             "threshold": 0.6, "neighbours": [
+             "threshold": 0.6, "reason": "its score 0.34 is below its threshold 0.60; 2 of the 75 nearest memory "
+                                         "articles carry it, the closest at 0.88", "neighbours": [
                 {"article_id": "sl-test-502", "similarity": 0.884,
                  "title": "Višje trošarine, nespremenjena cena pogonskih goriv"}]},
             {"label": "nafta", "score": 0.29, "source": "retrieval", "rule": None, "decided_by": None,
-             "threshold": 0.35, "neighbours": [
+             "threshold": 0.35, "reason": "its score 0.29 is below its threshold 0.35; 1 of the 75 nearest memory "
+                                          "articles carries it, the closest at 0.89", "neighbours": [
                 {"article_id": "sl-test-700", "similarity": 0.889,
                  "title": "Bencin spet dosegel rekordne vrednosti"}]},
         ],

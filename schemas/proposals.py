@@ -19,6 +19,7 @@ LABEL_PROPOSALS_TOPIC = "label-proposals"
 
 MemoryVersion = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=r"\S")]
 Title = Annotated[str, StringConstraints(max_length=300)]
+Reason = Annotated[str, StringConstraints(min_length=1, max_length=1000)]
 
 
 class NeighbourRef(Part):
@@ -69,6 +70,12 @@ class ProposedLabel(Part):
         None, description="The label's own threshold for this article (by label frequency or its own, when the "
                           "calibration set those; else the scoring's threshold; with the label-count rule its "
                           "minimum score); null when not known; v3.")
+    reason: Reason | None = Field(
+        None, description="Why the label is proposed (for a candidate: why it is not), in words a moderator reads: "
+                          "the evidence and the rule, e.g. \"its score 0.83 is above its threshold 0.60; 3 of the "
+                          "75 nearest memory articles carry it, the closest at 0.91\", \"its rule matched the text "
+                          "(“Krka”) ...\", \"a moderator decided it on ..., which this article nearly copies ...\"; "
+                          "null before version 7; v7.")
 
 
 class Timings(Part):
@@ -104,15 +111,16 @@ class LabelProposal(Event):
     ``scoring.label_count``); 5 adds the head model's weight (``scoring.head_weight``); 6 gives ``scoring`` its one
     shape (the settings' and the calibration record's: ``components`` and ``rules`` as lists of names and options,
     ``source`` and ``note``; the flat rule fields of versions 3 to 5 are read into it), any registered rule name in
-    ``decided_by``, and ``abstained``. Versions 1 to 5 are still read (new fields at their defaults).
+    ``decided_by``, and ``abstained``; 7 adds per label ``reason`` (why, in words). Versions 1 to 6 are still read
+    (new fields at their defaults).
     """
 
     default_topic: ClassVar[str] = LABEL_PROPOSALS_TOPIC
     kafka_key_field: ClassVar[str] = "article_id"
-    schema_versions: ClassVar[tuple[int, ...]] = (1, 2, 3, 4, 5, 6)
+    schema_versions: ClassVar[tuple[int, ...]] = (1, 2, 3, 4, 5, 6, 7)
     json_examples: ClassVar[tuple[dict, ...]] = tuple(PROPOSAL_EXAMPLES)
 
-    schema_version: int = Field(6, description="Version of this schema (1 to 6).")
+    schema_version: int = Field(7, description="Version of this schema (1 to 7).")
     article_id: ArticleId
     revision: int = Field(0, ge=0, description="0 for the first proposal of the article; higher replaces lower.")
     labels: list[ProposedLabel] = Field(description="Proposed labels, best first, each label once.")
@@ -150,10 +158,12 @@ class LabelProposal(Event):
         return self
 
     def needs_version(self) -> int:
-        """6 when ``scoring`` has the components-and-rules shape or ``abstained`` is set; else what the content of
-        a proposal of versions 1 to 5 needs: 5 for the head model's weight, 4 for the label-count rule, 3 for the
-        decision rules' fields, 2 for any version-2 field, else 1."""
+        """7 when a label has a ``reason``; 6 when ``scoring`` has the components-and-rules shape or ``abstained``
+        is set; else what the content of a proposal of versions 1 to 5 needs: 5 for the head model's weight, 4 for
+        the label-count rule, 3 for the decision rules' fields, 2 for any version-2 field, else 1."""
         every = [*self.labels, *self.candidates]
+        if any(p.reason is not None for p in every):
+            return 7
         sc = self.scoring
         if self.abstained is not None or (sc is not None and sc._legacy is None):
             return 6

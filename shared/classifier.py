@@ -178,6 +178,14 @@ class Classifier:
                                                       self.settings.memory.min_language_articles, texts, lexical_k)
         return Retrieval.from_neighbours(rows, top_k + (lexical_k if texts is not None else 0)), searched
 
+    def carriers(self, vectors: np.ndarray, langs: Sequence[str | None], label: str, n: int,
+                 exclude: Sequence[str] = ()) -> list[list]:
+        """Per ``(m, d)`` query vector, the ``n`` closest labelled memory articles that carry ``label``
+        (:class:`~newsmon.shared.memory.Neighbour`, most similar first), routed by language as :meth:`search`: the
+        evidence of a label no neighbour carries (the scorer's :data:`~newsmon.shared.scoring.scorer.CARRIERS`)."""
+        flt = SearchFilter(labelled=True, labels=(label,), exclude_ids=tuple(exclude))
+        return self.router.search_languages(vectors, langs, n, flt, self.settings.memory.min_language_articles)[0]
+
     def retrieve(self, vectors: np.ndarray, langs: Sequence[str | None], top_k: int,
                  exclude: Sequence[str] = ()) -> Retrieval:
         """The dense neighbours of :meth:`search`."""

@@ -65,8 +65,8 @@ import ftfy.chardata
 import ftfy.fixes
 import regex
 
-__all__ = ["MAX_COMBINING_RUN", "NORMALIZATION_VERSION", "Tokens", "cap_combining", "clean_text", "forget_cleaned",
-           "normalize_text", "normalize_word", "strip_html", "tokenize", "words"]
+__all__ = ["MAX_COMBINING_RUN", "NORMALIZATION_VERSION", "Tokens", "cap_combining", "clean_text", "cut_at_word",
+           "forget_cleaned", "normalize_text", "normalize_word", "strip_html", "tokenize", "words"]
 
 #: Bump when the normalisation or segmentation changes: stored artefacts built from words (indexes, shingles)
 #: must be rebuilt.
@@ -367,3 +367,19 @@ def words(text: str) -> list[str]:
 def normalize_text(text: str) -> str:
     """The normalised words of ``text`` joined by single spaces (a canonical string form of a text)."""
     return " ".join(tokenize(text).words)
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """``text`` with its whitespace collapsed, cut to at most ``limit`` characters at a word boundary with an
+    ellipsis (``…``) when it is longer (mid-word only when its first word alone is longer). Reads at most
+    ``2 * limit`` characters of ``text`` past its leading whitespace: a headline or an excerpt of a long text costs
+    what it shows."""
+    head = text.lstrip()
+    short = " ".join(head[:2 * limit].split())
+    if len(short) <= limit and len(head) <= 2 * limit:
+        return short
+    cut = short[:limit - 1]
+    if len(short) >= limit and not short[limit - 1].isspace():  # the cut falls inside a word: drop its start
+        space = cut.rfind(" ")
+        cut = cut[:space] if space > 0 else cut
+    return cut.rstrip(" ,;:-–—") + "…"

@@ -196,17 +196,19 @@ def test_the_wire_says_which_rule_proposed_each_label_and_its_threshold(memory_c
     assert why(plain) == {"a": ("threshold", 0.7), "k": (None, 0.7)} and [x.label for x in plain.labels] == ["a"]
     voted = propose(set_vote=0.6)  # the set {a, k} holds 8/13 of the weight
     assert why(voted) == {"a": ("set_vote", 0.7), "k": ("set_vote", 0.7)}
-    # the scoring's one shape (the record's components and rules) is version 6
-    assert voted.schema_version == 6 == LabelProposal.model_validate_json(voted.to_bytes()).schema_version
+    # each label's reason (version 7), with the scoring's one shape (the record's components and rules, version 6)
+    assert voted.schema_version == 7 == LabelProposal.model_validate_json(voted.to_bytes()).schema_version
     assert [r.name for r in voted.scoring.rules] == ["threshold", "set_vote"]
     # the label-count rule: the neighbours carry (8 * 2 + 5 * 1) / 13 = 1.6 labels -> the 2 best at >= 0.5
     counted = propose(label_count=0.5)
     assert why(counted) == {"a": ("label_count", 0.5), "k": ("label_count", 0.5)}
-    assert counted.scoring.rule("label_count").minimum == 0.5 and counted.needs_version() == 6 == counted.schema_version
+    assert counted.scoring.rule("label_count").minimum == 0.5 and counted.needs_version() == 7 == counted.schema_version
     assert LabelProposal.model_validate_json(counted.to_bytes()).labels[1].decided_by == "label_count"
     console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(render_proposal(voted))
-    assert "k  0.615  retrieval  label-set vote (below its threshold 0.7)" in console.export_text()
+    assert ("k 0.615 retrieval the nearest memory articles agree on a label set that holds it (label-set vote), "
+            "although its score 0.62 is below its threshold 0.70; 8 of the 13 nearest memory articles carry it"
+            in " ".join(console.export_text().split()))
     # frequency-bucket thresholds: each label says its own (a on 13 memory articles, k on 8: rare)
     buckets = propose(threshold=0.5, bucket_thresholds=[0.9, 0.3, 0.3, 0.3])
     assert why(buckets) == {"a": ("threshold", 0.3), "k": (None, 0.9)}

@@ -96,7 +96,8 @@ def test_a_rule_from_outside_the_package_is_calibrated_applied_stored_and_writte
     lp = LabelProposal(article_id="a1", **proposal_fields(props[1]), model_version="m", memory_version="newsmon_sl_m",
                        produced_at="2024-05-01T08:00:00Z")
     back = parse_event(LabelProposal, lp.to_bytes())
-    assert back.labels[0].decided_by == "top_one" and back.schema_version == 6
+    assert back.labels[0].decided_by == "top_one" and back.schema_version == 7
+    assert "the rule “top one” proposed it" in back.labels[0].reason  # a deployment's rule, named in words
     assert back.scoring.options_of("top_one") == {"minimum": params.rule("top_one").minimum}
     schema = json.dumps(LabelProposal.model_json_schema())
     assert schema.count('"top_one"') >= 2  # decided_by's and the rules' enums

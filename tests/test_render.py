@@ -23,11 +23,14 @@ def test_retrieval_labels_show_score_source_and_titled_neighbours():
     sl = _examples()[0]
     out = _text(sl, neighbours=2, candidates=1).splitlines()
     assert out[0] == "sta-2024-05-06-0412"
-    assert out[1] == "  • bencin     0.830  retrieval  above its threshold 0.6"
+    # the proposal's own reason (version 7)
+    assert out[1] == ("  • bencin     0.830  retrieval  its score 0.83 is above its threshold 0.60; 9 of the 75 "
+                      "nearest memory articles carry it, the closest at 0.91")
     assert out[2] == "      0.912  sl-test-707  Bencin cenejši, dizel dražji"
     assert out[4] == "      … and 1 more in the proposal"
     assert "  not proposed (thresholds by the label's frequency in the memory):" in out
-    assert "  • trošarine  0.340  retrieval  below its threshold 0.6" in out
+    assert ("  • trošarine  0.340  retrieval  its score 0.34 is below its threshold 0.60; 2 of the 75 nearest memory "
+            "articles carry it, the closest at 0.88") in out
     assert "nafta" not in "\n".join(out)  # one candidate asked for
 
 
@@ -48,8 +51,7 @@ def test_nothing_above_the_threshold_and_a_near_copy():
     assert "  no label above the threshold 0.5" in out and "  • stavka  0.460  retrieval" in out
     out = _text(copy).splitlines()
     assert out[0] == "delo-2024-05-06-8812 (near-copy of sta-2024-05-06-0412)"
-    assert out[2] == ("      near-copy of sta-2024-05-06-0412 (estimated Jaccard 0.94): the labels its original "
-                      "passes on")
+    assert out[2] == "      near-copy of sta-2024-05-06-0412 (estimated Jaccard 0.94)"
 
 
 def test_bucket_and_label_thresholds_are_named_where_they_decided():

@@ -425,7 +425,7 @@ def test_version_6_names_any_registered_rule_and_carries_an_abstention():
     quiet = {**v6, "labels": [], "candidates": [], "scoring": None, "abstained": "too few real words (2 < 5)"}
     assert parse_event(LabelProposal, raw(quiet)).abstained.startswith("too few")
     assert "needs schema_version 6" in reason(LabelProposal, {**quiet, "schema_version": 5})
-    assert LabelProposal.model_fields["schema_version"].default == 6
+    assert LabelProposal.model_fields["schema_version"].default == 7  # 7: per label reason (issue 43 item 3)
 
 
 @pytest.mark.parametrize("name", sorted(EVENT_MODELS))

@@ -28,6 +28,7 @@ import numpy as np
 
 from newsmon.schemas import LabelProposal, NeighbourRef, ProposedLabel
 from newsmon.shared.memory import KnowledgeMemory, MemoryPoint, MemoryRouter, SearchFilter
+from newsmon.shared.scoring.reasons import duplicate_reason
 from newsmon.shared.scoring.retrieval import display_title
 
 
@@ -87,12 +88,13 @@ def inherited_labels(original: MemoryPoint) -> tuple[str, ...] | None:
 
 
 def duplicate_labels(original_id: str, labels: tuple[str, ...], jaccard: float,
-                     original: MemoryPoint | None = None) -> list[ProposedLabel]:
-    """The proposed labels of a near-copy: each of ``labels`` (decided on the original) scored by the estimated
-    Jaccard similarity, with the original as its one neighbour (``source = "duplicate"``; its headline, or the
-    start of its text, from its point ``original`` when given)."""
-    title = display_title(original.payload) if original is not None else None
-    return [ProposedLabel(label=lb, score=float(jaccard), source="duplicate",
+                     original: MemoryPoint) -> list[ProposedLabel]:
+    """The proposed labels of a near-copy: each of ``labels`` (decided on the original, whose point is
+    ``original``) scored by the estimated Jaccard similarity, with the original as its one neighbour (its headline,
+    or the start of its text) and the decision it comes from as its ``reason`` (``source = "duplicate"``)."""
+    title = display_title(original.payload)
+    why = duplicate_reason(original_id, title, jaccard, is_moderated(original))
+    return [ProposedLabel(label=lb, score=float(jaccard), source="duplicate", reason=why,
                           neighbours=[NeighbourRef(article_id=original_id, similarity=float(jaccard), title=title)])
             for lb in labels]
 
@@ -105,7 +107,7 @@ def recheck_copies(items: list, mem: KnowledgeMemory, relabel) -> list:
     changed = []
     for it, original in zip(items, mem.get([it.duplicate.original_id for it in items], with_vectors=True), strict=True):
         inherited = inherited_labels(original) if original is not None else None
-        if inherited is None:
+        if original is None or inherited is None:
             continue  # not decided: the copy keeps its own proposal
         d, labels = it.duplicate, relabel(inherited)
         if not d.decided or list(labels) != [x.label for x in it.labels]:

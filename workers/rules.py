@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import structlog
 
 from newsmon.schemas import ArticleEvent, LabelDefinition, ProposedLabel, RuleEvidence
+from newsmon.shared.scoring.reasons import quoted, rule_reason
 from newsmon.shared.kwe import (ArticleMeta, KweSyntaxError, LabelRule, LabelRuleIndex, RuleFilters, RuleMatch,
                                 parse_kwe)
 from newsmon.shared.memory import MemoryRouter, SearchFilter
@@ -163,20 +164,29 @@ def match_rules(articles: list[tuple[str, ArticleMeta, list[ProposedLabel]]], st
         for x in labels:
             m, rule = matches.get(x.label), index.get(x.label)
             if m is not None:
-                kept.append(x.model_copy(update={"rule": rule_evidence(m, tokens)}))
+                ev = rule_evidence(m, tokens)
+                why = f"{x.reason}; its rule matched the text too ({quoted(ev.matched)})" if x.reason else None
+                kept.append(x.model_copy(update={"rule": ev, "reason": why}))
             elif rule is not None and (rule.require_rule_match or not rule.filters.admits(meta)):
                 dropped.append(x.label)
             else:
                 kept.append(x)
         have = {x.label for x in labels}
         rule_only = [lb for lb in matches if lb not in have and counts.get(lb, 0) < min_examples]
-        kept += [ProposedLabel(label=lb, score=score, source="rule", rule=rule_evidence(matches[lb], tokens))
+        kept += [_rule_label(lb, score, rule_evidence(matches[lb], tokens), counts.get(lb, 0), min_examples, True)
                  for lb in rule_only]
-        candidates = tuple(ProposedLabel(label=lb, score=score, source="rule",
-                                         rule=rule_evidence(matches[lb], tokens))
+        candidates = tuple(_rule_label(lb, score, rule_evidence(matches[lb], tokens), counts.get(lb, 0),
+                                       min_examples, False)
                            for lb in matches if lb not in have and lb not in rule_only)[:MAX_CANDIDATES]
         out.append((kept, RuleOutcome(tuple(matches), tuple(dropped), tuple(rule_only), candidates)))
     return out
+
+
+def _rule_label(label: str, score: float, evidence: RuleEvidence, examples: int, min_examples: int,
+                proposed: bool) -> ProposedLabel:
+    """A label from its rule (``source = "rule"``): proposed from its KwE alone, or a rule candidate; with why."""
+    return ProposedLabel(label=label, score=score, source="rule", rule=evidence,
+                         reason=rule_reason(evidence.matched, examples, min_examples, proposed))
 
 
 def admitted_candidates(candidates: list[ProposedLabel], labels: list[ProposedLabel], outcome: RuleOutcome,

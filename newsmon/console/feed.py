@@ -36,6 +36,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from newsmon.schemas import InvalidEvent, LabelProposal, ModeratorDecision, parse_event
 from newsmon.shared.config import Settings
 from newsmon.shared.memory import MemoryRouter, decision_time
+from newsmon.shared.scoring.retrieval import display_title
 
 log = structlog.get_logger(__name__)
 
@@ -46,6 +47,7 @@ MAX_ITEMS = 2000       # articles kept in the queue (the oldest proposals droppe
 REPLAY = 1000          # events kept for browsers that reconnect
 APPLY_TIMEOUT_S = 120  # a decision not applied by then is reported as not applied
 POLL_S = 0.03          # how often pending decisions are looked up in the memory (seconds)
+HEADING_CHARS = 120    # the queue's title of an article: its headline, or the start of its text cut at a word
 
 
 @dataclass
@@ -184,7 +186,7 @@ class ConsoleFeed:
                 if old is not None and old.proposal.revision >= p.revision:
                     continue
                 payload = found.get(p.article_id, {})
-                item = Item(proposal=p, title=payload.get("title") or (payload.get("text") or "")[:120] or None,
+                item = Item(proposal=p, title=display_title(payload, HEADING_CHARS),
                             outlet=payload.get("outlet"), lang=payload.get("lang"))
                 if old is not None:
                     item.decision, item.applied, item.applied_s = old.decision, old.applied, old.applied_s

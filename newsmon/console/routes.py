@@ -47,7 +47,10 @@ from newsmon.console.session import (
     moderator,
     read_json,
 )
+from newsmon.render import reason_in_words
 from newsmon.schemas import ModeratorDecision
+from newsmon.shared.scoring.retrieval import display_title
+from newsmon.shared.text import cut_at_word
 
 __all__ = ["mount_console"]
 
@@ -159,18 +162,21 @@ async def article_page(request: Request, article_id: str, user: PageUser):
     point = found.get(article_id, {})
     neighbours = sorted(refs.values(), key=lambda r: -r["ref"].similarity)[:MAX_NEIGHBOURS]
     for r in neighbours:
-        r["labels"] = found.get(r["ref"].article_id, {}).get("labels", [])
+        payload = found.get(r["ref"].article_id, {})
+        r["labels"] = payload.get("labels", [])
+        r["title"] = r["ref"].title or display_title(payload)  # a title-less article: the start of its text
     terms = [t for x in [*p.labels, *p.candidates] if x.rule for t in x.rule.matched]
-    title = point.get("title") or item.title
-    text = point.get("text") or ""
-    if title and text.startswith(title):
-        text = text[len(title):].lstrip("\n")
+    title, text = heading_and_body(point, item.title)
     state = {"article_id": article_id, "labels": [x.label for x in p.labels],
              "candidates": [x.label for x in p.candidates], "next": feed.next_after(article_id),
              "decided": feed.summary(item)["decided"]}
+    sc = p.scoring
+    support = {r.name: r.options["support"] for r in sc.rules if "support" in r.options} if sc else {}
+    count_rule = bool(sc and sc.options_of("label_count") is not None)
+    reasons = {x.label: reason_in_words(x, True, support, count_rule) for x in p.labels}
     return _page(request, "article.html", user, item=item, p=p, title=title, point=point,
                  title_html=highlight(title or "", terms), text_html=highlight(text, terms), neighbours=neighbours,
-                 state=json.dumps(state))
+                 reasons=reasons, state=json.dumps(state))
 
 
 @router.get("/labels", response_class=HTMLResponse)
@@ -250,6 +256,22 @@ async def decide(request: Request, user: ApiUser):
 
 
 # -- text ----------------------------------------------------------------------------------------------------
+HEADING_CHARS = 120  # a title-less article's heading: the start of its text, cut at a word
+
+
+def heading_and_body(point: dict, title: str | None) -> tuple[str | None, str]:
+    """An article's heading and body from its memory point: its headline and its text without the headline it
+    starts with; without a headline, the start of its text cut at a word (:func:`cut_at_word`) and the whole text as
+    the body (never a body cut where the heading stopped)."""
+    text = str(point.get("text") or "")
+    headline = str(point.get("title") or "")
+    if headline:
+        return headline, text[len(headline):].lstrip("\n") if text.startswith(headline) else text
+    if text.strip():
+        return cut_at_word(text, HEADING_CHARS), text
+    return title, text
+
+
 def highlight(text: str, terms: list[str]) -> Markup:
     """``text`` escaped for HTML, each occurrence of a ``terms`` entry (case-insensitive, longest first) in
     ``<mark>``. One pass of one alternation of literal strings: linear in the text for a bounded term list."""

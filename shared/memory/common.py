@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from newsmon.shared.text import cut_at_word
 from newsmon.shared.memory.base import (FIELD_ARTICLE_ID, LEXICAL_VECTOR, FIELD_DUPLICATE_OF, FIELD_LABELS, FIELD_LANG,
                                         FIELD_N_LABELS, FIELD_TEXT, INTERNAL_FIELDS, QUERY_BATCH, READ_BATCH,
                                         WRITE_BATCH, KnowledgeMemoryError, MemoryPoint, Neighbour, SearchFilter,
@@ -47,9 +48,20 @@ class Hit(NamedTuple):
 # -- payloads and records ----------------------------------------------------------------------------------
 
 
+#: Payload field of a point without a headline: the start of its text (at most :data:`EXCERPT_CHARS` characters, cut
+#: at a word), which a search hands back (it leaves the text out), so the evidence shows words, not a bare id.
+FIELD_EXCERPT = "excerpt"
+EXCERPT_CHARS = 300
+
+
 def full_payload(aid: str, labels: list[str], payload: dict) -> dict:
-    """The stored payload: the caller's fields plus ``article_id``, ``labels`` and ``n_labels``."""
+    """The stored payload: the caller's fields plus ``article_id``, ``labels`` and ``n_labels``, and for an article
+    without a headline the ``excerpt`` of its text (:data:`FIELD_EXCERPT`) when the caller gave none."""
     full = {k: v for k, v in payload.items() if k not in INTERNAL_FIELDS}
+    text = full.get(FIELD_TEXT)
+    if FIELD_EXCERPT not in full and isinstance(text, str) and text.strip() \
+            and not str(full.get("title") or "").strip():
+        full[FIELD_EXCERPT] = cut_at_word(text, EXCERPT_CHARS)
     full[FIELD_ARTICLE_ID] = aid
     full[FIELD_LABELS] = list(labels)
     full[FIELD_N_LABELS] = len(labels)

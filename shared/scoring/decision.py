@@ -156,11 +156,18 @@ def decide(retrieval: Retrieval, vocab: LabelVocab, params: ScoringCore, evidenc
 
 
 def _label_score(retrieval: Retrieval, i: int, label: str, score: float, k: int, max_neighbours: int) -> LabelScore:
-    """Label ``label`` of article ``i`` with up to ``max_neighbours`` of its first ``k`` neighbours that carry it."""
-    js = [j for j in range(min(k, retrieval.k)) if label in retrieval.labels[i][j]][:max_neighbours]
+    """Label ``label`` of article ``i`` with up to ``max_neighbours`` of its first ``k`` neighbours that carry it,
+    or, when none of those does (a label a rule with a wider window or a score component proposed), of the
+    neighbours retrieved after them; with how many of the first ``k`` carry it."""
+    first = min(k, retrieval.k)
+    carriers = [j for j in range(first) if label in retrieval.labels[i][j]]
+    js = carriers[:max_neighbours] or [j for j in range(first, retrieval.k)
+                                       if label in retrieval.labels[i][j]][:max_neighbours]
     titles = [retrieval.titles[i][j] for j in js] if retrieval.titles is not None else []
     cos = retrieval.cosine  # the wire's `similarity` is the cosine, also after hybrid retrieval's fusion
-    return LabelScore(label, score, [(str(retrieval.ids[i, j]), float(cos[i, j])) for j in js], titles)
+    window = sum(1 for j in range(first) if retrieval.ids[i, j] != "")
+    return LabelScore(label, score, [(str(retrieval.ids[i, j]), float(cos[i, j])) for j in js], titles,
+                      carriers=len(carriers), window=window, beyond=bool(js) and not carriers)
 
 
 def explain(retrieval: Retrieval, decision: Decision, vocab: LabelVocab, k: int | None = None,

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from newsmon.shared.text import cut_at_word
+
 
 class LabelVocab:
     """A growing mapping label <-> column index (labels are free strings; new labels appear every week)."""
@@ -160,15 +162,15 @@ TITLE_CHARS = 160
 
 
 def display_title(payload: dict | None, limit: int = TITLE_CHARS) -> str | None:
-    """What a moderator sees of a memory article: its headline, or when it has none the start of its text
-    (whitespace collapsed), cut to ``limit`` characters with an ellipsis; None without either."""
+    """What a moderator sees of a memory article: its headline, or when it has none the start of its text (the
+    stored ``excerpt``, which a search hands back, or the ``text``), whitespace collapsed and cut at a word to
+    ``limit`` characters with an ellipsis (:func:`~newsmon.shared.text.cut_at_word`); None without any."""
     if not payload:
         return None
-    for key in ("title", "text"):
+    for key in ("title", "excerpt", "text"):
         value = payload.get(key)
         if isinstance(value, str) and value.strip():
-            text = " ".join(value.split())
-            return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+            return cut_at_word(value, limit)
     return None
 
 
@@ -194,7 +196,12 @@ class LabelScore:
     """One label with its score and the neighbours (article id, cosine similarity) behind it; ``titles``: the
     same neighbours' titles for people (:func:`display_title`), in the same order (empty when unknown);
     ``decided_by``: the name of the decision rule that proposed it (None: not proposed, or not known);
-    ``threshold``: the label's own threshold (None: not known)."""
+    ``threshold``: the label's own threshold (None: not known).
+
+    The evidence's provenance, for its ``reason`` (:mod:`newsmon.shared.scoring.reasons`, in words): ``carriers`` of
+    the article's first ``window`` neighbours (k) carry it; when none does, ``neighbours`` are those after the first
+    k that carry it (``beyond``) or the memory's closest articles carrying it, found for it (``searched``), and
+    ``components`` the score components that gave it a share."""
 
     label: str
     score: float
@@ -202,6 +209,12 @@ class LabelScore:
     titles: list[str | None] = field(default_factory=list)
     decided_by: str | None = None
     threshold: float | None = None
+    carriers: int = 0
+    window: int = 0
+    beyond: bool = False
+    searched: bool = False
+    components: list[str] = field(default_factory=list)
+    reason: str | None = None
 
 
 @dataclass

@@ -23,12 +23,16 @@ from newsmon.schemas.scoring import ScoringInfo, ScoringParams
 from newsmon.shared.scoring.components import Queries, get_component
 from newsmon.shared.scoring.decision import Decision, decide, explain, neighbours_needed, retrieval_size
 from newsmon.shared.scoring.lexical import TermVectors, fuse
-from newsmon.shared.scoring.retrieval import LabelVocab, Proposal, Retrieval
+from newsmon.shared.scoring.reasons import retrieval_reason
+from newsmon.shared.scoring.retrieval import LabelVocab, Proposal, Retrieval, display_title
 
 Relabel = Callable[[tuple[str, ...]], tuple[str, ...]]
 
 #: Labels below the threshold a proposal carries as ``candidates`` for the moderator (the wire allows 20).
 CANDIDATES = 20
+#: The memory's closest articles carrying a proposed label that none of the article's neighbours carries, shown as
+#: its evidence (found by one search for the label, :meth:`Scorer.propose`).
+CARRIERS = 3
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,11 @@ class NeighbourSource(Protocol):
         """The top-``top_k`` labelled neighbours of ``(m, d)`` vectors (hybrid with ``texts`` and ``lexical_k``),
         and per article the collections searched."""
 
+    def carriers(self, vectors: np.ndarray, langs: Sequence[str | None], label: str, n: int,
+                 exclude: Sequence[str]) -> list[list[Any]]:
+        """Per vector, the ``n`` closest memory articles that carry ``label`` (objects with ``article_id``,
+        ``similarity`` and ``payload``), most similar first."""
+
 
 class ModelSource(Protocol):
     """The per-memory models of the score components, and the memory's label counts
@@ -84,6 +93,8 @@ class Scored:
     retrieval: Retrieval
     searched: list[tuple[str, ...]]
     resolved: Resolved
+    lang: str | None = None
+    evidence: dict[str, Any] | None = None  # each component's evidence (under the registry's names)
 
 
 class Scorer:
@@ -131,14 +142,53 @@ class Scorer:
                 exclude: Sequence[str] = (), relabel: Relabel | None = None, candidates: int = CANDIDATES,
                 retrieval: Retrieval | None = None, resolved: Resolved | None = None) -> list[Proposal]:
         """The :class:`Proposal` of each article (:meth:`score`, then
-        :func:`~newsmon.shared.scoring.decision.explain`), with ``searched`` and ``resolved`` set."""
+        :func:`~newsmon.shared.scoring.decision.explain`), with ``searched`` and ``resolved`` set, and each label's
+        evidence and ``reason`` (:meth:`complete_evidence`)."""
         out: list[Proposal | None] = [None] * len(texts)
         for g in self.score(texts, langs, vectors, exclude, relabel, retrieval, resolved):
             props = explain(g.retrieval, g.decision, g.vocab, g.resolved.params.top_k, candidates=candidates)
+            self.complete_evidence(g, props, vectors, exclude)
             for i, p, names in zip(g.idx, props, g.searched):
                 p.searched, p.resolved = names, g.resolved
                 out[i] = p
         return out
+
+    def complete_evidence(self, g: Scored, props: list[Proposal], vectors: np.ndarray | None,
+                          exclude: Sequence[str]) -> None:
+        """Complete the evidence of the proposals of group ``g`` and say why, in words: a proposed label that no
+        retrieved neighbour carries (a score component brought it) gets the components that gave it a share and the
+        memory's :data:`CARRIERS` closest articles that carry it (one search per such label); then every label and
+        candidate its ``reason``
+        (:func:`~newsmon.shared.scoring.reasons.retrieval_reason`)."""
+        lacking = [(pos, x) for pos, p in enumerate(props) for x in p.labels if not x.neighbours]
+        if lacking and g.evidence:
+            own = {}
+            for spec in g.resolved.params.components:
+                comp = get_component(spec.name)
+                if not comp.READS_CONTEXT and spec.name in g.evidence:
+                    zeros = np.zeros((len(g.idx), len(g.vocab)), dtype=np.float32)
+                    own[spec.name] = comp.mix(zeros, g.vocab, g.evidence[spec.name], spec.parsed())
+            for pos, x in lacking:
+                c = g.vocab.index.get(x.label)
+                x.components = [n for n, o in own.items() if c is not None and c < o.shape[1] and o[pos, c] > 0]
+        find = getattr(self.neighbours, "carriers", None)
+        need: dict[str, list[int]] = {}
+        for pos, x in lacking:
+            need.setdefault(x.label, []).append(pos)
+        if find is not None and vectors is not None:
+            for label, rows in need.items():
+                hits = find(vectors[[g.idx[r] for r in rows]], [g.lang] * len(rows), label, CARRIERS, exclude)
+                for r, found in zip(rows, hits):
+                    x = next(y for y in props[r].labels if y.label == label)
+                    x.neighbours = [(h.article_id, float(np.clip(h.similarity, -1, 1))) for h in found]
+                    x.titles = [display_title(getattr(h, "payload", None)) for h in found]
+                    x.searched = bool(found)
+        params = g.resolved.params
+        for p in props:
+            for proposed, items in ((True, p.labels), (False, p.candidates)):
+                for x in items:
+                    x.reason = retrieval_reason(x.score, x.threshold, x.decided_by, proposed, x.carriers, x.window,
+                                                x.neighbours, params, x.beyond, x.searched, x.components)
 
     def matrix(self, texts: Sequence[str], langs: Sequence[str | None], vectors: np.ndarray | None,
                retrieval: Retrieval, resolved: Resolved, vocab: LabelVocab) -> tuple[np.ndarray, np.ndarray]:
@@ -170,7 +220,7 @@ class Scorer:
             counts = relabel_counts(counts, relabel)
         v = LabelVocab(vocab.labels) if vocab is not None else LabelVocab()
         d = decide(r, v, params, evidence, counts, known, gtexts, reasons=True)
-        return Scored(idx, d, v, r, searched, res)
+        return Scored(idx, d, v, r, searched, res, lang, evidence)
 
     def _neighbours(self, params: ScoringParams, idx: list[int], texts: list[str], vectors: np.ndarray | None,
                     langs: list[str | None], exclude: Sequence[str], given: Retrieval | None

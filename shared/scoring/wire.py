@@ -16,8 +16,9 @@ from newsmon.shared.scoring.retrieval import LabelScore, Proposal
 def proposed_labels(items: Sequence[LabelScore]) -> list[ProposedLabel]:
     """Scored labels as the wire's :class:`~newsmon.schemas.ProposedLabel` (``source = "retrieval"``): each
     with its supporting neighbours, their similarity clipped to [-1, 1] and their titles, the decision rule that
-    proposed it and its own threshold."""
+    proposed it, its own threshold and why, in words (its ``reason``)."""
     return [ProposedLabel(label=x.label, score=float(x.score), decided_by=x.decided_by, threshold=x.threshold,
+                          reason=x.reason,
                           neighbours=[NeighbourRef(article_id=a, similarity=float(np.clip(sim, -1, 1)), title=title)
                                       for (a, sim), title in zip(x.neighbours,
                                                                  [*x.titles, *[None] * len(x.neighbours)])])
