@@ -7,7 +7,9 @@ and on the validation split (``newsmon tune``), runs the classifier and memory-u
 workers in this process, publishes the test articles as ``ArticleEvent``s, replays their gold labels as
 ``ModeratorDecision``s as the proposals arrive (so each decision already helps the next articles), prints
 the proposals, and ends with the metrics of the streamed proposals. The HTTP API (``newsmon serve``'s, sharing
-the workers' classifier and label registry) answers on a loopback port while the demo runs.
+the workers' classifier and label registry) and its moderation console answer on a loopback port while the demo
+runs; with ``serve`` (``newsmon demo --serve``) the last ``undecided`` test articles are left to the user, and the
+API, the console and the workers keep running after the metrics until Ctrl-C (``newsmon publish`` adds articles).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -31,6 +34,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, Text
 
 from newsmon.broker import free_port, kafka_or_embedded, port_or_free
 from newsmon.render import labels_right, print_proposal
+from newsmon.standalone import announced
 from newsmon.schemas import ArticleEvent, LabelDecision, LabelProposal, ModeratorDecision, parse_event
 from newsmon.shared.scoring.records import effective_scoring
 from newsmon.shared.classifier import BuildReport, Classifier
@@ -73,9 +77,10 @@ def decision_for(article_id: str, proposed: list[str], gold: list[str],
 
 @dataclass
 class DemoModerator:
-    """A moderator in a thread: reads the proposals, answers each with the gold labels as a decision, prints
-    the first ``show`` proposals (through the progress display's console, so the bar is redrawn below them),
-    advances the progress ``task``, and sets ``done`` once every test article has its proposal."""
+    """A moderator in a thread: reads the proposals, answers each (but those of ``leave``, left to the user) with
+    the gold labels as a decision, prints the first ``show`` proposals (through the progress display's console, so
+    the bar is redrawn below them), advances the progress ``task``, and sets ``done`` once every test article has
+    its proposal."""
 
     settings: Settings
     producer: Producer
@@ -86,6 +91,8 @@ class DemoModerator:
     received: dict[str, LabelProposal] = field(default_factory=dict)
     done: threading.Event = field(default_factory=threading.Event)
     shown: int = 0
+    leave: frozenset[str] = frozenset()
+    decided: int = 0
 
     def run(self) -> None:
         """Consume proposals until ``done`` is set (the thread's target)."""
@@ -110,9 +117,11 @@ class DemoModerator:
         self.received[p.article_id] = p
         proposed = [x.label for x in p.labels]
         gold = self.gold[p.article_id]
-        dec = decision_for(p.article_id, proposed, gold)
-        self.producer.produce(self.settings.kafka.topic_decisions, key=dec.kafka_key(), value=dec.to_bytes())
-        self.producer.poll(0)
+        if p.article_id not in self.leave:
+            dec = decision_for(p.article_id, proposed, gold)
+            self.producer.produce(self.settings.kafka.topic_decisions, key=dec.kafka_key(), value=dec.to_bytes())
+            self.producer.poll(0)
+            self.decided += 1
         if self.shown < self.show:
             dup = f", near-copy of {p.duplicate_of}" if p.duplicate_of else ""
             header = (f"{p.article_id}: {labels_right(p, gold)}, gold {', '.join(gold)}{dup} "
@@ -125,10 +134,11 @@ class DemoModerator:
 
 
 def _stream(settings: Settings, rt: Runtime, test: list[Article], gold: dict, show: int,
-            timeout_s: float, api=None) -> tuple[dict[str, LabelProposal], float, int]:
-    """Publish the test articles, let the moderator answer, wait for every proposal and decision, close the
-    runtime (and the HTTP API server ``api``, stopped first). Returns (proposals, streaming seconds, decisions
-    applied).
+            timeout_s: float, api=None, leave: frozenset[str] = frozenset()) -> tuple[dict[str, LabelProposal],
+                                                                                    float, int]:
+    """Publish the test articles, let the moderator answer (all but ``leave``), wait for every proposal and
+    decision, close the runtime (and the HTTP API server ``api``, stopped first) unless articles are left to the
+    user (``leave``: the demo serves on). Returns (proposals, streaming seconds, decisions applied).
 
     Raises:
         RuntimeError: not every test article got a proposal within ``timeout_s`` seconds.
@@ -137,7 +147,8 @@ def _stream(settings: Settings, rt: Runtime, test: list[Article], gold: dict, sh
     producer = Producer({**k.client_config(), "enable.idempotence": True, "message.max.bytes": 64 * 1024 * 1024,
                          "logger": _KAFKA_LOG})
     with progress_display() as progress:
-        mod = DemoModerator(settings, producer, gold, show, progress, progress.add_task("proposals", total=len(test)))
+        mod = DemoModerator(settings, producer, gold, show, progress, progress.add_task("proposals", total=len(test)),
+                            leave=leave)
         thread = threading.Thread(target=mod.run, name="demo-moderator", daemon=True)
         thread.start()
         t_stream = time.perf_counter()
@@ -151,11 +162,12 @@ def _stream(settings: Settings, rt: Runtime, test: list[Article], gold: dict, sh
     producer.flush(30)
     updater = next(w for w in rt.workers if w.name == "memory-updater")
     deadline = time.monotonic() + 30
-    while updater.applied < len(mod.received) and time.monotonic() < deadline:
+    while updater.applied < mod.decided and time.monotonic() < deadline:
         time.sleep(0.2)
-    if api is not None:
-        api.should_exit = True
-    rt.close()
+    if not leave:
+        if api is not None:
+            api.should_exit = True
+        rt.close()
     mod.done.set()
     thread.join(5)
     mod.producer = producer = None  # release every client before the broker stops (no reconnect noise)
@@ -216,8 +228,10 @@ def _calibrate(clf: Classifier, validation: list[Article], corpus: str) -> None:
 
 
 def run_demo(settings: Settings, data: Path, limit: int | None = None, partitions: int = 2,
-             show: int = 15, timeout_s: float = 1800.0) -> dict:
+             show: int = 15, timeout_s: float = 1800.0, serve: bool = False, undecided: int = 10) -> dict:
     """Run the demo; returns the report printed at the end (metrics of the streamed proposals, counts, rates).
+    With ``serve``, the last ``undecided`` test articles get no gold decision and the API, the console and the
+    workers keep running after the report until SIGINT / SIGTERM (:func:`serve_until_stopped`).
 
     Raises:
         RuntimeError: no train or test articles, or not every test article got a proposal within
@@ -241,7 +255,8 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
     settings.kafka.create_topics = True  # the workers create missing topics at start-up
     print(f"newsmon demo: {corpus.path} — memory from {len(train)} train articles, streaming {len(test)} test "
           f"articles; embedded Qdrant engine at {memory_dir}")
-    with kafka_or_embedded(settings) as broker:
+    leave = frozenset(a.id for a in test[len(test) - min(undecided, len(test)):]) if serve else frozenset()
+    with kafka_or_embedded(settings) as broker, announced(settings, broker, "demo --serve" if serve else "demo"):
         where = (f"embedded Tansu broker on {broker.bootstrap} (in memory only)" if broker else
                  f"Kafka at {settings.kafka.bootstrap_servers} (NEWSMON_KAFKA__BOOTSTRAP_SERVERS)")
         print(f"{where}; topics: {', '.join(settings.kafka.all_topics())}")
@@ -253,11 +268,34 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
         _calibrate(clf, corpus.split("validation"), str(corpus.path))
         rt = build_runtime(settings, classifier=clf).start()
         api = _start_api(settings, rt)
-        received, stream_s, applied = _stream(settings, rt, test, gold, show, timeout_s, api)
-    report = _report(test, gold, received, stream_s, applied, len(corpus.bad_lines))
+        received, stream_s, applied = _stream(settings, rt, test, gold, show, timeout_s, api, leave)
+        report = _report(test, gold, received, stream_s, applied, len(corpus.bad_lines))
+        if serve:
+            serve_until_stopped(settings, rt, api, len(leave))
     print(f"the demo's knowledge memory stays at {memory_dir} (decisions included): "
           f"NEWSMON_MEMORY__PATH={memory_dir} {command_name()} memory stats shows it")
     return report
+
+
+def serve_until_stopped(settings: Settings, rt: Runtime, api, left: int) -> None:
+    """Keep the HTTP API, its console and the workers running until SIGINT or SIGTERM, saying where the console is
+    and how to feed it; then stop them."""
+    url = f"http://127.0.0.1:{settings.api.port}"
+    print(f"\nserving until Ctrl-C: the moderation console at {url}/console ({left} proposals left for you to "
+          f"decide; log in with any name), the HTTP API at {url}/docs. More articles: {command_name()} publish "
+          "FILE.jsonl (with this NEWSMON_HOME) puts them on the demo's broker, and the console shows their proposals",
+          flush=True)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        api.should_exit = True
+        rt.close()
+        print("stopped", flush=True)
 
 
 def command_name(argv0: str | None = None) -> str:
@@ -286,7 +324,7 @@ def _start_api(settings: Settings, rt: Runtime):
         server = start_in_thread(settings, rt)
     url = f"http://127.0.0.1:{settings.api.port}"
     print(f"HTTP API on {url} while the demo runs: OpenAPI {url}/docs, POST {url}/v1/suggest, "
-          f"PUT {url}/v1/labels/<label> {{\"kwes\": [\"krka OR krke\"]}}")
+          f"PUT {url}/v1/labels/<label> {{\"kwes\": [\"krka OR krke\"]}}, the moderation console {url}/console")
     return server
 
 

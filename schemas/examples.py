@@ -257,9 +257,18 @@ DECISION_EXAMPLES: list[dict] = [
         "moderator": "јелена.петровић",
         "decided_at": "2024-05-02T09:02:11+02:00",
     },
+    {
+        "schema_version": 2,
+        "article_id": "sta-2024-05-06-0412",
+        "decisions": [{"label": "bencin", "action": "confirmed"}, {"label": "dizel", "action": "confirmed"},
+                      {"label": "trošarine", "action": "added"}],
+        "moderator": "špela.novak",
+        "decided_at": "2024-05-06T13:15:07+02:00",
+        "undoes": "2024-05-06T13:14:52+02:00",
+    },
 ]
 """``ModeratorDecision``: a Slovene moderator confirms two labels and adds a candidate; a Serbian one (Cyrillic labels
-and name) confirms, rejects and adds."""
+and name) confirms, rejects and adds; the Slovene moderator undoes her decision 15 seconds later (version 2)."""
 
 LABEL_EVENT_EXAMPLES: list[dict] = [
     {

@@ -207,3 +207,43 @@ def test_a_text_sent_twice_over_the_api_is_not_made_certain(services, corpus, ta
     assert again["labels"] and all(x["source"] == "retrieval" for x in again["labels"]), again["labels"]
     assert [x["label"] for x in again["labels"]] == [x["label"] for x in first["labels"]]
     assert again["scoring"] is not None and again["candidates"]
+
+
+def test_an_undo_returns_the_article_to_where_it_was(services, corpus):
+    """Issue 43 item 5 at the memory updater: an undo (``undoes``, the console's) takes a decision back: a pending
+    article is pending again with its proposal, a corpus article gets its own labels back, a redelivered decision
+    that was undone stays undone, and a decision replaced by a later one cannot be undone any more."""
+    p, svc = services
+    (a, a_labels), (b, _b_labels) = labelled_originals(p, corpus, 2)
+    mem = p.classifier.memory("sl")
+    before = mem.get([a.article_id])[0]
+    d = decision(a.article_id, rejected=a_labels, added=[X])
+    assert svc.apply_decision(d) == "applied" and mem.get([a.article_id])[0].labels == (X,)
+    undo = ModeratorDecision(article_id=a.article_id, moderator="ana", decisions=d.decisions,
+                             decided_at=d.decided_at + timedelta(seconds=5), undoes=d.decided_at)
+    assert undo.schema_version == 2
+    assert svc.apply_decision(undo) == "applied"
+    after = mem.get([a.article_id])[0]
+    assert after.labels == () and after.payload["status"] == "pending" and "decided_at" not in after.payload
+    assert after.payload["proposed_labels"] == before.payload["proposed_labels"]
+    assert svc.apply_decision(d) == "stale" and mem.get([a.article_id])[0].labels == ()  # redelivered: stays undone
+    assert svc.apply_decision(undo) == "applied"  # the undo redelivered: nothing more
+    # a copy proposed now is scored on its own again: the original is undecided
+    assert all(x.source == "retrieval" for x in propose(p, [retitled(a, "a-copy-after-undo")])["a-copy-after-undo"]
+               .labels)
+    # a corpus article: its archive's labels come back
+    train = corpus.split("train")[0]
+    own = mem.get([train.id])[0].labels
+    dt = decision(train.id, rejected=list(own), added=[X])
+    assert svc.apply_decision(dt) == "applied"
+    assert svc.apply_decision(ModeratorDecision(article_id=train.id, moderator="ana", decisions=dt.decisions,
+                                                decided_at=datetime.now(timezone.utc), undoes=dt.decided_at)) == \
+        "applied"
+    assert mem.get([train.id])[0].labels == own and "status" not in mem.get([train.id])[0].payload
+    # replaced by a later decision: too late to undo it
+    d1 = decision(b.article_id, added=[X])
+    d2 = decision(b.article_id, at=d1.decided_at + timedelta(seconds=1), added=["client:y"])
+    assert svc.apply_decision(d1) == svc.apply_decision(d2) == "applied"
+    late = ModeratorDecision(article_id=b.article_id, moderator="ana", decisions=d1.decisions,
+                             decided_at=d2.decided_at + timedelta(seconds=1), undoes=d1.decided_at)
+    assert svc.apply_decision(late) == "stale" and mem.get([b.article_id])[0].labels == ("client:y",)

@@ -159,7 +159,7 @@ def test_missing_body():
 
 def test_schema_version():
     assert reason(ArticleEvent, article(schema_version=3)) == "unsupported schema_version 3; this worker reads 1, 2"
-    assert reason(ModeratorDecision, {"schema_version": 2}) == "unsupported schema_version 2; this worker reads 1"
+    assert reason(ModeratorDecision, {"schema_version": 3}) == "unsupported schema_version 3; this worker reads 1, 2"
     assert reason(LabelEvent, {"action": "added"}) == "missing schema_version; this worker reads 1, 2"
     d = article()
     del d["schema_version"]

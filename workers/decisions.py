@@ -18,6 +18,10 @@ Decisions (``moderator-decisions``, key = article_id), :meth:`DecisionService.ap
   article against later decisions; a future date stored before this rule is not honoured either.
 - Near-copies proposed from the article's old state get revised proposals (:meth:`DecisionService.revise_copies`,
   see :mod:`newsmon.workers.copies`).
+- Undo (``undoes`` set, the console's undo): the article returns to its state before the decision taken back (kept
+  in the point's ``before`` when a decision is applied: undecided, or the decision before), as long as that decision
+  is still the article's latest (else ``stale``); the decision taken back is remembered (``undone``), so it is never
+  applied again, even redelivered.
 
 Model switches (:meth:`DecisionService.follow_promotion`): when the nightly job promoted a model, decisions go
 to its collections, and the version it replaced stays known (``previous``): a decision is written there first,
@@ -56,6 +60,9 @@ from newsmon.workers.observability import DECISIONS, LABEL_EVENTS
 log = structlog.get_logger(__name__)
 
 Outcome = Literal["applied", "stale", "unknown"]
+#: The payload fields a decision writes (restored by an undo from the point's ``before``).
+DECISION_FIELDS = ("status", "decided_at", "moderator", "rejected_labels", "decided_at_claimed")
+MAX_UNDONE = 20  # the decisions taken back that a point remembers
 
 
 class DecisionService:
@@ -169,17 +176,42 @@ class DecisionService:
         if found is None:
             return None
         lang, point = found
+        if dec.undoes is not None:
+            return self._undo_in(router, lang, point, dec)
+        if dec.decided_at.isoformat() in point.payload.get("undone", ()):
+            return "stale"  # taken back by an undo: never applied again
         previous = decision_time(point.payload)
         limit = datetime.now(timezone.utc) + timedelta(seconds=self.settings.worker.decision_max_future_s)
         if previous is not None and previous <= limit and previous > at:  # a stored future date is no order
             return "stale"
         labels = tuple(dec.accepted_labels)
+        before = {k: point.payload[k] for k in DECISION_FIELDS if k in point.payload}
         payload = {**point.payload, "status": "labelled" if labels else "reviewed", "decided_at": at.isoformat(),
-                   "moderator": dec.moderator, "rejected_labels": list(dec.rejected_labels)}
+                   "moderator": dec.moderator, "rejected_labels": list(dec.rejected_labels),
+                   "before": {**before, "labels": list(point.labels)}}
         payload.pop("decided_at_claimed", None)
         if at != dec.decided_at:
             payload["decided_at_claimed"] = dec.decided_at.isoformat()
         router.memory(lang).upsert([dec.article_id], point.vector[None, :], [labels], [payload])
+        return "applied"
+
+    def _undo_in(self, router: MemoryRouter, lang: str, point, dec: ModeratorDecision) -> Outcome:
+        """Take back the decision ``dec.undoes`` on ``point`` (see the module docstring): ``applied`` (now, or
+        already), ``stale`` when a later decision replaced it or it was never applied."""
+        undoes = dec.undoes.isoformat() if dec.undoes is not None else ""
+        payload = point.payload
+        undone = list(payload.get("undone") or ())
+        if undoes in undone:
+            return "applied"  # redelivered
+        if undoes not in (payload.get("decided_at"), payload.get("decided_at_claimed")) or "before" not in payload:
+            return "stale"  # a later decision stands, or the state before it is not known (undone already once)
+        before = dict(payload["before"])
+        labels = tuple(before.pop("labels", ()))
+        restored = {k: v for k, v in payload.items() if k not in (*DECISION_FIELDS, "before")}
+        restored.update({**before, "undone": [*undone, undoes][-MAX_UNDONE:]})
+        if not labels:
+            restored.setdefault("status", "pending")
+        router.memory(lang).upsert([dec.article_id], point.vector[None, :], [labels], [restored])
         return "applied"
 
     def stored(self, article_ids: list[str]) -> set[str]:

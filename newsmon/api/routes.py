@@ -75,12 +75,16 @@ SUGGEST_BODY = ('send {"text": "...", "lang": "sl"} (lang optional), a full Arti
 @router.post("/suggest", response_model=list[LabelProposal], tags=["proposals"],
              summary="Propose labels for a text or for article events")
 async def suggest(svc: Service, articles: Annotated[Any, Body(description="`{\"text\": ..., \"lang\": ...}`, an "
-                                                                 "ArticleEvent, or a list of them.")]):
+                                                                 "ArticleEvent, or a list of them.")],
+                  publish: Annotated[bool, Query(description="Also produce each proposal to the proposals topic "
+                                                 "(acknowledged before the answer): the console's queue and the "
+                                                 "moderation tool get it, as the classifier's own.")] = False):
     """The minimal call: `{"text": "...", "lang": "sl"}` (`lang` optional: detected among the memory's
     languages). A full `ArticleEvent` (as on the `articles` topic) or a list mixing both is taken too. The answer
     is always a list of `LabelProposal`s, in order: the objects the classifier produces on the proposals topic
     (the same stages; each article stored as a pending point, so moderator decisions on it work), the shape
-    `newsmon suggest --json` prints."""
+    `newsmon suggest --json` prints. `?publish=true` also puts them on the proposals topic, so they reach the
+    console's queue (`/console`) and the moderation tool."""
     items = articles if isinstance(articles, list) else [articles]
     if not items or not all(isinstance(a, dict) for a in items):
         raise ApiError(422, f"the body is not an article: {SUGGEST_BODY}")
@@ -91,7 +95,7 @@ async def suggest(svc: Service, articles: Annotated[Any, Body(description="`{\"t
                        [{"index": i, "loc": ["text"], "msg": "Field required"} for i in neither])
     if any(_is_text(a) for a in items):
         items = await run_in_threadpool(_events_of_texts, svc, items)
-    return await run_in_threadpool(svc.suggest, items)
+    return await run_in_threadpool(svc.suggest, items, publish)
 
 
 def _is_text(item: dict) -> bool:
@@ -137,10 +141,12 @@ async def decide(svc: Service, response: Response, decision: Annotated[dict, Bod
             {"article_id": "suggest-3f9c1a0b7d2e", "moderator": "ana",
              "decisions": [{"label": "krka", "action": "confirmed"}, {"label": "gospodarstvo", "action": "added"}]}])]):
     """Publish a `ModeratorDecision` on the decisions topic, as the moderation tool does: each label
-    `confirmed`, `rejected` or `added`. The memory updater applies it to the article in the knowledge memory
+    `confirmed`, `rejected` or `added`; with `undoes` (the `decided_at` of an earlier decision on the article) it
+    takes that decision back. The memory updater applies it to the article in the knowledge memory
     (an article proposed through `/v1/suggest` is stored there, pending), so it is evidence for the next
     proposals. `200` once applied, `202` when published but not applied within `api.apply_wait_s`."""
-    body = {"schema_version": 1, "decided_at": datetime.now(UTC).isoformat(), **decision}
+    version = 2 if decision.get("undoes") is not None else 1  # an undo (the console's) is version 2
+    body = {"schema_version": version, "decided_at": datetime.now(UTC).isoformat(), **decision}
     try:
         event = cast(ModeratorDecision, parse_event(ModeratorDecision, json.dumps(body).encode()))
     except InvalidEvent as exc:

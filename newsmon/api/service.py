@@ -74,13 +74,16 @@ class ApiService:
         self._offsets: Consumer | None = None  # reads the memory updater's committed offsets (never joins)
 
     # -- proposals ---------------------------------------------------------------------------------
-    def suggest(self, articles: list[dict]) -> list[LabelProposal]:
+    def suggest(self, articles: list[dict], publish: bool = False) -> list[LabelProposal]:
         """Proposals for article events (JSON objects, validated exactly as on the articles topic), through the
-        classifier's stages; each article is stored as a pending point, so a moderator decision on it works.
+        classifier's stages; each article is stored as a pending point, so a moderator decision on it works. With
+        ``publish`` each proposal is also produced to the proposals topic (acknowledged before the answer), as the
+        classifier worker produces it: the moderation tool and the console's queue get it.
 
         Raises:
             ApiError: 413 for too many or too large articles, 422 for an invalid one or one in a language the
-                knowledge memory has no collection for (all reasons listed, the memory's languages named).
+                knowledge memory has no collection for (all reasons listed, the memory's languages named); 503 when
+                ``publish`` and the broker does not acknowledge a proposal.
         """
         api = self.settings.api
         if len(articles) > api.max_articles:
@@ -100,7 +103,11 @@ class ApiService:
                 status = 413 if all(exc.code is DeadLetterReason.TOO_LARGE for _m, exc in rejected) else 422
                 raise ApiError(status, "; ".join(f"article {e['index']}: {e['reason']}" for e in errors), errors)
             self.pipeline.propose(batch)
-            return [p for _m, p in self.pipeline.emit(batch)]
+            proposals = [p for _m, p in self.pipeline.emit(batch)]
+        if publish:
+            for p in proposals:
+                self._produce(self.settings.kafka.topic_proposals, p, "proposal")
+        return proposals
 
     # -- labels ------------------------------------------------------------------------------------
     def state(self) -> RegistryState:
@@ -177,7 +184,10 @@ class ApiService:
         applied = False
         while not applied and time.monotonic() < deadline:
             found = router.find(decision.article_id)
-            applied = found is not None and keep <= set(found[1].labels) and not drop & set(found[1].labels)
+            if decision.undoes is not None:  # an undo: the memory remembers the decision it took back
+                applied = found is not None and decision.undoes.isoformat() in (found[1].payload.get("undone") or ())
+            else:
+                applied = found is not None and keep <= set(found[1].labels) and not drop & set(found[1].labels)
             if not applied:
                 time.sleep(0.05)
         return DecisionSent(decision=decision, topic=topic, partition=msg.partition(), offset=msg.offset(),

@@ -1,6 +1,7 @@
 """The ``newsmon`` command line (typer): one module per command group, wired together here.
 
-``newsmon eval``, ``tune``, ``memory build|import|stats``, ``suggest``, ``train nightly|mine|finetune|tune|rollout``,
+``newsmon eval``, ``tune``, ``memory build|import|stats``, ``suggest``, ``publish``,
+``train nightly|mine|finetune|tune|rollout``,
 ``model import-e5-small|build-onnx``, ``settings``, ``worker``, ``serve``, ``topics create|check``, ``demo``.
 Settings come from ``NEWSMON_*`` environment variables (see ``newsmon settings``); options given here override
 them.
@@ -18,7 +19,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import typer  # noqa: E402
 
-from newsmon.cli import calibrate, classify, evaluate, memory_import, run, setup, topics, train  # noqa: E402
+from newsmon.cli import calibrate, classify, evaluate, memory_import, publish, run, setup, topics, train  # noqa: E402
 
 
 def _flags_without_placeholder() -> None:
@@ -60,6 +61,7 @@ memory_app.command("import")(memory_import.memory_import)
 memory_app.command("stats")(classify.memory_stats)
 memory_app.command("index")(classify.memory_index)
 app.command("suggest")(classify.suggest)
+app.command("publish")(publish.publish_cmd)
 app.command("eval")(evaluate.eval_cmd)
 app.command("tune")(calibrate.tune_cmd)
 app.command("worker")(run.worker_cmd)

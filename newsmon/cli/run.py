@@ -27,6 +27,7 @@ def worker_cmd(
         NO_KAFKA,
         kafka_or_embedded,  # deferred: see the module docstring
     )
+    from newsmon.standalone import announced
     from newsmon.workers.base import StartupError
     from newsmon.workers.runtime import ROLES, run_until_signalled
 
@@ -37,7 +38,7 @@ def worker_cmd(
     if not s.kafka.bootstrap_servers and role != "all":
         fail(f"{NO_KAFKA}; a single role shares its broker with the other role's process")
     try:
-        with kafka_or_embedded(s):
+        with kafka_or_embedded(s) as broker, announced(s, broker, f"worker {role}"):
             code = run_until_signalled(s, roles)
     except (StartupError, RuntimeError) as exc:
         fail(str(exc), 1)
@@ -59,6 +60,7 @@ def serve_cmd(
     in this process: `newsmon memory build --calibrate` then `newsmon serve` is a working local service."""
     from newsmon.api.server import serve  # deferred: see the module docstring
     from newsmon.broker import kafka_or_embedded
+    from newsmon.standalone import announced
     from newsmon.workers.base import StartupError
 
     s = settings_from_env()
@@ -74,7 +76,7 @@ def serve_cmd(
                  "serve` starts an embedded broker that only the workers of this process can reach)")
         workers = True
     try:
-        with kafka_or_embedded(s):
+        with kafka_or_embedded(s) as broker, announced(s, broker, "serve"):  # where `newsmon publish` finds it
             serve(s, workers)
     except (StartupError, RuntimeError) as exc:
         fail(str(exc), 1)
@@ -84,14 +86,20 @@ def demo_cmd(
     data: Annotated[Optional[Path], typer.Option(help="Corpus folder or JSONL (default: NEWSMON_DATA).")] = None,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Stream only the first N test articles.")] = None,
     show: Annotated[int, typer.Option(min=0, help="Print this many proposals in full.")] = 15,
+    serve: Annotated[bool, typer.Option("--serve", help="Then keep the HTTP API, its moderation console (/console) "
+                                        "and the workers running until Ctrl-C, the last --undecided test articles "
+                                        "left for you to decide there.")] = False,
+    undecided: Annotated[int, typer.Option(min=0, help="With --serve: test articles the demo's moderator leaves "
+                                           "undecided, for you.")] = 10,
 ) -> None:
     """The main job on the embedded defaults: Tansu broker, embedded Qdrant, both workers, test articles in,
-    proposals out, gold labels replayed as moderator decisions, metrics of the streamed proposals."""
+    proposals out, gold labels replayed as moderator decisions, metrics of the streamed proposals. With --serve
+    the console stays open afterwards, with proposals left to decide."""
     from newsmon.demo import run_demo  # deferred: see the module docstring
 
     s = settings_from_env(data=data)
     s.worker.http_port = None
     try:
-        run_demo(s, s.data, limit=limit, show=show)
+        run_demo(s, s.data, limit=limit, show=show, serve=serve, undecided=undecided)
     except (FileNotFoundError, RuntimeError) as exc:
         fail(str(exc), 1)

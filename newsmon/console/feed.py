@@ -15,7 +15,9 @@ that reconnects with ``Last-Event-ID``):
 * ``decided``: a decision seen on the topic or published here (article, moderator, time, the labels);
 * ``applied``: the memory now holds the decision (the point's ``decided_at`` reached the decision's), with the
   seconds from the decision's publication (or from its reading on the topic) to that;
-* ``not_applied``: no sign of it after :data:`APPLY_TIMEOUT_S` seconds (an article the memory never saw).
+* ``not_applied``: no sign of it after :data:`APPLY_TIMEOUT_S` seconds (an article the memory never saw);
+* ``undone``: a decision taken back (an undo, ``ModeratorDecision.undoes``): the article is undecided again; its
+  ``applied`` (with ``undo: true``) once the memory restored it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import structlog
@@ -204,6 +207,8 @@ class ConsoleFeed:
             return {}
 
     def _decided(self, d: ModeratorDecision) -> None:
+        if d.undoes is not None:
+            return self._undone(d)
         with self._lock:
             item = self.items.get(d.article_id)
             if item is not None and item.decision is not None and item.decision.decided_at >= d.decided_at:
@@ -215,6 +220,16 @@ class ConsoleFeed:
                 self._pending[d.article_id] = _Pending(d)
         self._emit({"type": "decided", **_decision_view(d)})
 
+    def _undone(self, d: ModeratorDecision) -> None:
+        """An undo seen on the topic or published here: the article has no decision again."""
+        with self._lock:
+            item = self.items.get(d.article_id)
+            if item is None or item.decision is None or item.decision.decided_at != d.undoes:
+                return  # seen already, or another decision replaced the one taken back
+            item.decision, item.applied, item.applied_s, item.not_applied = None, False, None, None
+            self._pending[d.article_id] = _Pending(d)
+        self._emit({"type": "undone", **_decision_view(d), "undoes": d.undoes.isoformat() if d.undoes else None})
+
     def _check_pending(self) -> None:
         with self._lock:
             todo = dict(self._pending)
@@ -222,11 +237,13 @@ class ConsoleFeed:
             return
         found = self._find(list(todo))
         for aid, pending in todo.items():
-            at = decision_time(found.get(aid, {}))
+            d, payload = pending.decision, found.get(aid, {})
+            at = decision_time(payload)
             waited = time.monotonic() - pending.since
-            if at is not None and at >= pending.decision.decided_at:
+            if (d.undoes.isoformat() in (payload.get("undone") or ()) if d.undoes is not None else
+                    at is not None and at >= d.decided_at):
                 self._resolve(aid, pending, {"type": "applied", "article_id": aid, "seconds": round(waited, 3),
-                                             "moderator": found[aid].get("moderator")})
+                                             "moderator": payload.get("moderator"), "undo": d.undoes is not None})
             elif waited > APPLY_TIMEOUT_S:
                 why = (f"the memory did not apply the decision within {APPLY_TIMEOUT_S} s (is the memory updater "
                        "running? does the memory know the article?)")
@@ -245,9 +262,29 @@ class ConsoleFeed:
         self._emit(event)
 
     # -- deciding ------------------------------------------------------------------------------------
+    def undo(self, article_id: str, decided_at: datetime, moderator: str, timeout_s: float) -> ModeratorDecision:
+        """Take back ``moderator``'s decision of ``decided_at`` on the article (:meth:`decide` publishes the undo,
+        ``ModeratorDecision.undoes``); returns the undo published.
+
+        Raises:
+            LookupError: the article's latest decision is not that one by ``moderator`` (the reason in words).
+            RuntimeError: as :meth:`decide`.
+        """
+        with self._lock:
+            item = self.items.get(article_id)
+            d = item.decision if item is not None else None
+        if d is None or d.decided_at != decided_at or d.moderator != moderator:
+            raise LookupError(f"nothing of yours to undo: the latest decision on {article_id} is " + (
+                f"{d.moderator}'s of {d.decided_at.isoformat()}" if d else "none (it is undecided)"))
+        undo = ModeratorDecision(article_id=article_id, decisions=d.decisions, moderator=moderator,
+                                 decided_at=max(datetime.now(UTC), d.decided_at + timedelta(milliseconds=1)),
+                                 undoes=d.decided_at)
+        self.decide(undo, timeout_s)
+        return undo
+
     def decide(self, decision: ModeratorDecision, timeout_s: float) -> tuple[int, int]:
-        """Publish ``decision`` to ``kafka.topic_decisions`` and wait for the broker's acknowledgement; the
-        memory is then watched for it. Returns ``(partition, offset)``.
+        """Publish ``decision`` (or an undo) to ``kafka.topic_decisions`` and wait for the broker's
+        acknowledgement; the memory is then watched for it. Returns ``(partition, offset)``.
 
         Raises:
             RuntimeError: the broker did not acknowledge within ``timeout_s`` (nothing was decided).

@@ -230,6 +230,7 @@ def _sse(seq: int, event: dict) -> str:
 async def queue_json(request: Request, _user: ApiUser, lang: str | None = None, outlet: str | None = None,
                      label: str | None = None):
     feed = console_feed(request)
+    await run_in_threadpool(feed.started.wait, 5)  # as the page: the proposals read back first
     return {"items": feed.queue(lang, outlet, label), "facets": feed.facets()}
 
 
@@ -253,6 +254,26 @@ async def decide(request: Request, user: ApiUser):
         raise ApiError(503, str(exc)) from None
     return JSONResponse({"decided_at": decision.decided_at.isoformat(), "partition": partition, "offset": offset,
                          "next": feed.next_after(decision.article_id)}, status_code=202)
+
+
+@router.post("/api/undo")
+async def undo(request: Request, user: ApiUser):
+    """``{"article_id", "decided_at"}`` -> the logged-in moderator's decision of that time on the article taken back
+    (a ``ModeratorDecision`` with ``undoes`` on the decisions topic, 202): the article is undecided again once the
+    memory applied it. 409 when that decision is not the article's latest, or not this moderator's."""
+    body = await read_json(request)
+    feed = console_feed(request)
+    try:
+        when = datetime.fromisoformat(str(body.get("decided_at")))
+        undone = await run_in_threadpool(feed.undo, str(body.get("article_id")), when, user,
+                                         console_service(request).settings.api.publish_timeout_s)
+    except ValueError:
+        raise ApiError(422, "send {\"article_id\": ..., \"decided_at\": <the decision's decided_at>}") from None
+    except LookupError as exc:
+        raise ApiError(409, str(exc)) from None
+    except RuntimeError as exc:
+        raise ApiError(503, str(exc)) from None
+    return JSONResponse({"undone": when.isoformat(), "decided_at": undone.decided_at.isoformat()}, status_code=202)
 
 
 # -- text ----------------------------------------------------------------------------------------------------

@@ -97,7 +97,11 @@
       },
       applied: (ev) => {
         const li = find(ev.article_id);
-        if (li) { const s = $(".state", li); if (!s.textContent.includes("applied")) { s.textContent += " · applied"; } }
+        if (li && !ev.undo) { const s = $(".state", li); if (!s.textContent.includes("applied")) { s.textContent += " · applied"; } }
+      },
+      undone: (ev) => {
+        const li = find(ev.article_id);
+        if (li) { li.classList.remove("decided"); $(".state", li).textContent = ""; }
       },
     });
 
@@ -136,7 +140,7 @@
     const added = $("#added");
     const search = $("#search");
     const results = $("#search-results");
-    const me = { pending: false, t0: 0, decidedAt: null };
+    const me = { pending: false, t0: 0, decidedAt: null, undoing: false };
 
     function setStatus(text, st) {
       status.textContent = text;
@@ -148,7 +152,7 @@
       if (!name) { return; }
       if (state.labels.includes(name)) {
         const box = $$("#proposed input[type=checkbox]").find((b) => b.dataset.label === name);
-        if (box) { box.checked = true; }
+        if (box) { box.checked = true; count(); }
         say(name + " kept");
         return;
       }
@@ -169,6 +173,45 @@
     function syncCandidates() {
       const names = $$("li", added).map((li) => li.dataset.label);
       for (const b of $$(".candidates button.add")) { b.setAttribute("aria-pressed", String(names.includes(b.dataset.label))); }
+      count();
+    }
+
+    // what `c` will do, counted as the moderator ticks, unticks and adds
+    function count() {
+      const d = decisions();
+      const n = (action) => d.filter((x) => x.action === action).length;
+      const parts = [n("confirmed") + " label" + (n("confirmed") === 1 ? "" : "s") + " will be confirmed"];
+      if (n("rejected")) { parts.push(n("rejected") + " rejected"); }
+      if (n("added")) { parts.push(n("added") + " added"); }
+      const will = $("#will");
+      will.textContent = parts.join(", ");
+      will.dataset.confirmed = String(n("confirmed"));
+      will.dataset.rejected = String(n("rejected"));
+      will.dataset.added = String(n("added"));
+    }
+
+    // the decisions made in this browser session (sessionStorage): the ones that can be undone here
+    const MINE = "newsmon-console-decisions";
+    const mine = () => { try { return JSON.parse(sessionStorage.getItem(MINE) || "{}"); } catch (e) { return {}; } };
+    function remember(decidedAt) {
+      const all = mine();
+      if (decidedAt) { all[state.article_id] = decidedAt; } else { delete all[state.article_id]; }
+      sessionStorage.setItem(MINE, JSON.stringify(all));
+      $("#undo").hidden = !decidedAt;
+    }
+
+    async function undo() {
+      const decidedAt = mine()[state.article_id];
+      if (!decidedAt) { setStatus("Nothing of yours to undo on this article in this session.", "idle"); return; }
+      me.undoing = true;
+      setStatus("Undoing your decision…", "sending");
+      try {
+        await api("POST", "/console/api/undo", { article_id: state.article_id, decided_at: decidedAt });
+        if (status.dataset.state === "sending") { setStatus("Undone: waiting for the memory to apply it…", "sent"); }
+      } catch (e) {
+        me.undoing = false;
+        setStatus("Not undone: " + e.message, "error");
+      }
     }
 
     function decisions() {
@@ -193,6 +236,7 @@
         const r = await api("POST", "/console/api/decide", { article_id: state.article_id, decisions: d });
         status.dataset.ackMs = String(Math.round(performance.now() - t0));
         me.decidedAt = r.decided_at;
+        remember(r.decided_at);
         if (r.next) { state.next = r.next; }
         if (status.dataset.state === "sending") { setStatus("Decided: waiting for the memory to apply it…", "sent"); }
       } catch (e) {
@@ -211,7 +255,11 @@
 
     for (const b of $$(".candidates button.add")) { b.addEventListener("click", () => toggleAdded(b.dataset.label)); }
     $("#confirm").addEventListener("click", () => confirm(performance.now()));
+    $("#undo").addEventListener("click", () => undo());
     $("#next").addEventListener("click", () => goNext());
+    for (const b of $$("#proposed input[type=checkbox]")) { b.addEventListener("change", count); }
+    if (state.decided && mine()[state.article_id] === state.decided.decided_at) { $("#undo").hidden = false; }
+    count();
 
     function goNext() { location.href = state.next ? "/console/articles/" + state.next : "/console"; }
 
@@ -219,6 +267,10 @@
       decided: (ev) => { if (ev.article_id === state.article_id) { showDecided(ev, false); } },
       applied: (ev) => {
         if (ev.article_id !== state.article_id) { return; }
+        if (ev.undo) {
+          if (me.undoing) { me.undoing = false; setStatus("Undone: the article is undecided again. c: decide it anew.", "undone"); }
+          return;
+        }
         showDecided(ev, true);
         if (me.pending) {
           me.pending = false;
@@ -228,6 +280,13 @@
           setStatus("Applied by the memory " + (ms / 1000).toFixed(2) + " s after the key press. n: next article.",
                     "applied");
         }
+      },
+      undone: (ev) => {
+        if (ev.article_id !== state.article_id) { return; }
+        banner.hidden = true;
+        banner.textContent = "";
+        remember(null);
+        if (!me.undoing) { say("The decision was undone by " + ev.moderator); }
       },
       not_applied: (ev) => {
         if (ev.article_id === state.article_id && me.pending) { me.pending = false; setStatus(ev.reason, "error"); }
@@ -280,11 +339,14 @@
           if (b) { toggleAdded(b.dataset.label); }
         } else {
           const box = $$("#proposed input[type=checkbox]")[n];
-          if (box) { box.checked = !box.checked; say(box.dataset.label + (box.checked ? " kept" : " will be rejected")); }
+          if (box) { box.checked = !box.checked; count(); say(box.dataset.label + (box.checked ? " kept" : " will be rejected")); }
         }
       } else if (ev.key === "c" || (ev.key === "Enter" && !(t && ["BUTTON", "A"].includes(t.tagName)))) {
         ev.preventDefault();
         confirm(performance.now());
+      } else if (ev.key === "u") {
+        ev.preventDefault();
+        undo();
       } else if (ev.key === "a" || ev.key === "/") {
         ev.preventDefault();
         search.focus();
