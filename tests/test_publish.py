@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from test_api import wait_for
-from test_stream import Collector, corpus, stream_settings  # noqa: F401 (fixtures)
+from test_stream import Collector, corpus, publish, stream_settings  # noqa: F401 (fixtures)
 from typer.testing import CliRunner
 
 from newsmon.cli import app
@@ -112,6 +112,14 @@ def test_suggest_with_publish_reaches_the_console_queue(memory_classifier, corpu
                  30, "the proposal in the console's queue")
             page = client.get("/console/articles/queued")
             assert page.status_code == 200 and answered.labels[0].label in page.text
+            # the labels page's live test on the latest articles: a title-less article is shown by the start of
+            # its text, cut at a word (issue 43 item 4), never by its bare id
+            bare = article_event(corpus.split("test")[6]).model_copy(update={"article_id": "bare", "title": None})
+            publish(s, s.kafka.topic_articles, [(bare.kafka_key(), bare.to_bytes())])
+            word = next(w for w in bare.body.split() if w.isalpha() and len(w) > 4).lower()
+            r = client.post("/v1/labels/client:x/test", json={"definition": {"kwes": [word]}, "articles": 5})
+            (hit,) = [m for m in r.json()["matched"] if m["article_id"] == "bare"]
+            assert hit["title"] and " ".join(bare.body.split()).startswith(hit["title"].removesuffix("…")), hit
     finally:
         out.close()
         svc.close()

@@ -32,7 +32,7 @@ from newsmon.shared.config import Settings, reveal
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.kwe import ArticleMeta, LabelRuleIndex, RuleFilters
 from newsmon.shared.logs import RateLimitedLogBridge
-from newsmon.shared.text import clean_text, tokenize
+from newsmon.shared.text import clean_text, cut_at_word, tokenize
 from newsmon.workers.kafka_io import make_producer, read_latest
 from newsmon.workers.labels import LabelRegistry, RegistryState, open_registry
 from newsmon.workers.pipeline import ArticlePipeline
@@ -41,6 +41,8 @@ from newsmon.workers.rules import article_meta, count_examples, rule_evidence, r
 log = structlog.get_logger(__name__)
 
 __all__ = ["ApiError", "ApiService", "build_service"]
+
+HEADING_CHARS = 120  # what a title-less article is shown by: the start of its text, cut at a word
 
 
 class NotLoaded(Exception):
@@ -248,7 +250,8 @@ class ApiService:
             tokens = tokenize(clean_text(text))  # what the classifier's rules stage reads
             kwe_matched += bool(bare.match(tokens))
             for m in with_filters.match(tokens, meta):
-                about = {} if ev is None else {"article_id": ev.article_id, "title": ev.title, "outlet": ev.outlet,
+                heading = ev.title or cut_at_word(ev.body, HEADING_CHARS) if ev is not None else None  # title-less
+                about = {} if ev is None else {"article_id": ev.article_id, "title": heading, "outlet": ev.outlet,
                                                "published_at": ev.published_at.isoformat()}
                 matched.append(TestedArticle(lang=meta.lang, rule=rule_evidence(m, tokens), **about))
         return LabelTestResult(label=label, definition=definition, tested=len(candidates), kwe_matched=kwe_matched,
