@@ -145,7 +145,8 @@ def test_memory_build_then_suggest_explains_with_neighbours(cli_env, sentinews_s
     assert res.exit_code == 0, res.output
     out = res.stdout
     assert "no label above the threshold 1.0" in out and "not proposed:" in out
-    assert best.label in out and f"{best.score:.3f}  retrieval  below its threshold 1" in out
+    assert best.label in out and f"{best.score:.3f}  retrieval  {best.reason}" in " ".join(out.split("\n"))
+    assert f"its score {best.score:.2f} is below its threshold 1.00" in best.reason  # why, in words
     assert f"{best.neighbours[0].similarity:.3f}  {best.neighbours[0].article_id}" in out
     assert best.neighbours[0].title[:40] in out
     res = runner.invoke(app, ["suggest", test_art["text"]], terminal_width=200)
