@@ -256,3 +256,31 @@ def test_the_console_cookie_is_a_session_id_never_the_api_token(server):
         assert c.post("/console/logout", follow_redirects=False).status_code == 303
         with httpx.Client(base_url=base, timeout=60, cookies={"newsmon_console": sid}) as replay:
             assert replay.get("/console/api/queue").status_code == 401
+
+
+@pytest.mark.parametrize("store", ["process", "redis"])
+def test_a_console_session_expires_and_ends_when_the_token_changes(store, redis_url):
+    import uuid
+
+    import redis
+    from pydantic import SecretStr
+
+    from newsmon.console.session import ConsoleSessions
+    from newsmon.shared.config import Settings
+
+    client = redis.Redis.from_url(redis_url) if store == "redis" else None
+    made = []
+    for token in ("token-1", "token-2"):
+        s = Settings()
+        s.api.console_session_s, s.api.token = 1.0, SecretStr(token)
+        s.worker.redis_namespace = f"t42-{uuid.uuid4().hex[:8]}" if not made else made[0][0].worker.redis_namespace
+        made.append((s, ConsoleSessions(s, client)))
+    (_s, sessions), (_s2, after_token_change) = made
+    sid = sessions.open("ana")
+    assert sessions.name(sid) == "ana" and sessions.name(sid[:-1]) is None and sessions.name("") is None
+    if client is not None:  # the store holds a digest of the id, never the id itself
+        keys = [k.decode() for k in client.scan_iter(f"{_s.worker.redis_namespace}:console-session:*")]
+        assert len(keys) == 1 and sid not in keys[0]
+        assert after_token_change.name(sid) is None  # another API token: the session is not valid
+    time.sleep(2.2)
+    assert sessions.name(sid) is None, "expired"
