@@ -35,8 +35,8 @@ from newsmon.shared.scoring.retrieval import display_title
 @dataclass
 class Duplicate:
     """The earlier article an incoming one is a near-copy of (MinHash LSH): as stored in the memory (``point``),
-    or an earlier article of the same batch, not stored yet (``item``, an ``ArticleItem``; the copy takes the
-    proposal it is given, :func:`copy_batch_originals`)."""
+    or an earlier article of the same batch, not stored yet (``item``, an ``ArticleItem``; nobody decided on it,
+    so the copy is scored on its own)."""
 
     original_id: str
     jaccard: float
