@@ -552,8 +552,23 @@ def test_hybrid_answers_are_united_and_a_point_deleted_meanwhile_is_left_out():
     answers = [[h("a", 0.9), h("b", 0.8)], [h("b", 5.0), h("c", 4.0), h("d", 3.0)],  # query 0: dense, lexical
                [h("e", 0.7)],                                                          # query 1: dense only
                [h("f", 0.6)], [h("f", 2.0)]]                                           # query 2: nothing missing
-    dense, extra = split_hybrid(answers, [True, False, True])
+    dense, extra = split_hybrid(answers, [True, False, True], 2, 2)
     assert [[x.id for x in row] for row in dense] == [["a", "b"], ["e"], ["f"]]
-    assert {i: [x.id for x in hits] for i, hits in extra.items()} == {0: ["c", "d"]}
-    united = with_cosines(extra[0], [h("c", 0.5)])  # "d" was deleted between the two batches
+    assert {i: [x.id for x in hits] for i, hits in extra.items()} == {0: ["c"]}  # the lexical top 2: b, c
+    united = with_cosines([h("c", 4.0), h("d", 3.0)], [h("c", 0.5)])  # "d" was deleted between the two batches
     assert united == [Hit("c", {"article_id": "c"}, 0.5, None)]
+
+
+def test_a_tie_at_either_cut_of_a_hybrid_search_is_settled_by_article_id_whatever_the_engine_answered_first():
+    # the engine answers up to TIE_MARGIN more hits than asked; of hits with equal scores at the top-k cut, the one
+    # with the lower article id is kept, in whatever order the engine listed them (dense and lexical alike)
+    from newsmon.shared.memory.common import Hit, split_hybrid
+
+    def h(pid, score):
+        return Hit(pid, {"article_id": pid}, score, None)
+
+    for dense in ([h("a", 0.9), h("x", 0.8), h("c", 0.8)], [h("a", 0.9), h("c", 0.8), h("x", 0.8)]):
+        for lexical in ([h("z", 5.0), h("q", 5.0)], [h("q", 5.0), h("z", 5.0)]):
+            rows, extra = split_hybrid([dense, lexical], [True], 2, 1)
+            assert [x.id for x in rows[0]] == ["a", "c"]
+            assert [x.id for x in extra[0]] == ["q"]

@@ -18,7 +18,8 @@ import qdrant_edge as qe
 
 from newsmon.shared.memory.base import (LEXICAL_VECTOR, NAME_BAD_CHARS, SEARCH_PAYLOAD_EXCLUDED, KnowledgeMemoryError,
                                         MemoryLockedError, check_dim)
-from newsmon.shared.memory.common import PointRow, QdrantAdapter, split_hybrid, stored_terms, with_cosines
+from newsmon.shared.memory.common import (TIE_MARGIN, PointRow, QdrantAdapter, split_hybrid, stored_terms,
+                                         with_cosines)
 from newsmon.shared.memory.index_build import IndexParams, engine_config, ensure_payload_indexes, run_builder
 
 #: File in the collection directory naming the live index generation (JSON; absent: generation 0, the directory
@@ -336,19 +337,21 @@ class EdgeMemory(QdrantAdapter):
         the two batches is left out."""
         quant = (qe.QuantizationSearchParams(rescore=True, oversampling=2.0)
                  if self.index.quantization == "int8" and not exact else None)
-        params = qe.SearchParams(hnsw_ef=max(self.index.ef, k), exact=exact, quantization=quant)
+        params = qe.SearchParams(hnsw_ef=max(self.index.ef, k + TIE_MARGIN), exact=exact, quantization=quant)
         with_vector = [LEXICAL_VECTOR] if self.lexical else False  # the lexical fusion reads the stored terms
         payload = qe.PayloadSelector.Exclude(list(SEARCH_PAYLOAD_EXCLUDED))
         requests: list = []
         hybrid = [sparse is not None and bool(lexical_k) and sparse[i] is not None for i in range(len(queries))]
         for i, q in enumerate(queries):
-            requests.append(qe.QueryRequest(limit=k, query=qe.Query.Nearest(q.tolist()), filter=flt,
+            requests.append(qe.QueryRequest(limit=k + TIE_MARGIN, query=qe.Query.Nearest(q.tolist()), filter=flt,
                                             with_payload=payload, params=params, with_vector=with_vector))
             if hybrid[i]:
+                lexical = qe.Query.Nearest(qe.SparseVector(*sparse[i]), using=LEXICAL_VECTOR)
                 requests.append(qe.QueryRequest(
-                    limit=lexical_k, query=qe.Query.Nearest(qe.SparseVector(*sparse[i]), using=LEXICAL_VECTOR),
+                    limit=lexical_k + TIE_MARGIN, query=lexical,
                     filter=flt, with_payload=payload, with_vector=with_vector))
-        out, extra = split_hybrid(self._live.query_batch(qe.QueryBatchRequest(requests)) if requests else [], hybrid)
+        out, extra = split_hybrid(self._live.query_batch(qe.QueryBatchRequest(requests)) if requests else [], hybrid,
+                                  k, lexical_k)
         if extra:
             cosines = self._live.query_batch(qe.QueryBatchRequest([
                 qe.QueryRequest(limit=len(hits), query=qe.Query.Nearest(queries[i].tolist()),
