@@ -294,6 +294,8 @@ class ApiSettings(BaseModel):
                                      "(seconds); 503 after it.")
     apply_wait_s: float = Field(5.0, ge=0, description="Wait for the memory updater to apply a label change or "
                                 "decision (seconds): 200 once applied (GET shows it), else 202 after this.")
+    console_session_s: float = Field(43_200.0, gt=0, description="A moderator's console session lasts this long "
+                                     "after the login (seconds); then the console asks for the login again.")
 
 
 class TrainingSettings(BaseModel):
