@@ -234,7 +234,7 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
     memory_dir = Path(settings.home) / "demo-memory"
     shutil.rmtree(memory_dir, ignore_errors=True)
     settings.memory.path = memory_dir
-    settings.memory.url = None
+    settings.memory.engine, settings.memory.url = "edge", None  # the demo's own embedded memory
     settings.kafka.session_timeout_ms = 6000
     if not settings.kafka.bootstrap_servers:  # the embedded broker's topics: created with this layout
         settings.kafka.topic_partitions = partitions

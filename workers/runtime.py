@@ -1,8 +1,9 @@
 """Wiring: build the workers from settings, run them in threads of one process, stop them on SIGTERM.
 
-Embedded mode (no ``memory.url``): both workers must share one process, since the embedded Qdrant engine
-locks its directory; they also share one near-duplicate index and label registry unless ``worker.redis_url``
-is set. Production runs one process per role against a Qdrant server and Redis.
+Embedded engine (``memory.engine`` edge, the default without ``memory.url``): both workers must share one
+process, since the embedded Qdrant engine locks its directory; they also share one near-duplicate index and label
+registry unless ``worker.redis_url`` is set. Production runs one process per role against a Qdrant server and
+Redis.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class Runtime:
             t = threading.Thread(target=self._run_one, args=(w,), name=f"newsmon-{w.name}", daemon=True)
             t.start()
             self.threads.append(t)
-        if self.router is not None and not self.settings.memory.url:  # a Qdrant server indexes by itself
+        if self.router is not None and self.router.engine.keeps_index:  # a Qdrant server indexes by itself
             self.index = IndexMaintainer(self.router.opened, self.settings.memory.index.check_s, self.stop).start()
         return self
 

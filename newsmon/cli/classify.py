@@ -58,7 +58,9 @@ def memory_build(
 
 def _memory_where(s: Settings) -> str:
     """The knowledge memory the settings name, in words: the Qdrant server's URL or the embedded engine's folder."""
-    return s.memory.url and f"the Qdrant server {s.memory_mode()['url']}" or str(s.memory_mode()["path"])
+    from newsmon.shared.memory import engine_of  # deferred: see the module docstring
+
+    return engine_of(s).describe(s)
 
 
 #: Where the demo's memory is (``make demo`` keeps it apart from the default ``<home>/memory``).
@@ -109,7 +111,7 @@ def memory_index(
     `newsmon memory import` or `memory build` of a large archive. A running worker rebuilds it by itself, off the
     request path, once memory.index.rebuild_unindexed points are outside it; a Qdrant server indexes by itself."""
     from newsmon.shared.classifier import model_identity
-    from newsmon.shared.memory import EdgeMemory, MemoryLockedError, MemoryRouter  # deferred: see the module docstring
+    from newsmon.shared.memory import LocalIndex, MemoryLockedError, MemoryRouter  # deferred: see the module docstring
 
     s = settings_from_env()
     version, dim = model_identity(s)
@@ -129,7 +131,7 @@ def memory_index(
                 mem = router.memory(lg)
             except MemoryLockedError as exc:
                 fail(f"{exc}\nStop the workers (or index from the worker: it rebuilds by itself) and run it again.")
-            if not isinstance(mem, EdgeMemory):
+            if not isinstance(mem, LocalIndex):
                 out[router.collection(lg)] = {"points": mem.count(), "note": "the Qdrant server indexes by itself"}
                 continue
             t0 = time.perf_counter()

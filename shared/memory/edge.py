@@ -269,7 +269,7 @@ class EdgeMemory(QdrantAdapter):
                 f"knowledge memory {self.directory} is already open (WAL lock held) by another "
                 "EdgeMemory in this or another process. Embedded mode (qdrant-edge) needs all "
                 "workers in one process sharing one EdgeMemory; for several processes run a "
-                "Qdrant server and open the memory with a URL (open_memory(url=...)). "
+                "Qdrant server (NEWSMON_MEMORY__URL, memory.engine server). "
                 f"Engine error: {msg}"
             )
         if "incompatible" in msg.lower():

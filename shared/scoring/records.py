@@ -27,8 +27,7 @@ from pydantic import BaseModel, Field
 
 from newsmon.schemas.scoring import ScoringParams, legacy_params
 from newsmon.shared.config import Settings
-from newsmon.shared.memory.base import KnowledgeMemory
-from newsmon.shared.memory.router import open_memory
+from newsmon.shared.memory.engines import open_records
 
 #: Record layout version (bump when a field changes meaning): 2 stores the components and rules as lists
 #: (version 1's flat rule fields are read into them).
@@ -135,15 +134,11 @@ class CalibrationStore:
     """
 
     def __init__(self, settings: Settings, client: Any = None, ttl_s: float = 30.0) -> None:
-        m = settings.memory
         self.ttl_s = ttl_s
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[float, CalibrationRecord | None]] = {}
-        self._mem: KnowledgeMemory | None = None
         self.directory = settings.memory_path / "calibration"
-        if m.url:
-            self._mem = open_memory(url=m.url, api_key=_secret(m.api_key), path=settings.memory_path,
-                                    collection=f"{m.collection_prefix}_calibration", dim=1, client=client)
+        self._mem = open_records(settings, f"{settings.memory.collection_prefix}_calibration", client)
 
     def write(self, record: CalibrationRecord) -> None:
         """Store ``record`` under its collection name (replacing the previous one)."""
@@ -187,8 +182,3 @@ class CalibrationStore:
         """Close the server collection (nothing to close in embedded mode)."""
         if self._mem is not None:
             self._mem.close()
-
-
-def _secret(value: Any) -> Any:
-    """The plain value of a pydantic secret (or the value itself)."""
-    return value.get_secret_value() if hasattr(value, "get_secret_value") else value
