@@ -196,9 +196,12 @@ def test_commands_that_need_a_shared_broker_refuse_to_run_without_one(tmp_path):
 
 def test_worker_all_without_kafka_runs_on_an_embedded_broker(newsmon_home, tmp_path):
     """`newsmon worker all` with no Kafka configured starts the bundled Tansu on a loopback port, creates the
-    topics, says that the data lives in memory only, becomes ready, and ends cleanly on SIGTERM (the broker with
-    it)."""
-    env = _env(tmp_path, NEWSMON_HOME=str(newsmon_home), NEWSMON_MEMORY__PATH=str(tmp_path / "memory"),
+    topics, says where its messages are kept (the journal in the home), becomes ready, and ends cleanly on SIGTERM
+    (the broker with it)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "models").symlink_to(newsmon_home / "models", target_is_directory=True)
+    env = _env(tmp_path, NEWSMON_HOME=str(home), NEWSMON_MEMORY__PATH=str(tmp_path / "memory"),
                NEWSMON_KAFKA__SESSION_TIMEOUT_MS="6000")
     port = env["NEWSMON_WORKER__HTTP_PORT"]
     log = tmp_path / "worker.log"
@@ -226,7 +229,8 @@ def test_worker_all_without_kafka_runs_on_an_embedded_broker(newsmon_home, tmp_p
             proc.wait()
     err = log.read_text()
     assert proc.returncode == 0, err
-    assert "embedded Kafka broker (Tansu) on 127.0.0.1:" in err and "in memory only" in err, err
+    assert "embedded Kafka broker (Tansu) on 127.0.0.1:" in err and f"kept in {home}/broker/journal.sqlite" in err, err
+    assert not (home / "broker" / "broker.json").exists(), "the broker's state file outlived the broker"
     assert "Traceback" not in err
 
 

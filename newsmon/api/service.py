@@ -12,6 +12,7 @@ import json
 import threading
 import time
 from datetime import datetime, timezone
+from typing import Any
 
 import structlog
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
@@ -61,11 +62,14 @@ class ApiService:
 
     Args:
         settings: all settings; pipeline: the classifier's article pipeline (its classifier, near-duplicate index
-            and label registry are the ones proposals use); producer: the Kafka producer for label events.
+            and label registry are the ones proposals use); producer: the Kafka producer for label events;
+        journal: the embedded broker's journal (:class:`newsmon.journal.BrokerJournal`): a label event or decision
+            is answered only once it is on disk there.
     """
 
-    def __init__(self, settings: Settings, pipeline: ArticlePipeline, producer: Producer):
+    def __init__(self, settings: Settings, pipeline: ArticlePipeline, producer: Producer, journal: Any = None):
         self.settings = settings
+        self.journal = journal
         self.pipeline = pipeline
         self.registry: LabelRegistry = pipeline.registry
         self.producer = producer
@@ -154,7 +158,12 @@ class ApiService:
             raise ApiError(503, f"the {what} could not be published: {exc}") from exc
         if "msg" not in done or done["err"] is not None:
             raise ApiError(503, f"the broker did not acknowledge the {what}: {done.get('err') or 'timeout'}")
-        return done["msg"]
+        msg = done["msg"]
+        if self.journal is not None and not self.journal.wait(msg.topic(), msg.partition(), msg.offset(),
+                                                              self.settings.api.publish_timeout_s):
+            raise ApiError(503, f"the {what} was published but is not on disk in the embedded broker's journal "
+                                f"({self.journal.path}) after api.publish_timeout_s; send it again")
+        return msg
 
     def decide(self, decision: ModeratorDecision) -> DecisionSent:
         """Publish a moderator decision to the decisions topic (as the moderation tool does) and wait up to
@@ -309,9 +318,10 @@ def applied(event: LabelEvent, state: RegistryState) -> bool:
 
 
 def build_service(settings: Settings, classifier: Classifier | None = None, registry: LabelRegistry | None = None,
-                  dedup: NearDuplicateIndex | None = None) -> ApiService:
+                  dedup: NearDuplicateIndex | None = None, journal: Any = None) -> ApiService:
     """An :class:`ApiService` from the settings, sharing ``classifier`` / ``registry`` / ``dedup`` when given (the
-    workers of the same process); otherwise opened from the settings (Qdrant server, Redis)."""
+    workers of the same process); otherwise opened from the settings (Qdrant server, Redis). ``journal``: see
+    :class:`ApiService`."""
     w = settings.worker
     classifier = classifier or Classifier(settings)
     registry = registry or open_registry(reveal(w.redis_url), f"{w.redis_namespace}:labels")
@@ -319,5 +329,5 @@ def build_service(settings: Settings, classifier: Classifier | None = None, regi
                                         boilerplate_min_docs=w.dedup_boilerplate_min_docs,
                                         namespace=f"{w.redis_namespace}:dedup")
     pipeline = ArticlePipeline(settings, classifier, dedup, registry)
-    return ApiService(settings, pipeline, make_producer(settings, "newsmon-api"))
+    return ApiService(settings, pipeline, make_producer(settings, "newsmon-api"), journal)
 
