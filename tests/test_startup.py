@@ -427,3 +427,24 @@ def test_the_demo_api_takes_another_port_when_its_own_is_taken_without_a_bind_er
         assert other != taken and other > 0
     free = free_port()
     assert port_or_free(free) == free
+
+
+@pytest.mark.parametrize(("args", "variable", "value"), [
+    (["serve"], "NEWSMON_WORKER__ERROR_POLICY", "no_such_module_x:factory"),
+    (["worker", "all"], "NEWSMON_WORKER__ERROR_POLICY", "no_such_module_x:factory"),
+    (["serve"], "NEWSMON_ENCODER__MODEL", "/nonexistent/model"),
+    (["serve"], "NEWSMON_WORKER__REDIS_URL", "http://user:pw-secret@127.0.0.1/0"),
+])
+def test_a_setting_that_cannot_be_used_ends_start_up_in_one_line(newsmon_home, tmp_path, args, variable, value):
+    """Issue 39 item 5: an error policy naming a missing module printed a Python traceback from the worker's
+    constructor (after the broker and the model had started); the encoder model and the Redis URL were the same
+    kind. Now: one line naming the variable, exit status 2, nothing started, no secret shown."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "models").symlink_to(newsmon_home / "models", target_is_directory=True)
+    proc, _s = _newsmon(args, _env(tmp_path, NEWSMON_HOME=str(home), **{variable: value}), timeout=120)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert len(lines) == 1 and variable in lines[0], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "pw-secret" not in proc.stderr + proc.stdout
+    assert not (home / "broker" / "broker.json").exists()
