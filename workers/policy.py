@@ -56,6 +56,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 from newsmon.schemas import DeadLetterReason, DeadLetterStage, InvalidEvent
 from newsmon.shared.config import SettingError, Settings, WorkerSettings
 from newsmon.shared.memory import MemoryUnavailableError
+from newsmon.shared.scoring.records import CalibrationUnreadable
 
 __all__ = ["Action", "DefaultErrorPolicy", "DependencyCalls", "DependencyDown", "ErrorPolicy", "Failure",
            "StageError", "TooSlow", "Verdict", "backoff_s", "is_transient", "load_error_policy", "membership_lost",
@@ -235,6 +236,8 @@ class DefaultErrorPolicy:
             return Verdict.rejoin() if membership_lost(exc) else Verdict.retry()
         if failure.phase == "produce" or is_transient(exc):
             return Verdict.pause()
+        if isinstance(exc, CalibrationUnreadable):  # the deployment's state, not the article's: wait for the fix
+            return Verdict.pause(f"{failure.detail} (paused until the record is fixed)")
         if not failure.probe():
             return Verdict.pause(f"{failure.detail} (dependency probe failed)")
         if not failure.isolated:

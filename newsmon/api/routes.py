@@ -74,13 +74,14 @@ SUGGEST_BODY = ('send {"text": "...", "lang": "sl"} (lang optional), a full Arti
 
 @router.post("/suggest", response_model=list[LabelProposal], tags=["proposals"],
              summary="Propose labels for a text or for article events")
-async def suggest(svc: Service, articles: Annotated[Any, Body(description="`{\"text\": ..., \"lang\": ...}`, an "
-                                                                 "ArticleEvent, or a list of them.")]):
+async def suggest(svc: Service, request: Request, articles: Annotated[Any, Body(
+        description="`{\"text\": ..., \"lang\": ...}`, an ArticleEvent, or a list of them.")]):
     """The minimal call: `{"text": "...", "lang": "sl"}` (`lang` optional: detected among the memory's
     languages). A full `ArticleEvent` (as on the `articles` topic) or a list mixing both is taken too. The answer
     is always a list of `LabelProposal`s, in order: the objects the classifier produces on the proposals topic
     (the same stages; each article stored as a pending point, so moderator decisions on it work), the shape
-    `newsmon suggest --json` prints."""
+    `newsmon suggest --json` prints. The requests of all clients are scored together in micro-batches; `503` with
+    `Retry-After` while more than `api.queue_max_articles` articles wait."""
     items = articles if isinstance(articles, list) else [articles]
     if not items or not all(isinstance(a, dict) for a in items):
         raise ApiError(422, f"the body is not an article: {SUGGEST_BODY}")
@@ -91,7 +92,7 @@ async def suggest(svc: Service, articles: Annotated[Any, Body(description="`{\"t
                        [{"index": i, "loc": ["text"], "msg": "Field required"} for i in neither])
     if any(_is_text(a) for a in items):
         items = await run_in_threadpool(_events_of_texts, svc, items)
-    return await run_in_threadpool(svc.suggest, items)
+    return await request.app.state.queue.submit(items)  # micro-batched with other clients' (newsmon.api.batcher)
 
 
 def _is_text(item: dict) -> bool:

@@ -33,10 +33,11 @@ from newsmon.shared.config import Settings, reveal
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.kwe import ArticleMeta, LabelRuleIndex, RuleFilters
 from newsmon.shared.logs import RateLimitedLogBridge
+from newsmon.shared.scoring.records import CalibrationUnreadable
 from newsmon.shared.text import clean_text, tokenize
 from newsmon.workers.kafka_io import make_producer, read_latest
 from newsmon.workers.labels import LabelRegistry, RegistryState, open_registry
-from newsmon.workers.pipeline import ArticlePipeline
+from newsmon.workers.pipeline import ArticleBatch, ArticlePipeline
 from newsmon.workers.rules import article_meta, count_examples, rule_evidence, rule_of_definition
 
 log = structlog.get_logger(__name__)
@@ -50,11 +51,12 @@ class NotLoaded(Exception):
 
 class ApiError(Exception):
     """A request the API refuses: ``status`` (4xx / 503), ``detail`` (one readable line), ``errors`` (each
-    problem as a dict)."""
+    problem as a dict), ``headers`` (e.g. ``Retry-After``)."""
 
-    def __init__(self, status: int, detail: str, errors: list[dict] | None = None):
+    def __init__(self, status: int, detail: str, errors: list[dict] | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(detail)
-        self.status, self.detail, self.errors = status, detail, errors or []
+        self.status, self.detail, self.errors, self.headers = status, detail, errors or [], headers
 
 
 class ApiService:
@@ -83,25 +85,56 @@ class ApiService:
         classifier's stages; each article is stored as a pending point, so a moderator decision on it works.
 
         Raises:
-            ApiError: 413 for too many or too large articles, 422 for an invalid one (all reasons listed).
+            ApiError: 413 for too many or too large articles, 422 for an invalid one (all reasons listed), 503
+                while a calibration record does not parse.
         """
+        out = self.suggest_many([articles])[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def suggest_many(self, requests: list[list[dict]]) -> list[list[LabelProposal] | Exception]:
+        """:meth:`suggest` for several requests at once, as one batch through the pipeline (the micro-batch of
+        :class:`newsmon.api.batcher.SuggestQueue`): each request validated on its own (its :class:`ApiError` in
+        its place), the valid ones' articles proposed together, their proposals split back in order. An error
+        of the batch is every valid request's."""
         api = self.settings.api
-        if len(articles) > api.max_articles:
-            raise ApiError(413, f"{len(articles)} articles in one request; at most api.max_articles = "
-                                f"{api.max_articles}")
         now_ms = int(time.time() * 1000)
-        # ASCII JSON (\u escapes): a lone surrogate in the request reaches validation (422) instead of failing
-        # to encode (500)
-        msgs = [Message(topic="api", partition=0, offset=i, value=json.dumps(a).encode(), timestamp=(1, now_ms))
-                for i, a in enumerate(articles)]
+        out: list[list[LabelProposal] | Exception] = []
+        parts: list[tuple[int, ArticleBatch]] = []
         with self._lock:
-            batch, rejected = self.pipeline.validate(msgs)
-            if rejected:
-                errors = [{"index": m.offset(), "reason": exc.reason} for m, exc in rejected]
-                status = 413 if all(exc.code is DeadLetterReason.TOO_LARGE for _m, exc in rejected) else 422
-                raise ApiError(status, "; ".join(f"article {e['index']}: {e['reason']}" for e in errors), errors)
-            self.pipeline.propose(batch)
-            return [p for _m, p in self.pipeline.emit(batch)]
+            for r, articles in enumerate(requests):
+                if len(articles) > api.max_articles:
+                    out.append(ApiError(413, f"{len(articles)} articles in one request; at most api.max_articles = "
+                                             f"{api.max_articles}"))
+                    continue
+                # ASCII JSON (\u escapes): a lone surrogate in the request reaches validation (422) instead of
+                # failing to encode (500)
+                msgs = [Message(topic="api", partition=0, offset=i, value=json.dumps(a).encode(),
+                                timestamp=(1, now_ms)) for i, a in enumerate(articles)]
+                batch, rejected = self.pipeline.validate(msgs)
+                if rejected:
+                    errors = [{"index": m.offset(), "reason": exc.reason} for m, exc in rejected]
+                    status = 413 if all(exc.code is DeadLetterReason.TOO_LARGE for _m, exc in rejected) else 422
+                    out.append(ApiError(status, "; ".join(f"article {e['index']}: {e['reason']}" for e in errors),
+                                        errors))
+                    continue
+                out.append([])
+                parts.append((r, batch))
+            if parts:
+                whole = ArticleBatch(size=sum(b.size for _r, b in parts), items=[it for _r, b in parts
+                                                                                for it in b.items])
+                try:
+                    self.pipeline.propose(whole)
+                    proposals = [p for _m, p in self.pipeline.emit(whole)]
+                except CalibrationUnreadable as exc:
+                    for r, _b in parts:
+                        out[r] = ApiError(503, str(exc), [{"record": exc.path, "recover": exc.recover}])
+                    return out
+                at = 0
+                for r, b in parts:
+                    out[r], at = proposals[at:at + len(b.items)], at + len(b.items)
+        return out
 
     # -- labels ------------------------------------------------------------------------------------
     def state(self) -> RegistryState:
@@ -268,13 +301,25 @@ class ApiService:
         checks = {}
         for name, fn in (("label registry", self.registry_loaded),
                          ("memory", lambda: self.pipeline.classifier.router.languages(refresh=True)),
+                         ("calibration", self.calibrations_readable),
                          ("kafka", lambda: self.producer.list_topics(timeout=2))):
             try:
                 fn()
                 checks[name] = "ok"
             except Exception as exc:  # noqa: BLE001 -- any failure means not ready, with its reason
-                checks[name] = f"{type(exc).__name__}: {exc}" if not isinstance(exc, NotLoaded) else str(exc)
+                plain = isinstance(exc, (NotLoaded, CalibrationUnreadable))
+                checks[name] = str(exc) if plain else f"{type(exc).__name__}: {exc}"
         return all(v == "ok" for v in checks.values()), checks
+
+    def calibrations_readable(self) -> None:
+        """Read the calibration record of every language memory.
+
+        Raises:
+            CalibrationUnreadable: one does not parse (its path and how to recover).
+        """
+        clf = self.pipeline.classifier
+        for lang in clf.router.languages():
+            clf.calibrations.read(clf.collection(lang))
 
     def registry_loaded(self) -> None:
         """Check that the registry answers and that the memory updater's group committed every label event on
