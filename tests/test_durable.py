@@ -72,7 +72,7 @@ def standalone(newsmon_home, tmp_path, encoder, shared_data):
         env.pop(k, None)
     procs: list[subprocess.Popen] = []
 
-    def start(n: int):
+    def start(n: int, ready: bool = True):
         port = free_port()
         out = open(tmp_path / f"serve-{n}.log", "wb")
         proc = subprocess.Popen([sys.executable, "-m", "newsmon.cli", "serve"], cwd=REPO, stdout=out,
@@ -80,14 +80,15 @@ def standalone(newsmon_home, tmp_path, encoder, shared_data):
         procs.append(proc)
         client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
 
-        def ready():
+        def answers():
             assert proc.poll() is None, (tmp_path / f"serve-{n}.log").read_text()[-3000:]
             try:
-                return client.get("/readyz").status_code == 200
+                r = client.get("/readyz")
             except httpx.TransportError:
                 return False
+            return r.status_code == 200 or (not ready and "the first checks" not in r.text)
 
-        wait_for(ready, 300, "newsmon serve ready")
+        wait_for(answers, 300, "newsmon serve ready" if ready else "newsmon serve answering /readyz")
         return proc, client, broker_of(tmp_path / f"serve-{n}.log")
 
     yield home, corpus, start, s
@@ -179,3 +180,52 @@ def test_a_restart_of_serve_loses_nothing_a_user_did(standalone, stop):
     finally:
         router.close()
     assert applied == set(decided), f"{len(applied)} of 20 decisions applied; missing {sorted(set(decided) - applied)}"
+
+
+def test_a_truncated_calibration_record_is_a_state_not_a_failure_per_article(standalone):
+    """A calibration record cut short (truncated JSON): ``/readyz`` 503 naming the record's file and how to recover,
+    ``/v1/suggest`` 503 saying the same (was: 500 Internal Server Error), the articles streamed meanwhile are not
+    dead-lettered (were: every one, ``processing_failed`` at ``retrieve_and_score``) but wait; once the record is
+    written again the server is ready and proposes them."""
+    from newsmon.shared.classifier import model_identity
+    from newsmon.shared.memory import collection_name
+    from newsmon.shared.scoring.records import CalibrationRecord, CalibrationStore
+
+    home, corpus, start, s = standalone
+    version, _dim = model_identity(s)
+    collection = collection_name(s.memory.collection_prefix, "sl", version)
+    record = CalibrationRecord(collection=collection, language="sl", model_version=version,
+                               params={"top_k": 50}, objective="micro_f1")
+    CalibrationStore(s).write(record)
+    path = s.memory_path / "calibration" / f"{collection}.json"
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+    proc, client, broker = start(1, ready=False)
+    r = wait_for(lambda: (lambda x: x if "calibration" in x.json().get("checks", {}) else None)(client.get("/readyz")),
+                 60, "/readyz with its checks")
+    assert r.status_code == 503 and str(path) in r.json()["checks"]["calibration"], r.text
+    assert "newsmon tune" in r.json()["checks"]["calibration"], r.text
+    r = client.post("/v1/suggest", json={"text": corpus.split("test")[0].text, "lang": "sl"})
+    assert r.status_code == 503 and str(path) in r.json()["detail"] and "newsmon tune" in r.json()["detail"], r.text
+    articles = corpus.split("test")[:3]
+    producer = Producer({"bootstrap.servers": broker["bootstrap"], "acks": "all"})
+    for a in articles:
+        ev = article_event(a)
+        producer.produce("articles", key=ev.kafka_key(), value=ev.to_bytes())
+    assert producer.flush(30) == 0
+    time.sleep(15)  # the classifier meets the record meanwhile
+    assert _count(broker["bootstrap"], "articles.dlq") == 0, "an article was dead-lettered for the record"
+    path.write_text(text)  # fixed (as `newsmon tune` would write it again)
+    wait_for(lambda: client.get("/readyz").status_code == 200, 60, "ready once the record is fixed")
+    ids = {a.id for a in articles}
+    assert proposals_on_topic(broker["bootstrap"], ids, 180) == ids
+    assert _count(broker["bootstrap"], "articles.dlq") == 0
+
+
+def _count(bootstrap: str, topic: str) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-durable-count"})
+    try:
+        meta = c.list_topics(topic, timeout=10).topics[topic]
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in meta.partitions)
+    finally:
+        c.close()
