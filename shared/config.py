@@ -15,10 +15,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from newsmon.schemas.scoring import ScoringParams  # its rules and components register when first looked up
 from newsmon.shared.api_settings import ApiSettings
+from newsmon.shared.limits import LimitSettings
 from newsmon.shared.masking import SECRET_KEYS, MaskedUrl, SecretUrl, mask_url, redact_url, reveal
 
 __all__ = ["BUNDLED_E5_SMALL", "PRODUCTION_MODEL", "ApiSettings", "CalibrationSettings", "EncoderSettings",
-           "KafkaSettings", "LabelSettings", "MaskedUrl", "MemorySettings", "SecretUrl", "Settings",
+           "KafkaSettings", "LabelSettings", "LimitSettings", "MaskedUrl", "MemorySettings", "SecretUrl", "Settings",
            "TrainingSettings", "WorkerSettings", "SettingError", "mask_url", "redact_url", "reveal",
            "settings_reference"]
 
@@ -345,6 +346,7 @@ class Settings(BaseSettings):
     labels: LabelSettings = LabelSettings()
     calibration: CalibrationSettings = CalibrationSettings()
     api: ApiSettings = ApiSettings()
+    limits: LimitSettings = LimitSettings()
     training: TrainingSettings = TrainingSettings()
 
     @property

@@ -229,3 +229,38 @@ def _count(bootstrap: str, topic: str) -> int:
         return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in meta.partitions)
     finally:
         c.close()
+
+
+def test_a_decision_with_more_labels_than_the_limit_is_refused_on_every_path(standalone):
+    """A decision naming 20,000 labels was accepted (3.6 s) and a near-copy's proposal then carried them all. Now,
+    beyond ``limits.decision_labels`` (default 1000): 422 naming the limit on the API (at once, before the labels
+    are validated), dead-lettered ``too_large`` at stage ``validate`` on the decisions topic."""
+    home, corpus, start, s = standalone
+    proc, client, broker = start(1)
+    article = corpus.split("train")[0].id
+    many = [{"label": f"client:l{i}", "action": "added"} for i in range(1001)]
+    t0 = time.perf_counter()
+    r = client.post("/v1/decisions", json={"article_id": article, "moderator": "ana", "decisions": many})
+    assert r.status_code == 422 and "limits.decision_labels = 1000" in r.json()["detail"], r.text
+    assert time.perf_counter() - t0 < 5
+    ok = client.post("/v1/decisions", json={"article_id": article, "moderator": "ana", "decisions": many[:1000]})
+    assert ok.status_code in (200, 202), ok.text
+    body = json.dumps({"schema_version": 1, "article_id": article, "moderator": "ana", "decided_at":
+                       "2026-12-01T00:00:00Z", "decisions": many}).encode()
+    producer = Producer({"bootstrap.servers": broker["bootstrap"], "acks": "all"})
+    producer.produce("moderator-decisions", key=article.encode(), value=body)
+    assert producer.flush(30) == 0
+    c = Consumer({"bootstrap.servers": broker["bootstrap"], "group.id": "test-durable-dlq",
+                  "auto.offset.reset": "earliest"})
+    c.subscribe(["moderator-decisions.dlq"])
+    try:
+        def dead_letter():
+            for m in c.consume(10, 0.5):
+                if m.error() is None:
+                    return dict(m.headers() or [])
+            return None
+        headers = wait_for(dead_letter, 120, "the decision on the dead-letter topic")
+    finally:
+        c.close()
+    assert headers["newsmon-reason"] == b"too_large" and headers["newsmon-stage"] == b"validate", headers
+    assert b"limits.decision_labels" in headers.get("newsmon-error", b""), headers

@@ -29,6 +29,7 @@ from newsmon.api.models import (
 from newsmon.api.service import ApiError, ApiService
 from newsmon.schemas import InvalidEvent, LabelDefinition, LabelProposal, ModeratorDecision, parse_event
 from newsmon.schemas.base import check_label
+from newsmon.shared.limits import decision_over_limit
 from newsmon.workers.labels import conflict
 from newsmon.workers.rules import kwe_errors
 
@@ -141,6 +142,10 @@ async def decide(svc: Service, response: Response, decision: Annotated[dict, Bod
     `confirmed`, `rejected` or `added`. The memory updater applies it to the article in the knowledge memory
     (an article proposed through `/v1/suggest` is stored there, pending), so it is evidence for the next
     proposals. `200` once applied, `202` when published but not applied within `api.apply_wait_s`."""
+    labels = decision.get("decisions")
+    why = decision_over_limit(len(labels), svc.settings.limits) if isinstance(labels, list) else None
+    if why is not None:  # before parsing: 20,000 labels took seconds to validate
+        raise ApiError(422, why, [{"loc": ["body", "decisions"], "msg": why}])
     body = {"schema_version": 1, "decided_at": datetime.now(UTC).isoformat(), **decision}
     try:
         event = cast(ModeratorDecision, parse_event(ModeratorDecision, json.dumps(body).encode()))

@@ -48,6 +48,7 @@ from newsmon.console.session import (
     read_json,
 )
 from newsmon.schemas import ModeratorDecision
+from newsmon.shared.limits import decision_over_limit
 
 __all__ = ["mount_console"]
 
@@ -233,6 +234,11 @@ async def decide(request: Request, user: ApiUser):
     moderator on the decisions topic (acknowledged by the broker before the answer, 202)."""
     body = await read_json(request)
     feed = console_feed(request)
+    labels = body.get("decisions")
+    why = decision_over_limit(len(labels), console_service(request).settings.limits) if isinstance(labels, list) \
+        else None
+    if why is not None:
+        raise ApiError(422, why, [{"loc": ["decisions"], "msg": why}])
     try:
         decision = ModeratorDecision(article_id=body.get("article_id"), decisions=body.get("decisions"),
                                      moderator=user, decided_at=datetime.now(UTC))
