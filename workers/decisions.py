@@ -43,6 +43,7 @@ from typing import Literal, cast
 import structlog
 from confluent_kafka import Message
 
+from newsmon.schemas.base import canonical_label
 from newsmon.schemas import DeadLetterReason, InvalidEvent, LabelEvent, LabelProposal, ModeratorDecision, parse_event
 from newsmon.shared.classifier import model_identity
 from newsmon.shared.config import Settings
@@ -134,6 +135,10 @@ class DecisionService:
         """Update the label registry (define / update / retire / rename / add). Returns None when applied, or
         why the registry refuses the event (:func:`newsmon.workers.labels.conflict`: a name renamed away, a rename
         into one, ...): dead-letter it."""
+        if ev.action == "renamed" and self.registry.snapshot().renamed.get(canonical_label(ev.label)) == \
+                canonical_label(ev.new_label or ""):  # redelivered (at least once, e.g. re-seeded after a kill)
+            log.info("label event applied already", action=ev.action, label=ev.label, new_label=ev.new_label)
+            return None
         try:
             if ev.action in ("defined", "updated"):
                 self.registry.define(ev.label, ev.definition)
