@@ -24,6 +24,8 @@ class ApiSettings(BaseModel):
                                      "(seconds); 503 after it.")
     apply_wait_s: float = Field(5.0, ge=0, description="Wait for the memory updater to apply a label change or "
                                 "decision (seconds): 200 once applied (GET shows it), else 202 after this.")
+    console_session_s: float = Field(43_200.0, gt=0, description="A moderator's console session lasts this long "
+                                     "after the login (seconds); then the console asks for the login again.")
     queue_max_articles: int = Field(256, ge=1, description="Articles of POST /v1/suggest that may wait to be scored "
                                     "(all clients together); a request beyond it is answered 503 with Retry-After.")
     batch_wait_ms: int = Field(20, ge=0, le=10_000, description="How long a micro-batch of POST /v1/suggest waits for "

@@ -65,8 +65,8 @@ import ftfy.chardata
 import ftfy.fixes
 import regex
 
-__all__ = ["MAX_COMBINING_RUN", "NORMALIZATION_VERSION", "Tokens", "cap_combining", "clean_text", "forget_cleaned",
-           "normalize_text", "normalize_word", "strip_html", "tokenize", "words"]
+__all__ = ["MAX_COMBINING_RUN", "NORMALIZATION_VERSION", "Tokens", "article_text", "cap_combining", "clean_text",
+           "forget_cleaned", "normalize_text", "normalize_word", "strip_html", "tokenize", "words"]
 
 #: Bump when the normalisation or segmentation changes: stored artefacts built from words (indexes, shingles)
 #: must be rebuilt.
@@ -219,6 +219,12 @@ def clean_text(text: str) -> str:
     if len(out) >= _REMEMBER_FROM:
         _remember(out)
     return out
+
+
+def article_text(text: str, max_chars: int) -> str:
+    """What every stage reads of an article's text (the classifier's stages, the label test): :func:`clean_text`,
+    cut to its first ``max_chars`` characters (``worker.max_text_chars``)."""
+    return clean_text(text)[:max_chars]
 
 
 #: ftfy runs on pieces of whole lines of at least this many characters (ftfy.fix_text would run once per line,

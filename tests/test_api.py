@@ -46,44 +46,65 @@ def serve_env(s, port: int, redis_url: str) -> dict:
 @pytest.fixture
 def api(tansu, newsmon_home, tmp_path, redis_url, encoder, corpus):
     """``newsmon serve`` in its own process over a memory of 60 real train articles (built here first)."""
+    s = stream_settings(tansu, newsmon_home, tmp_path, redis_url)
+    prepare_home(s, newsmon_home, encoder, corpus.split("train")[:60])
+    proc, client = start_serve(s, redis_url, tmp_path / "serve.log")
+    try:
+        yield s, client, proc
+    finally:
+        stop_serve(proc, client)
+
+
+def prepare_home(s, newsmon_home, encoder, articles) -> None:
+    """The home of a ``newsmon serve`` on ``s``: the session home's ONNX encoder artefacts shared (instead of
+    building its own: minutes on a small CPU; built once into the session home by the first process that needs
+    them) and the embedded memory filled with ``articles`` (none: left empty)."""
     from newsmon.shared.classifier import Classifier
     from newsmon.shared.memory import MemoryRouter
 
-    s = stream_settings(tansu, newsmon_home, tmp_path, redis_url)
-    # the serve process shares the session home's ONNX encoder artefacts instead of building its own (minutes on a
-    # small CPU; built once into the session home by the first process that needs them)
     (newsmon_home / "models" / "onnx").mkdir(parents=True, exist_ok=True)
     (s.home / "models").mkdir(parents=True, exist_ok=True)
     (s.home / "models" / "onnx").symlink_to(newsmon_home / "models" / "onnx", target_is_directory=True)
-    router = MemoryRouter(s, encoder.model_id, encoder.dim)
-    Classifier(s, encoder=encoder, router=router).add_articles(corpus.split("train")[:60])
-    router.close()  # releases the embedded memory for the API process
+    if articles:
+        router = MemoryRouter(s, encoder.model_id, encoder.dim)
+        Classifier(s, encoder=encoder, router=router).add_articles(articles)
+        router.close()  # releases the embedded memory for the API process
+
+
+def start_serve(s, redis_url: str, log_path, args: tuple = (), env: dict | None = None):
+    """``newsmon serve`` (with ``args``) in its own process on ``s`` (:func:`serve_env`, and ``env``) on a free port,
+    once ``/readyz`` answers 200: ``(process, client)`` (the client sends the token)."""
     port = free_port()
-    log = open(tmp_path / "serve.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "newsmon.cli", "serve"], env=serve_env(s, port, redis_url),
-                            cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    log = open(log_path, "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "newsmon.cli", "serve", *args],
+                            env={**serve_env(s, port, redis_url), **(env or {})}, cwd=REPO, stdout=log,
+                            stderr=subprocess.STDOUT)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60,
                           headers={"Authorization": f"Bearer {TOKEN}"})
+    deadline = time.monotonic() + 300
     try:
-        deadline = time.monotonic() + 300
         while True:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            assert proc.poll() is None, log_path.read_text()[-3000:]
             try:
                 if client.get("/readyz").status_code == 200:
-                    break
+                    return proc, client
             except httpx.TransportError:
                 pass
             assert time.monotonic() < deadline, "newsmon serve not ready within 300 s"
             time.sleep(0.5)
-        yield s, client, proc
-    finally:
-        client.close()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    except BaseException:
+        stop_serve(proc, client)
+        raise
+
+
+def stop_serve(proc, client) -> None:
+    client.close()
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def wait_for(pred, timeout_s: float, what: str):

@@ -158,3 +158,20 @@ def test_help_wraps_at_words_not_at_the_docstrings_line_breaks():
             assert " ".join(para.split()) in screen, (path, para, out)
             checked += 1
     assert checked >= 10
+
+
+@pytest.mark.parametrize("command", [["memory", "stats"], ["memory", "index", "--status"], ["suggest", "x"],
+                                     ["settings"]])
+def test_a_home_under_a_file_is_one_line_and_a_failure(command, tmp_path):
+    """Issue 42 item 6: NEWSMON_HOME (or the memory's folder) under a file: `memory stats` said the memory was empty
+    and exited 0, others printed a traceback; now every command says which setting, what is wrong, exit 2."""
+    (tmp_path / "a-file").write_text("x")
+    under = tmp_path / "a-file" / "sub"
+    for env, name in (({"NEWSMON_HOME": str(under)}, "NEWSMON_HOME"),
+                      ({"NEWSMON_HOME": str(tmp_path / "home"), "NEWSMON_MEMORY__PATH": str(under)},
+                       "NEWSMON_MEMORY__PATH")):
+        out = _newsmon(*command, env=env)
+        assert out.returncode == 2, (command, out.stdout[-500:], out.stderr[-1500:])
+        assert out.stderr.strip() == f"error: {name}={under}: {tmp_path / 'a-file'} is a file, not a folder", \
+            out.stderr[-1500:]
+        assert "Traceback" not in out.stderr and "empty" not in out.stdout

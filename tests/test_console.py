@@ -47,6 +47,16 @@ def served(api):
 @pytest.fixture
 def browser():
     """Headless Chromium at 1280x800 through its chromedriver (Debian's packages; .ci/run installs them)."""
+    driver = start_browser()
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def start_browser():
+    """Headless Chromium at 1280x800 through its chromedriver, keeping the page's console messages
+    (``driver.get_log("browser")``)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
@@ -59,12 +69,10 @@ def browser():
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                 "--window-size=1280,800", "--lang=en", "--no-first-run", "--disable-extensions"):
         opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
     driver.set_page_load_timeout(60)
-    try:
-        yield driver
-    finally:
-        driver.quit()
+    return driver
 
 
 def until(driver, pred, timeout_s: float, what: str, every_s: float = 0.02):
@@ -241,12 +249,12 @@ def test_moderate_in_the_browser(served, browser, corpus):
             assert r.status_code == 422 and "decided twice" in r.json()["detail"]
             r = other.put("/console/api/labels/tmp:x", headers=h, json={"kwes": ["krka AND lek"]})
             assert r.status_code == 422 and r.json()["errors"][0]["position"] == 5
-            assert other.put("/console/api/labels/tmp:x", headers=h, json={"kwes": ["krka"]}).status_code == 202
+            assert other.put("/console/api/labels/tmp:x", headers=h, json={"kwes": ["krka"]}).status_code in (200, 202)
             wait_for(lambda: client.get("/v1/labels/tmp:x").status_code == 200, 30, "tmp:x defined")
             r = other.post("/console/api/labels/tmp:x/rename", headers=h, json={"new_label": "tmp:y"})
-            assert r.status_code == 202 and r.json()["event"]["actor"] == "bo"
+            assert r.status_code in (200, 202) and r.json()["event"]["actor"] == "bo"
             wait_for(lambda: client.get("/v1/labels/tmp:y").status_code == 200, 30, "tmp:x renamed")
-            assert other.delete("/console/api/labels/tmp:y", headers=h).status_code == 202
+            assert other.delete("/console/api/labels/tmp:y", headers=h).status_code in (200, 202)
             wait_for(lambda: client.get("/v1/labels/tmp:y").json()["status"] == "retired", 30, "tmp:y retired")
 
         # a near-identical article next: proposed the label, the decided article among its neighbours

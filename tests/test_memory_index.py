@@ -4,6 +4,10 @@ searchable at once; a crash's leftovers are removed; the offline build; exact se
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -196,3 +200,39 @@ def test_memory_index_command_builds_the_index_offline(tmp_path, encoder, newsmo
                           text=True, capture_output=True, timeout=300)
     assert proc.returncode == 0 and json.loads(proc.stdout) == out | {k: {kk: vv for kk, vv in v.items()
                                                                          if kk != "seconds"} for k, v in out.items()}
+
+
+def test_a_killed_optimisation_leaves_nothing_behind(tmp_path):
+    """Issue 42 item 4: a SIGKILL of ``newsmon memory index`` (the offline :meth:`EdgeMemory.optimize`) while the
+    engine builds segments left ``temp_segments/segment_builder_*`` (133 MB at 60k points), through reopening and
+    later successful builds; reopening deletes it, and so does the next optimisation before it starts."""
+    slow = IndexParams(m=16, ef_construct=200, ef=64, min_points=100, rebuild_unindexed=100)
+    mem = EdgeMemory(tmp_path, "c", DIM, slow)
+    _fill(mem, 20_000)
+    mem.close()
+    temp = tmp_path / "c" / "temp_segments"
+    code = ("import sys; from newsmon.shared.memory import EdgeMemory; from newsmon.shared.memory.index_build import "
+            f"IndexParams; EdgeMemory(sys.argv[1], 'c', {DIM}, IndexParams(**{vars(slow)!r})).optimize()")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)])
+    try:
+        deadline = time.monotonic() + 120
+        while not list(temp.glob("segment_builder_*")):
+            assert proc.poll() is None, "the optimisation ended before it was caught building"
+            assert time.monotonic() < deadline, "no segment builder within 120 s"
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(30)
+    assert list(temp.glob("segment_builder_*")), "the kill left the builder's segment (what is cleaned up)"
+    mem = EdgeMemory(tmp_path, "c", DIM, slow)
+    try:
+        assert not list(temp.glob("*")), "reopening deleted the killed build's segments"
+        assert mem.index_status()["points"] == 20_000
+        (temp / "segment_builder_left").mkdir(parents=True)  # as if another kill came in between
+        (temp / "segment_builder_left" / "x").write_bytes(b"0" * 1000)
+        mem.optimize()
+        assert not (temp / "segment_builder_left").exists(), "an optimisation deletes earlier leftovers first"
+        assert mem.search(_vectors(1), 5)[0], "the memory answers after the build"
+    finally:
+        mem.close()

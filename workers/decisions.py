@@ -51,7 +51,7 @@ from newsmon.shared.limits import decision_over_limit
 from newsmon.shared.memory import MemoryRouter, copy_missing, decision_time, replaced_router, shared_router
 from newsmon.shared.promotion import read_promoted
 from newsmon.workers.copies import inherited_labels, revise_copies
-from newsmon.workers.labels import LabelConflict, LabelRegistry
+from newsmon.workers.labels import LabelConflict, LabelRegistry, apply_event
 from newsmon.workers.rules import kwe_errors
 from newsmon.workers.observability import DECISIONS, LABEL_EVENTS
 
@@ -140,14 +140,7 @@ class DecisionService:
             log.info("label event applied already", action=ev.action, label=ev.label, new_label=ev.new_label)
             return None
         try:
-            if ev.action in ("defined", "updated"):
-                self.registry.define(ev.label, ev.definition)
-            elif ev.action == "retired":
-                self.registry.retire(ev.label)
-            elif ev.action == "renamed":
-                self.registry.rename(ev.label, ev.new_label)
-            else:
-                self.registry.add(ev.label)
+            apply_event(self.registry, ev)
         except LabelConflict as exc:
             return str(exc)
         LABEL_EVENTS.labels(ev.action).inc()

@@ -45,18 +45,18 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import redis
 import structlog
 
-from newsmon.schemas import LabelDefinition
+from newsmon.schemas import LabelDefinition, LabelEvent
 from newsmon.schemas.base import canonical_label as _canon
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["LabelConflict", "LabelRegistry", "RedisLabelRegistry", "RegistryState", "conflict",
-           "merge_definitions", "open_registry"]
+__all__ = ["LabelConflict", "LabelRegistry", "RedisLabelRegistry", "RegistryState", "apply_event", "conflict",
+           "merge_definitions", "open_registry", "refusal", "replay"]
 
 MAX_KWES = 100  # LabelDefinition.kwes max_length
 
@@ -213,6 +213,46 @@ def conflict(action: str, label: str, renamed: dict[str, str], retired: Iterable
         return (f"label {label!r} was renamed to {renamed[label]!r}: its history belongs to the new name; "
                 f"{verb} that one, or choose another name")
     return None
+
+
+def apply_event(registry: LabelRegistry, ev: LabelEvent) -> None:
+    """Apply one label event to ``registry``: how the memory updater writes it, and how :func:`replay` foresees it.
+
+    Raises:
+        LabelConflict: the registry refuses it (:func:`conflict`); nothing changed.
+    """
+    if ev.action in ("defined", "updated"):
+        registry.define(ev.label, cast(LabelDefinition, ev.definition))
+    elif ev.action == "retired":
+        registry.retire(ev.label)
+    elif ev.action == "renamed":
+        registry.rename(ev.label, cast(str, ev.new_label))
+    else:
+        registry.add(ev.label)
+
+
+def replay(state: RegistryState, events: Iterable[LabelEvent]) -> RegistryState:
+    """``state`` once ``events`` are applied in order, as the registry applies them (a refused one changes
+    nothing: the memory updater dead-letters it). In memory; ``state`` is not changed."""
+    reg = LabelRegistry()
+    reg._renamed, reg._retired = dict(state.renamed), set(state.retired)
+    reg._definitions, reg._version = dict(state.definitions), state.version
+    for ev in events:
+        try:
+            apply_event(reg, ev)
+        except LabelConflict:
+            continue
+    return reg.snapshot()
+
+
+def refusal(state: RegistryState, event: LabelEvent, pending: Iterable[LabelEvent] = ()) -> str | None:
+    """Why the registry will refuse ``event`` once the ``pending`` events (published before it, not applied yet)
+    are applied to ``state``, or None when it will apply it: :func:`conflict` on :func:`replay`'s state. The one
+    check of every path that changes a label before it publishes the event (the API's ``/v1`` routes and the
+    console's, through ``newsmon.api.changes``), so a change the registry would refuse is answered 409 with this
+    reason instead of being published and dead-lettered."""
+    after = replay(state, pending)
+    return conflict(event.action, event.label, after.renamed, after.retired, event.new_label)
 
 
 def _check(action: str, label: str, renamed: dict[str, str], retired: Iterable[str] = (),

@@ -37,7 +37,7 @@ from newsmon.shared.config import Settings
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.memory import SearchFilter, catch_up, replaced_router
 from newsmon.shared.promotion import read_promoted
-from newsmon.shared.text import clean_text
+from newsmon.shared.text import article_text
 from newsmon.workers.copies import (Duplicate, copy_batch_originals, duplicate_labels, inherited_labels, is_moderated,
                                     link_copies)
 from newsmon.workers.labels import LabelRegistry, RegistryState
@@ -197,7 +197,7 @@ class ArticlePipeline:
             except InvalidEvent as exc:
                 rejected.append((m, exc))
                 continue
-            text = clean_text(ev.text)[:w.max_text_chars]
+            text = article_text(ev.text, w.max_text_chars)
             if not text.strip():
                 rejected.append((m, InvalidEvent("empty text: title and body hold nothing visible once cleaned "
                                                  "(markup, invisible characters)", "ArticleEvent",

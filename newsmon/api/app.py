@@ -36,10 +36,12 @@ The minimal call: `POST /v1/suggest` with `{"text": "...", "lang": "sl"}` (`lang
 `Content-Type: application/json`; the answer is a list of `LabelProposal`s.
 
 Every `/v1` request sends `Authorization: Bearer <token>` when the server has `api.token`. Errors are
-`{"detail": "<one readable line>", "errors": [...]}`: 401 missing or wrong token, 404 unknown label, 409 a name
-renamed away, 413 body too large (`api.max_body_bytes`) or too many articles, 415 a body not sent as JSON, 422
-invalid input (a bad KwE with its index, reason and character position, or more labels than a limit), 503 a
-dependency down, a calibration record that does not parse, or `/v1/suggest` busy (with `Retry-After`).
+`{"detail": "<one readable line>", "errors": [...]}`: 401 missing or wrong token, 404 unknown label, 409 a label
+change the registry would refuse (a name renamed away, also by a change not applied yet), 413 body too large
+(`api.max_body_bytes`) or too many articles, 415 a body not sent as JSON, 422 invalid input (a bad KwE with its
+index, reason and character position; a body that is not JSON, or nests deeper than 64 levels, with the reason
+and position; more labels than a limit), 503 a dependency down, a calibration record that does not parse, or
+`/v1/suggest` busy (with `Retry-After`).
 """
 
 __all__ = ["create_app"]

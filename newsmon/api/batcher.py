@@ -4,7 +4,7 @@ the classifier worker batches its messages; and the readiness checks, run beside
 The event loop never runs the pipeline and never waits for a thread of its own: a request's articles are queued
 (:meth:`SuggestQueue.submit`, an ``asyncio`` future), and one thread takes the queued requests, up to
 ``worker.batch_max_messages`` articles or ``api.batch_wait_ms`` after the first, through
-:meth:`newsmon.api.service.ApiService.suggest_many` (one encoder call, one search per language for all of them),
+:func:`suggest_many` (one encoder call, one search per language for all of them),
 and hands each request its proposals. With more than ``api.queue_max_articles`` articles waiting, a request is
 refused at once: 503 with ``Retry-After`` (the seconds the queue takes to drain at the measured rate, at least 1).
 So ``/healthz``, ``/readyz`` and ``/metrics`` answer from the event loop whatever the load; ``/readyz`` from the
@@ -14,6 +14,7 @@ last result of :class:`Readiness`, refreshed every :data:`READY_EVERY_S` seconds
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import threading
 import time
@@ -23,12 +24,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
+from confluent_kafka import Message
 
 from newsmon.api.service import ApiError, ApiService
+from newsmon.schemas import DeadLetterReason, LabelProposal
+from newsmon.shared.scoring.records import CalibrationUnreadable
+from newsmon.workers.pipeline import ArticleBatch
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["READY_EVERY_S", "Readiness", "SuggestQueue"]
+__all__ = ["READY_EVERY_S", "Readiness", "SuggestQueue", "suggest_many"]
 
 READY_EVERY_S = 0.5  # how often the readiness checks run (seconds)
 
@@ -45,7 +50,7 @@ class SuggestQueue:
     """The bounded, micro-batched queue of suggest requests (see the module docstring).
 
     Args:
-        service: runs the batches (:meth:`ApiService.suggest_many`); max_articles: the queue's bound (articles);
+        service: runs the batches (:func:`suggest_many`); max_articles: the queue's bound (articles);
         batch_articles: articles per batch at most; wait_s: how long a batch waits for more after its first
             request (seconds).
     """
@@ -116,7 +121,7 @@ class SuggestQueue:
                 continue
             started = time.perf_counter()
             try:
-                results: list[Any] = self.service.suggest_many([r.articles for r in batch])
+                results: list[Any] = suggest_many(self.service, [r.articles for r in batch])
             except Exception as exc:  # noqa: BLE001 - each request of the batch gets it (a 500 with its reason)
                 log.exception("suggest batch failed", requests=len(batch))
                 results = [exc] * len(batch)
@@ -134,6 +139,51 @@ class SuggestQueue:
         for req in left:
             req.loop.call_soon_threadsafe(_settle, req.future, ApiError(503, "the server is stopping"))
         self._thread.join(30)
+
+
+def suggest_many(service: ApiService, requests: list[list[dict]]) -> list[list[LabelProposal] | Exception]:
+    """:meth:`ApiService.suggest` for several requests at once, as one batch through ``service``'s pipeline (the
+    micro-batch of :class:`SuggestQueue`): each request validated on its own (its :class:`ApiError` in
+    its place), the valid ones' articles proposed together, their proposals split back in order. An error
+    of the batch is every valid request's."""
+    api = service.settings.api
+    now_ms = int(time.time() * 1000)
+    out: list[list[LabelProposal] | Exception] = []
+    parts: list[tuple[int, ArticleBatch]] = []
+    with service._lock:
+        for r, articles in enumerate(requests):
+            if len(articles) > api.max_articles:
+                out.append(ApiError(413, f"{len(articles)} articles in one request; at most api.max_articles = "
+                                         f"{api.max_articles}"))
+                continue
+            # ASCII JSON (\u escapes): a lone surrogate in the request reaches validation (422) instead of
+            # failing to encode (500)
+            msgs = [Message(topic="api", partition=0, offset=i, value=json.dumps(a).encode(),
+                            timestamp=(1, now_ms)) for i, a in enumerate(articles)]
+            batch, rejected = service.pipeline.validate(msgs)
+            if rejected:
+                errors = [{"index": m.offset(), "reason": exc.reason} for m, exc in rejected]
+                status = 413 if all(exc.code is DeadLetterReason.TOO_LARGE for _m, exc in rejected) else 422
+                out.append(ApiError(status, "; ".join(f"article {e['index']}: {e['reason']}" for e in errors),
+                                    errors))
+                continue
+            out.append([])
+            parts.append((r, batch))
+        if parts:
+            whole = ArticleBatch(size=sum(b.size for _r, b in parts), items=[it for _r, b in parts
+                                                                            for it in b.items])
+            try:
+                service.pipeline.propose(whole)
+                proposals = [p for _m, p in service.pipeline.emit(whole)]
+            except CalibrationUnreadable as exc:
+                for r, _b in parts:
+                    out[r] = ApiError(503, str(exc), [{"record": exc.path, "recover": exc.recover}])
+                return out
+            at = 0
+            for r, b in parts:
+                out[r], at = proposals[at:at + len(b.items)], at + len(b.items)
+    return out
+
 
 
 def _settle(future: asyncio.Future, result: Any) -> None:

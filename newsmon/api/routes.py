@@ -16,6 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 
+from newsmon.api.bodies import JsonRoute
 from newsmon.api.models import (
     DecisionSent,
     ErrorBody,
@@ -30,7 +31,6 @@ from newsmon.api.service import ApiError, ApiService
 from newsmon.schemas import InvalidEvent, LabelDefinition, LabelProposal, ModeratorDecision, parse_event
 from newsmon.schemas.base import check_label
 from newsmon.shared.limits import decision_over_limit
-from newsmon.workers.labels import conflict
 from newsmon.workers.rules import kwe_errors
 
 __all__ = ["router"]
@@ -50,7 +50,7 @@ def require_token(request: Request,
 
 
 ERRORS: dict = {code: {"model": ErrorBody} for code in (401, 404, 409, 413, 422, 503)}
-router = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], responses=ERRORS)
+router = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], responses=ERRORS, route_class=JsonRoute)
 
 
 def service(request: Request) -> ApiService:
@@ -175,16 +175,13 @@ async def get_label(svc: Service, label: str):
 @router.post("/labels/{label:path}/rename", response_model=LabelChange, tags=["labels"],
              summary="Rename a label", responses={202: {"model": LabelChange}})
 async def rename_label(svc: Service, label: str, body: RenameBody, response: Response, actor: Actor = None):
-    """Publish `renamed`: the new name takes over the old one's history and definition. `200` once applied,
-    `202` when published but not applied within `api.apply_wait_s` (see `LabelChange`)."""
+    """Publish `renamed`: the new name takes over the old one's history and definition. `200` once applied (or
+    `event: null` when it is already renamed so), `202` when published but not applied within `api.apply_wait_s`,
+    `409` when the registry would refuse it (the label renamed away or retired, the new name renamed away; also
+    by a change published before it and not applied yet), `404` for a label nothing knows."""
     label = canonical(label)
-    await run_in_threadpool(svc.view, label)  # 404 when unknown
     if body.new_label == label:
         raise ApiError(422, "new_label is the label itself: send {\"new_label\": \"<another name>\"}")
-    state = await run_in_threadpool(svc.state)
-    if state.renamed.get(label) == body.new_label:
-        return LabelChange(event=None, note=f"{label!r} is already renamed to {body.new_label!r}")
-    await _refuse_conflict(svc, "renamed", label, body.new_label)
     return _answer(response, await run_in_threadpool(svc.change, "renamed", label, actor, new_label=body.new_label))
 
 
@@ -196,7 +193,7 @@ async def test_label(svc: Service, label: str, body: LabelTest | None = None):
     label = canonical(label)
     body = body or LabelTest()
     if body.definition is not None:
-        _check_kwes(body.definition, ("body", "definition", "kwes"))
+        await run_in_threadpool(_check_kwes, body.definition, ("body", "definition", "kwes"))
     return await run_in_threadpool(svc.test, label, body)
 
 
@@ -207,46 +204,33 @@ async def put_label(svc: Service, label: str, definition: LabelDefinition, respo
     """Publish `defined` (a new label) or `updated` (it had a definition) with the KwEs and filters, e.g.
     `{"kwes": ["krka OR krke"]}`. A KwE that does not parse is refused (422) with its index, the reason and the
     character position. `200` once applied (`GET` shows it, the next proposals use it), `202` when published but
-    not applied within `api.apply_wait_s`; the same definition again changes nothing (`200`, no event)."""
+    not applied within `api.apply_wait_s`; the same definition again changes nothing (`200`, no event); `409` for
+    a name renamed away (also by a rename published before it and not applied yet)."""
     label = canonical(label)
-    _check_kwes(definition, ("body", "kwes"))
-    state = await _refuse_conflict(svc, "defined", label)
-    if state.definitions.get(label) == definition and label not in state.retired:
-        return LabelChange(event=None, note=f"{label!r} already has this definition")
-    action = "updated" if label in state.definitions else "defined"
-    return _answer(response, await run_in_threadpool(svc.change, action, label, actor, definition=definition))
+    await run_in_threadpool(_check_kwes, definition, ("body", "kwes"))
+    return _answer(response, await run_in_threadpool(svc.change, "defined", label, actor, definition=definition))
 
 
 @router.delete("/labels/{label:path}", response_model=LabelChange, tags=["labels"], summary="Retire a label",
                responses={202: {"model": LabelChange}})
 async def retire_label(svc: Service, label: str, response: Response, actor: Actor = None):
-    """Publish `retired`: never proposed again, its rules stop matching. Retiring a retired label changes
-    nothing (`200`, no event)."""
+    """Publish `retired`: never proposed again, its rules stop matching. `200` once applied, `202` when published
+    but not applied within `api.apply_wait_s`; retiring a retired label changes nothing (`200`, no event); `409`
+    for a name renamed away; `404` for a label nothing knows."""
     label = canonical(label)
-    await run_in_threadpool(svc.view, label)  # 404 when unknown
-    state = await run_in_threadpool(svc.state)
-    if label in state.retired:
-        return LabelChange(event=None, note=f"{label!r} is already retired")
-    await _refuse_conflict(svc, "retired", label)
     return _answer(response, await run_in_threadpool(svc.change, "retired", label, actor))
 
 
 def _answer(response: Response, change: LabelChange) -> LabelChange:
-    """``change`` with its status: 200 when applied before the answer, 202 when only published."""
+    """``change`` with its status: 200 when applied before the answer (or nothing to change), 202 when only
+    published."""
     response.status_code = 200 if change.applied else 202
     return change
 
 
-async def _refuse_conflict(svc: ApiService, action: str, label: str, new_label: str | None = None):
-    """The registry's state; 409 when it would refuse the event (``newsmon.workers.labels.conflict``)."""
-    state = await run_in_threadpool(svc.state)
-    why = conflict(action, label, state.renamed, state.retired, new_label)
-    if why is not None:
-        raise ApiError(409, why)
-    return state
-
-
 def _check_kwes(definition: LabelDefinition, loc: tuple) -> None:
+    """422 for a KwE that does not parse (each one's index, reason and position). Parsing 100 KwEs of 10,000
+    characters takes seconds: callers run it off the event loop."""
     bad = kwe_errors(definition.kwes)
     if bad:
         errors = [{"loc": [*loc, i], **exc.to_dict()} for i, exc in bad]

@@ -8,7 +8,6 @@ the topic stays the single path of truth for every replica.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from datetime import datetime, timezone
@@ -18,11 +17,12 @@ import structlog
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from pydantic import ValidationError
 
+from newsmon.api.changes import LabelChanges
 from newsmon.api.models import DecisionSent, LabelChange, LabelTest, LabelTestResult, LabelView, TestedArticle
 from newsmon.schemas import (
     ArticleEvent,
-    DeadLetterReason,
     InvalidEvent,
+    LabelDefinition,
     LabelEvent,
     LabelProposal,
     ModeratorDecision,
@@ -34,10 +34,10 @@ from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.kwe import ArticleMeta, LabelRuleIndex, RuleFilters
 from newsmon.shared.logs import RateLimitedLogBridge
 from newsmon.shared.scoring.records import CalibrationUnreadable
-from newsmon.shared.text import clean_text, tokenize
+from newsmon.shared.text import article_text, tokenize
 from newsmon.workers.kafka_io import make_producer, read_latest
 from newsmon.workers.labels import LabelRegistry, RegistryState, open_registry
-from newsmon.workers.pipeline import ArticleBatch, ArticlePipeline
+from newsmon.workers.pipeline import ArticlePipeline
 from newsmon.workers.rules import article_meta, count_examples, rule_evidence, rule_of_definition
 
 log = structlog.get_logger(__name__)
@@ -78,62 +78,22 @@ class ApiService:
         self._lock = threading.Lock()  # one suggest batch at a time through the pipeline
         self._lock_offsets = threading.Lock()
         self._offsets: Consumer | None = None  # reads the memory updater's committed offsets (never joins)
+        self.changes = LabelChanges(self)  # every label change goes through it
 
     # -- proposals ---------------------------------------------------------------------------------
     def suggest(self, articles: list[dict]) -> list[LabelProposal]:
         """Proposals for article events (JSON objects, validated exactly as on the articles topic), through the
-        classifier's stages; each article is stored as a pending point, so a moderator decision on it works.
+        classifier's stages, alone (the HTTP route batches requests: :func:`newsmon.api.batcher.suggest_many`).
 
         Raises:
-            ApiError: 413 for too many or too large articles, 422 for an invalid one (all reasons listed), 503
-                while a calibration record does not parse.
+            ApiError: 413 for too many or too large articles, 422 for an invalid one, 503 while a calibration
+                record does not parse.
         """
-        out = self.suggest_many([articles])[0]
+        from newsmon.api.batcher import suggest_many  # the batcher imports this module
+
+        out = suggest_many(self, [articles])[0]
         if isinstance(out, Exception):
             raise out
-        return out
-
-    def suggest_many(self, requests: list[list[dict]]) -> list[list[LabelProposal] | Exception]:
-        """:meth:`suggest` for several requests at once, as one batch through the pipeline (the micro-batch of
-        :class:`newsmon.api.batcher.SuggestQueue`): each request validated on its own (its :class:`ApiError` in
-        its place), the valid ones' articles proposed together, their proposals split back in order. An error
-        of the batch is every valid request's."""
-        api = self.settings.api
-        now_ms = int(time.time() * 1000)
-        out: list[list[LabelProposal] | Exception] = []
-        parts: list[tuple[int, ArticleBatch]] = []
-        with self._lock:
-            for r, articles in enumerate(requests):
-                if len(articles) > api.max_articles:
-                    out.append(ApiError(413, f"{len(articles)} articles in one request; at most api.max_articles = "
-                                             f"{api.max_articles}"))
-                    continue
-                # ASCII JSON (\u escapes): a lone surrogate in the request reaches validation (422) instead of
-                # failing to encode (500)
-                msgs = [Message(topic="api", partition=0, offset=i, value=json.dumps(a).encode(),
-                                timestamp=(1, now_ms)) for i, a in enumerate(articles)]
-                batch, rejected = self.pipeline.validate(msgs)
-                if rejected:
-                    errors = [{"index": m.offset(), "reason": exc.reason} for m, exc in rejected]
-                    status = 413 if all(exc.code is DeadLetterReason.TOO_LARGE for _m, exc in rejected) else 422
-                    out.append(ApiError(status, "; ".join(f"article {e['index']}: {e['reason']}" for e in errors),
-                                        errors))
-                    continue
-                out.append([])
-                parts.append((r, batch))
-            if parts:
-                whole = ArticleBatch(size=sum(b.size for _r, b in parts), items=[it for _r, b in parts
-                                                                                for it in b.items])
-                try:
-                    self.pipeline.propose(whole)
-                    proposals = [p for _m, p in self.pipeline.emit(whole)]
-                except CalibrationUnreadable as exc:
-                    for r, _b in parts:
-                        out[r] = ApiError(503, str(exc), [{"record": exc.path, "recover": exc.recover}])
-                    return out
-                at = 0
-                for r, b in parts:
-                    out[r], at = proposals[at:at + len(b.items)], at + len(b.items)
         return out
 
     # -- labels ------------------------------------------------------------------------------------
@@ -222,22 +182,25 @@ class ApiService:
         return DecisionSent(decision=decision, topic=topic, partition=msg.partition(), offset=msg.offset(),
                             applied=applied)
 
-    def change(self, action: str, label: str, actor: str | None = None, **fields) -> LabelChange:
-        """Publish a :class:`LabelEvent` ``action`` on ``label`` (``definition`` / ``new_label`` in ``fields``).
+    def change(self, action: str, label: str, actor: str | None = None, *, definition: LabelDefinition | None = None,
+               new_label: str | None = None) -> LabelChange:
+        """Change ``label``: checked against the registry and the changes not applied yet, then published
+        (:meth:`newsmon.api.changes.LabelChanges.submit`, the one way of every path)."""
+        return self.changes.submit(action, label, actor, definition=definition, new_label=new_label)
+
+    def event(self, action: str, label: str, actor: str | None = None, **fields) -> LabelEvent:
+        """The :class:`LabelEvent` ``action`` on ``label`` (``definition`` / ``new_label`` in ``fields``), now.
 
         Raises:
-            ApiError: 422 when the event is not valid (a blank actor, say); 503 as :meth:`publish`.
+            ApiError: 422 when the event is not valid (a blank actor, say).
         """
         try:
-            event = LabelEvent(action=action, label=label, occurred_at=datetime.now(timezone.utc), actor=actor,
-                               **fields)
+            return LabelEvent(action=action, label=label, occurred_at=datetime.now(timezone.utc), actor=actor,
+                              **{k: v for k, v in fields.items() if v is not None})
         except ValidationError as exc:
             errors = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
             raise ApiError(422, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors),
                            errors) from None
-        change = self.publish(event)
-        change.applied = self.wait_applied(event)
-        return change
 
     def wait_applied(self, event: LabelEvent) -> bool:
         """Wait up to ``api.apply_wait_s`` seconds until the registry shows ``event`` applied (the memory updater
@@ -256,9 +219,21 @@ class ApiService:
         """Which articles the label's rule (or ``body.definition``) matches: a posted text, or the latest
         articles of the articles topic.
 
+        A text is read as the classifier's rules stage reads an article's (:func:`~newsmon.shared.text.article_text`:
+        cleaned, cut to ``worker.max_text_chars``), and bounded as an article is (``worker.max_message_bytes``), so
+        the test costs what one article does.
+
         Raises:
-            ApiError: 404 when there is no definition to test.
+            ApiError: 404 when there is no definition to test; 413 for a text (with its title) larger than
+                ``worker.max_message_bytes`` in UTF-8.
         """
+        w = self.settings.worker
+        if body.text is not None:
+            size = len(body.text.encode("utf-8", "surrogatepass")) + len((body.title or "").encode("utf-8",
+                                                                                                   "surrogatepass"))
+            if size > w.max_message_bytes:
+                raise ApiError(413, f"the text to test has {size} bytes; at most worker.max_message_bytes = "
+                                    f"{w.max_message_bytes}, as for an article: send a shorter text")
         definition = body.definition or self.state().definitions.get(label)
         if definition is None:
             raise ApiError(404, f"label {label!r} has no definition to test: send one in `definition`")
@@ -274,7 +249,7 @@ class ApiService:
             candidates = [(ev, ev.text, article_meta(ev)) for ev in self.latest_articles(n)]
         matched, kwe_matched = [], 0
         for ev, text, meta in candidates:
-            tokens = tokenize(clean_text(text))  # what the classifier's rules stage reads
+            tokens = tokenize(article_text(text, w.max_text_chars))  # what the classifier's rules stage reads
             kwe_matched += bool(bare.match(tokens))
             for m in with_filters.match(tokens, meta):
                 about = {} if ev is None else {"article_id": ev.article_id, "title": ev.title, "outlet": ev.outlet,
@@ -329,20 +304,38 @@ class ApiService:
             NotLoaded: label events not applied yet (how many); KafkaException: the broker did not answer.
         """
         self.registry.snapshot()
-        k = self.settings.kafka
+        behind = 0
         with self._lock_offsets:
-            if self._offsets is None:
-                self._offsets = Consumer({**k.client_config(), "group.id": k.updater_group,
-                                          "enable.auto.commit": False, "logger": RateLimitedLogBridge("kafka.api")})
-            c = self._offsets
-            meta = c.list_topics(k.topic_label_events, timeout=2).topics[k.topic_label_events]
-            parts = [TopicPartition(k.topic_label_events, p) for p in meta.partitions]
-            behind = 0
-            for tp in c.committed(parts, timeout=2):
-                low, high = c.get_watermark_offsets(tp, timeout=2)
+            for tp in self._committed():
+                low, high = self._offsets_consumer().get_watermark_offsets(tp, timeout=2)
                 behind += max(0, high - max(tp.offset, low))
         if behind:
-            raise NotLoaded(f"{behind} label events not applied yet by the memory updater ({k.updater_group})")
+            raise NotLoaded(f"{behind} label events not applied yet by the memory updater "
+                            f"({self.settings.kafka.updater_group})")
+
+    def updater_committed(self) -> dict[int, int]:
+        """Partition -> the memory updater's committed offset on the label-events topic (the next event it reads;
+        negative when it has committed none).
+
+        Raises:
+            KafkaException: the broker did not answer.
+        """
+        with self._lock_offsets:
+            return {tp.partition: tp.offset for tp in self._committed()}
+
+    def _committed(self) -> list[TopicPartition]:
+        """The memory updater's committed offset of each partition of the label-events topic (lock held)."""
+        topic, c = self.settings.kafka.topic_label_events, self._offsets_consumer()
+        meta = c.list_topics(topic, timeout=2).topics[topic]
+        return c.committed([TopicPartition(topic, p) for p in meta.partitions], timeout=2)
+
+    def _offsets_consumer(self) -> Consumer:
+        """The consumer that reads the memory updater's committed offsets (never joins its group); made once."""
+        if self._offsets is None:
+            k = self.settings.kafka
+            self._offsets = Consumer({**k.client_config(), "group.id": k.updater_group,
+                                      "enable.auto.commit": False, "logger": RateLimitedLogBridge("kafka.api")})
+        return self._offsets
 
     def close(self) -> None:
         """Flush the producer (label events already acknowledged are unaffected)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
@@ -22,6 +24,9 @@ def settings_from_env(**overrides: Any) -> Settings:
     """The settings from ``NEWSMON_*`` variables, with the given command-line overrides (``section__field=value``;
     None is ignored), logging configured.
 
+    The home (``NEWSMON_HOME``) and the embedded memory's folder must be folders or not exist yet: one under a
+    file (``/etc/passwd/sub``) or that cannot be read ends the command the same way (one line, exit status 2).
+
     Overrides are validated exactly like the environment (the same field constraints: ``--tau 0``, ``--top-k 0``
     and ``--threshold 1.5`` are refused as ``NEWSMON_SCORING__TAU=0`` is). Either way a bad value ends the command
     with one error line naming the option or variable and the reason, exit status 2, no traceback; the value of a
@@ -38,8 +43,27 @@ def settings_from_env(**overrides: Any) -> Settings:
             by_section.setdefault(section if name else "", {})[name or section] = value
     for section, values in by_section.items():
         _apply_overrides(s, section, values)
+    folders = [("NEWSMON_HOME", s.home)] + ([] if s.memory.url else [("NEWSMON_MEMORY__PATH", s.memory_path)])
+    for name, path in folders:
+        why = folder_problem(Path(path))
+        if why is not None:
+            fail(f"{name}={path}: {why}")
     configure_logging(s.log_format)
     return s
+
+
+def folder_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be a folder that newsmon reads and writes (it, or a folder above it, is a file; the
+    nearest one that exists cannot be listed), or None (it is one, or can be made)."""
+    for at in (path, *path.parents):
+        if not (at.exists() or at.is_symlink()):
+            continue
+        if not at.is_dir():
+            return "it is a file, not a folder" if at == path else f"{at} is a file, not a folder"
+        if not os.access(at, os.R_OK | os.X_OK):
+            return f"{at} cannot be read (permission denied)"
+        return None
+    return None
 
 
 def _apply_overrides(s: Settings, section: str, values: dict[str, Any]) -> None:

@@ -1,10 +1,12 @@
 """The console's routes under ``/console``: the login, the queue, one article, the labels page, the live events
 (server-sent) and the small JSON API the page script calls.
 
-Auth: when ``api.token`` is set, the login form takes it (and the moderator's name) in a POST body and keeps it
-in an HttpOnly, ``SameSite=Strict`` cookie scoped to ``/console`` (never in a URL); every console route
-compares it with the token as ``/v1`` does. Without a token only the name is asked. Pages without a valid
-session redirect to the login (303); the JSON routes and the events answer 401. Every state-changing request
+Auth: when ``api.token`` is set, the login form takes it (and the moderator's name) in a POST body (never in a
+URL) and compares it with the token as ``/v1`` does; without a token only the name is asked. A login opens a
+console session (:class:`~newsmon.console.session.ConsoleSessions`): a random id in an HttpOnly, ``SameSite=Strict``
+cookie scoped to ``/console``, mapped on the server to the moderator's name for ``api.console_session_s``
+seconds; the cookie never holds the API token, and logging out ends the session on the server. Pages without a
+valid session redirect to the login (303); the JSON routes and the events answer 401. Every state-changing request
 must also carry the header ``X-Newsmon-Console: 1`` (a cross-site form cannot send it) and a JSON body.
 
 Every console answer carries a Content-Security-Policy that allows only this origin (``default-src 'self'``):
@@ -34,23 +36,24 @@ from pydantic import ValidationError
 
 from newsmon.api.service import ApiError, ApiService
 from newsmon.console import labels
-from newsmon.console.feed import ConsoleFeed
+from newsmon.console.feed import ConsoleFeed, Item
 from newsmon.console.session import (
-    NAME_COOKIE,
-    TOKEN_COOKIE,
+    SESSION_COOKIE,
     ApiUser,
     ConsoleHeaders,
+    ConsoleSessions,
     NotLoggedIn,
     PageUser,
     console_feed,
     console_service,
     moderator,
+    open_sessions,
     read_json,
 )
 from newsmon.schemas import ModeratorDecision
 from newsmon.shared.limits import decision_over_limit
 
-__all__ = ["mount_console"]
+__all__ = ["article_context", "evidence_refs", "json_script", "mount_console", "templates"]
 
 HERE = Path(__file__).resolve().parent  # resolved: an editable install's link tree holds symlinks, which
 # StaticFiles refuses to serve when they point outside its folder
@@ -58,7 +61,18 @@ STREAM_S = 20.0  # one event stream lasts this long, then the browser reconnects
 #                  stopping never waits longer than that for an open console
 MAX_NEIGHBOURS = 20
 
+
+def json_script(value: Any) -> Markup:
+    """``value`` as JSON that is inert wherever a page embeds it (a ``<script type="application/json">``
+    element, an attribute, a server-sent event's ``data:`` line): ``<``, ``>``, ``&`` and ``'`` as ``\\u003c``...
+    escapes and every non-ASCII character (U+2028 and U+2029, a lone surrogate) as ``\\uXXXX``, so no text in it
+    can close the element, start markup or end the line; ``JSON.parse`` gives ``value`` back. Linear."""
+    return Markup(json.dumps(value, ensure_ascii=True).translate(_JSON_HTML))  # every unsafe character escaped
+
+
+_JSON_HTML = {ord(c): f"\\u{ord(c):04x}" for c in "<>&'"}
 templates = Jinja2Templates(directory=str(HERE / "templates"))
+templates.env.filters["json_script"] = json_script
 router = APIRouter(prefix="/console", include_in_schema=False)
 
 
@@ -68,6 +82,7 @@ def mount_console(app: FastAPI, service: ApiService) -> None:
     at the first console request, so an API nobody moderates from reads nothing more."""
     app.state.console_feed = ConsoleFeed(service.settings, lambda: service.pipeline.classifier.router,
                                          service.producer)
+    app.state.console_sessions = open_sessions(service.settings)
     app.mount("/console/static", StaticFiles(directory=str(HERE / "static")), name="console-static")
     app.include_router(router)
     app.include_router(labels.router)
@@ -118,18 +133,23 @@ async def login(request: Request):
         return _page(request, "login.html", None, 401 if name else 422, needs_token=token is not None,
                      error=error, next=target, name=name)
     response = RedirectResponse(target, status_code=303)
-    secure = request.url.scheme == "https"
-    for key, value in ((NAME_COOKIE, quote(name, safe="")), (TOKEN_COOKIE, given if token is not None else "")):
-        response.set_cookie(key, value, httponly=True, samesite="strict", secure=secure, path="/console")
+    sid = await run_in_threadpool(_sessions(request).open, name)
+    response.set_cookie(SESSION_COOKIE, sid, max_age=round(console_service(request).settings.api.console_session_s),
+                        httponly=True, samesite="strict", secure=request.url.scheme == "https", path="/console")
     return response
 
 
 @router.post("/logout")
 async def logout(request: Request):
+    """End the session (on the server: its id is worth nothing afterwards) and drop the cookie."""
+    await run_in_threadpool(_sessions(request).close, request.cookies.get(SESSION_COOKIE, ""))
     response = RedirectResponse("/console/login", status_code=303)
-    for key in (NAME_COOKIE, TOKEN_COOKIE):
-        response.delete_cookie(key, path="/console")
+    response.delete_cookie(SESSION_COOKIE, path="/console")
     return response
+
+
+def _sessions(request: Request) -> ConsoleSessions:
+    return request.app.state.console_sessions
 
 
 # -- pages ---------------------------------------------------------------------------------------------------
@@ -150,14 +170,29 @@ async def article_page(request: Request, article_id: str, user: PageUser):
     item = feed.item(article_id)
     if item is None:
         return _page(request, "missing.html", user, 404, article_id=article_id)
-    p = item.proposal
+    refs = evidence_refs(item)
+    found = await run_in_threadpool(feed.find, [article_id, *refs])
+    return _page(request, "article.html", user, **article_context(
+        item, refs, found, feed.next_after(article_id), feed.summary(item)["decided"]))
+
+
+def evidence_refs(item: Item) -> dict[str, dict[str, Any]]:
+    """The neighbours behind an article's proposal: neighbour article id -> ``{"ref", "supports"}`` (the labels it
+    voted for)."""
     refs: dict[str, dict[str, Any]] = {}
-    for x in [*p.labels, *p.candidates]:
+    for x in [*item.proposal.labels, *item.proposal.candidates]:
         for n in x.neighbours:
             refs.setdefault(n.article_id, {"ref": n, "supports": []})["supports"].append(x.label)
-    ids = [article_id, *refs]
-    found = await run_in_threadpool(feed.find, ids)
-    point = found.get(article_id, {})
+    return refs
+
+
+def article_context(item: Item, refs: dict[str, dict[str, Any]], found: dict[str, dict], next_id: str | None,
+                    decided: dict | None) -> dict[str, Any]:
+    """What ``article.html`` shows of ``item``: ``found`` holds the memory's points of the article and of its
+    neighbours (:meth:`ConsoleFeed.find`), ``next_id`` the next undecided article, ``decided`` the last decision.
+    ``state`` is what the page's script reads: embedded with the ``json_script`` filter."""
+    p = item.proposal
+    point = found.get(p.article_id, {})
     neighbours = sorted(refs.values(), key=lambda r: -r["ref"].similarity)[:MAX_NEIGHBOURS]
     for r in neighbours:
         r["labels"] = found.get(r["ref"].article_id, {}).get("labels", [])
@@ -166,12 +201,10 @@ async def article_page(request: Request, article_id: str, user: PageUser):
     text = point.get("text") or ""
     if title and text.startswith(title):
         text = text[len(title):].lstrip("\n")
-    state = {"article_id": article_id, "labels": [x.label for x in p.labels],
-             "candidates": [x.label for x in p.candidates], "next": feed.next_after(article_id),
-             "decided": feed.summary(item)["decided"]}
-    return _page(request, "article.html", user, item=item, p=p, title=title, point=point,
-                 title_html=highlight(title or "", terms), text_html=highlight(text, terms), neighbours=neighbours,
-                 state=json.dumps(state))
+    state = {"article_id": p.article_id, "labels": [x.label for x in p.labels],
+             "candidates": [x.label for x in p.candidates], "next": next_id, "decided": decided}
+    return {"item": item, "p": p, "title": title, "point": point, "title_html": highlight(title or "", terms),
+            "text_html": highlight(text, terms), "neighbours": neighbours, "state": state}
 
 
 @router.get("/labels", response_class=HTMLResponse)
@@ -217,7 +250,7 @@ async def events(request: Request, _user: ApiUser):
 
 
 def _sse(seq: int, event: dict) -> str:
-    return f"id: {seq}\nevent: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
+    return f"id: {seq}\nevent: {event['type']}\ndata: {json_script(event)}\n\n"
 
 
 # -- JSON ----------------------------------------------------------------------------------------------------

@@ -28,21 +28,20 @@ GENERATION_FILE = "generation.json"
 EXPORT_PAGE = 512
 #: Seconds the replaced generation stays open after a swap (reads that picked its handle just before finish).
 RETIRE_AFTER_S = 2.0
+#: The engine's folder of the segments an optimisation builds in a shard: a killed one's are never read again.
+ENGINE_TEMP = "temp_segments"
 
 
 class EdgeMemory(QdrantAdapter):
     """Embedded knowledge memory on ``qdrant-edge-py`` (Qdrant's engine in-process).
 
-    Data lives in ``Path(path) / collection`` (created if missing) and
-    survives :meth:`close` and process restarts; reopening the directory sees
-    it. The directory is locked (WAL lock) while open: a second
-    :class:`EdgeMemory` on it, in this or another process, raises
-    :class:`MemoryLockedError`. So all workers that use one collection must
-    share one instance in one process; otherwise use a Qdrant server.
+    Data lives in ``Path(path) / collection`` (created if missing) and survives :meth:`close` and process
+    restarts; reopening the directory sees it. The directory is locked (WAL lock) while open: a second
+    :class:`EdgeMemory` on it, in this or another process, raises :class:`MemoryLockedError`. So all workers that
+    use one collection must share one instance in one process; otherwise use a Qdrant server.
 
-    Searches are exact brute-force scans of the unindexed segments (fast up
-    to roughly 10^5 points); :meth:`optimize` builds the HNSW index
-    explicitly (slow; never called on the request path).
+    Searches are exact brute-force scans of the unindexed segments (fast up to roughly 10^5 points);
+    :meth:`optimize` builds the HNSW index explicitly (slow; never called on the request path).
 
     Args:
         path: parent directory of the collections.
@@ -115,9 +114,11 @@ class EdgeMemory(QdrantAdapter):
 
     def _remove_stale(self) -> None:
         """Delete what a crash or a swap left behind: generations other than the live one (a rebuild that never
-        finished, a replaced one), and generation 0's own files once a later generation is live. Runs with the
-        live generation open (its lock held), so no other process is using them."""
+        finished, a replaced one), generation 0's own files once a later generation is live, and the engine's
+        :data:`ENGINE_TEMP` (a killed optimisation's segment builders). Runs with the live generation open (its
+        lock held) and not optimising, so no other process or thread is using them."""
         live = self.generation
+        shutil.rmtree(self.shard_directory / ENGINE_TEMP, ignore_errors=True)
         for entry in self.directory.iterdir() if self.directory.is_dir() else ():
             if entry.name.startswith("gen-"):
                 if entry.name != f"gen-{live}":
@@ -380,6 +381,7 @@ class EdgeMemory(QdrantAdapter):
         """
         with self._swap_lock:
             points = int(self._live.count(qe.CountRequest(exact=True)))
+            shutil.rmtree(self.shard_directory / ENGINE_TEMP, ignore_errors=True)  # an earlier one's, killed
             changed = bool(self._live.optimize())
             if changed or not self._state.get("indexed_points"):
                 self._save_state(self.generation, points)

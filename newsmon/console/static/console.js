@@ -72,7 +72,7 @@
       const when = el("time", { dateTime: it.produced_at }, it.produced_at.slice(0, 19).replace("T", " "));
       const meta = el("span", { class: "meta" }, (it.outlet || "?") + " · " + (it.lang || "?") + " · ", when,
                       it.duplicate_of ? " · near-copy" : "");
-      const a = el("a", { class: "open", href: "/console/articles/" + it.article_id },
+      const a = el("a", { class: "open", href: "/console/articles/" + encodeURIComponent(it.article_id) },
                    el("span", { class: "title" }, it.title || it.article_id), meta, labels,
                    el("span", { class: "state" }, stateText(it.decided)));
       return el("li", { class: "item fresh" + (it.decided ? " decided" : ""), "data-id": it.article_id,
@@ -213,7 +213,7 @@
     $("#confirm").addEventListener("click", () => confirm(performance.now()));
     $("#next").addEventListener("click", () => goNext());
 
-    function goNext() { location.href = state.next ? "/console/articles/" + state.next : "/console"; }
+    function goNext() { location.href = state.next ? "/console/articles/" + encodeURIComponent(state.next) : "/console"; }
 
     listen({
       decided: (ev) => { if (ev.article_id === state.article_id) { showDecided(ev, false); } },
@@ -358,8 +358,9 @@
       if (!name.value.trim()) { status.textContent = "Enter the label's name first."; name.focus(); return; }
       try {
         const r = await fn();
-        status.textContent = what + ": " + r.event.action + " " + r.event.label + (r.event.new_label ? " → " + r.event.new_label : "") +
-          " published; the memory updater applies it within a moment.";
+        status.textContent = !r.event ? what + ": nothing to change (" + r.note + ")." :
+          what + ": " + r.event.action + " " + r.event.label + (r.event.new_label ? " → " + r.event.new_label : "") +
+          (r.applied ? " published and applied." : " published; the memory updater applies it within a moment.");
         setTimeout(() => location.reload(), 1500);
       } catch (e) { status.textContent = what + " refused: " + e.message; }
     }
