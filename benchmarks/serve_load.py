@@ -85,7 +85,7 @@ class Texts:
 
 def batched(url: str, texts: Texts, batch: int, seconds: float) -> dict:
     """One client posting lists of ``batch`` texts, one after the other."""
-    done, lat = 0, []
+    done, lat, search = 0, [], []
     end = time.monotonic() + seconds
     with httpx.Client(timeout=300) as c:
         while time.monotonic() < end:
@@ -93,9 +93,10 @@ def batched(url: str, texts: Texts, batch: int, seconds: float) -> dict:
             r = c.post(f"{url}/v1/suggest", json=texts.take(batch))
             r.raise_for_status()
             lat.append(time.perf_counter() - t0)
+            search += [p["timings"]["search_ms"] / 1000 for p in r.json()]
             done += batch
     elapsed = seconds + max(0.0, time.monotonic() - end)
-    return {"articles": done, "seconds": elapsed, "rate": done / elapsed, "latencies": lat}
+    return {"articles": done, "seconds": elapsed, "rate": done / elapsed, "latencies": lat, "search": search}
 
 
 def concurrent(url: str, texts: Texts, clients: int, seconds: float) -> dict:
@@ -103,6 +104,7 @@ def concurrent(url: str, texts: Texts, clients: int, seconds: float) -> dict:
     stop = time.monotonic() + seconds
     lock = threading.Lock()
     lat: list[float] = []
+    search: list[float] = []
     statuses: dict[str, int] = {}
     health: list[float] = []
 
@@ -117,6 +119,7 @@ def concurrent(url: str, texts: Texts, clients: int, seconds: float) -> dict:
                     statuses[key] = statuses.get(key, 0) + 1
                     if r.status_code == 200:
                         lat.append(dt)
+                        search.append(r.json()[0]["timings"]["search_ms"] / 1000)
                 if r.status_code == 503 and r.headers.get("retry-after"):
                     time.sleep(float(r.headers["retry-after"]))
 
@@ -136,7 +139,7 @@ def concurrent(url: str, texts: Texts, clients: int, seconds: float) -> dict:
         t.join()
     elapsed = time.monotonic() - started
     return {"articles": len(lat), "seconds": elapsed, "rate": len(lat) / elapsed, "latencies": lat,
-            "statuses": statuses, "health": health}
+            "statuses": statuses, "health": health, "search": search}
 
 
 def _q(values: list[float], q: float) -> float:
@@ -190,6 +193,11 @@ def main() -> None:
         rec.table("/healthz while the clients run", ["probes", "p50 ms", "p99 ms", "max ms"], [
             [len(many["health"]), round(1000 * _q(many["health"], .5), 1), round(1000 * _q(many["health"], .99), 1),
              round(1000 * _q(many["health"], 1), 1)]], note="target: max < 1 s")
+        rec.table("Search time per proposal (the batch's retrieve-and-score stage, seconds)", [
+            "phase", "proposals", "p50 s", "p99 s", "max s"],
+            [[name, len(ph["search"]), _q(ph["search"], .5), _q(ph["search"], .99), _q(ph["search"], 1)]
+             for name, ph in (("batched, before", one), (f"{args.clients} clients", many), ("batched, after", two))],
+            note="the issue saw some single-client requests spend 4.6-5.0 s here while others took 60 ms")
         rec.table("Answers to the clients", ["status", "count"], sorted(many["statuses"].items()),
                   note=f"5xx other than 503 with Retry-After: {other_5xx} (target 0)")
         rec.data.update(ratio=round(ratio, 3), other_5xx=other_5xx, clients=args.clients, seconds=args.seconds,

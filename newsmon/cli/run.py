@@ -14,14 +14,14 @@ from typing import Annotated, Optional
 import typer
 
 from newsmon.cli.common import err, fail, settings_from_env
-from newsmon.shared.config import SettingError, Settings, redact_url, reveal
+from newsmon.shared.config import BUNDLED_E5_SMALL, SettingError, Settings, redact_url, reveal
 
 
 def check_settings(s: Settings) -> None:
     """Settings that validate but cannot be used end the command here, before a broker, a model or a worker
     starts: one line naming the variable (:class:`~newsmon.shared.config.SettingError`), exit status 2. Checked:
-    the error policy's module, the encoder model (its configuration read, no weights loaded) and the Redis URL's
-    form (nothing is connected)."""
+    the error policy's module, an encoder model other than the bundled one (its configuration read, no weights
+    loaded) and the Redis URL's form (nothing is connected)."""
     import redis  # deferred: see the module docstring
 
     from newsmon.shared.classifier import model_identity
@@ -30,7 +30,8 @@ def check_settings(s: Settings) -> None:
     try:
         load_error_policy(s)
         try:
-            model_identity(s)
+            if s.encoder.model != BUNDLED_E5_SMALL:  # the bundled one comes with the package (imported on first use)
+                model_identity(s)
         except (OSError, ValueError) as exc:
             raise SettingError(f"NEWSMON_ENCODER__MODEL={s.encoder.model!r} cannot be loaded: "
                                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None

@@ -284,6 +284,10 @@ async def decide(request: Request, user: ApiUser):
                                                     console_service(request).settings.api.publish_timeout_s)
     except RuntimeError as exc:
         raise ApiError(503, str(exc)) from None
+    svc = console_service(request)  # standalone: answered once the embedded broker's journal has it on disk
+    topic, wait_s = svc.settings.kafka.topic_decisions, svc.settings.api.publish_timeout_s
+    if svc.journal is not None and not await run_in_threadpool(svc.journal.wait, topic, partition, offset, wait_s):
+        raise ApiError(503, f"the decision was published but is not on disk in {svc.journal.path} yet; send it again")
     return JSONResponse({"decided_at": decision.decided_at.isoformat(), "partition": partition, "offset": offset,
                          "next": feed.next_after(decision.article_id)}, status_code=202)
 
