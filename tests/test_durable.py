@@ -72,11 +72,11 @@ def standalone(newsmon_home, tmp_path, encoder, shared_data):
         env.pop(k, None)
     procs: list[subprocess.Popen] = []
 
-    def start(n: int, ready: bool = True):
+    def start(n: int, ready: bool = True, **settings: str):
         port = free_port()
         out = open(tmp_path / f"serve-{n}.log", "wb")
         proc = subprocess.Popen([sys.executable, "-m", "newsmon.cli", "serve"], cwd=REPO, stdout=out,
-                                stderr=subprocess.STDOUT, env={**env, "NEWSMON_API__PORT": str(port)})
+                                stderr=subprocess.STDOUT, env={**env, "NEWSMON_API__PORT": str(port), **settings})
         procs.append(proc)
         client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
 
@@ -264,3 +264,35 @@ def test_a_decision_with_more_labels_than_the_limit_is_refused_on_every_path(sta
         c.close()
     assert headers["newsmon-reason"] == b"too_large" and headers["newsmon-stage"] == b"validate", headers
     assert b"limits.decision_labels" in headers.get("newsmon-error", b""), headers
+
+
+def test_a_full_suggest_queue_answers_503_with_retry_after_and_health_stays_quick(standalone):
+    """Issue 39 item 2: with more articles waiting than ``api.queue_max_articles`` a request is refused at once, 503
+    with ``Retry-After`` (was: every request waited on a lock in a worker thread, p99 up to 108 s), the others are
+    scored together, and ``/healthz`` answers meanwhile (was: up to 12.7 s behind the scoring)."""
+    import concurrent.futures
+
+    home, corpus, start, s = standalone
+    proc, client, broker = start(1, NEWSMON_API__QUEUE_MAX_ARTICLES="2", NEWSMON_ENCODER__CACHE="false")
+    texts = [a.text for a in corpus.split("test")[:12]]
+
+    def post(text):
+        with httpx.Client(base_url=str(client.base_url), timeout=120) as c:
+            return c.post("/v1/suggest", json={"text": text, "lang": "sl"})
+
+    with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
+        pending = [pool.submit(post, t) for t in texts]
+        health = []
+        while not all(f.done() for f in pending):  # while the scoring runs
+            t0 = time.perf_counter()
+            assert client.get("/healthz").status_code == 200
+            health.append(time.perf_counter() - t0)
+            time.sleep(0.1)
+        answers = [f.result() for f in pending]
+    assert health, "the requests ended before /healthz was asked"
+    codes = sorted(r.status_code for r in answers)
+    busy = [r for r in answers if r.status_code == 503]
+    assert set(codes) == {200, 503} and busy, codes
+    assert all(int(r.headers["retry-after"]) >= 1 and "api.queue_max_articles = 2" in r.json()["detail"]
+               for r in busy), [r.text for r in busy]
+    assert max(health) < 1.0, health
