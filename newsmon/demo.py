@@ -241,7 +241,7 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
     settings.kafka.create_topics = True  # the workers create missing topics at start-up
     print(f"newsmon demo: {corpus.path} — memory from {len(train)} train articles, streaming {len(test)} test "
           f"articles; embedded Qdrant engine at {memory_dir}")
-    with kafka_or_embedded(settings) as broker:
+    with kafka_or_embedded(settings, storage="memory") as broker:  # one run: nothing to keep
         where = (f"embedded Tansu broker on {broker.bootstrap} (in memory only)" if broker else
                  f"Kafka at {settings.kafka.bootstrap_servers} (NEWSMON_KAFKA__BOOTSTRAP_SERVERS)")
         print(f"{where}; topics: {', '.join(settings.kafka.all_topics())}")

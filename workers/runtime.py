@@ -2,8 +2,9 @@
 
 Embedded engine (``memory.engine`` edge, the default without ``memory.url``): both workers must share one
 process, since the embedded Qdrant engine locks its directory; they also share one near-duplicate index and label
-registry unless ``worker.redis_url`` is set. Production runs one process per role against a Qdrant server and
-Redis.
+registry unless ``worker.redis_url`` is set. Without Redis the label registry and the parked decisions are kept on
+local disk in ``<home>/state`` (:mod:`newsmon.workers.local_state`), so a restart keeps them. Production runs one
+process per role against a Qdrant server and Redis.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from newsmon.shared.memory.maintain import IndexMaintainer
 from newsmon.workers.base import BatchWorker
 from newsmon.workers.classifier import ClassifierWorker
 from newsmon.workers.labels import LabelRegistry, open_registry
+from newsmon.workers.local_state import FileLabelRegistry, SqliteDecisionPark
 from newsmon.workers.memory_updater import MemoryUpdaterWorker
 from newsmon.workers.observability import HEALTH, serve_http
 from newsmon.workers.startup import wait_for_dependencies
@@ -126,7 +128,9 @@ def build_runtime(settings: Settings, roles: Sequence[str] = ROLES, classifier: 
         raise ValueError(f"unknown worker roles {sorted(unknown)}; choose from {', '.join(ROLES)}")
     w = settings.worker
     rt = Runtime(settings)
-    rt.registry = open_registry(reveal(w.redis_url), f"{w.redis_namespace}:labels")
+    state = settings.home / "state"  # without Redis: the registry and the park on local disk
+    rt.registry = (open_registry(reveal(w.redis_url), f"{w.redis_namespace}:labels") if w.redis_url else
+                   FileLabelRegistry(state / "labels.json"))
     if "classifier" in roles:
         rt.classifier = classifier or Classifier(settings)
         rt.router = rt.classifier.router
@@ -138,7 +142,9 @@ def build_runtime(settings: Settings, roles: Sequence[str] = ROLES, classifier: 
         version, dim = model_identity(settings)
         rt.router = shared_router(settings, version, dim)
     if "memory-updater" in roles:
-        rt.workers.append(MemoryUpdaterWorker(settings, rt.router, rt.registry))
+        park = None if w.redis_url else SqliteDecisionPark(state / "parked.sqlite", w.decision_park_max,
+                                                           w.decision_park_s)
+        rt.workers.append(MemoryUpdaterWorker(settings, rt.router, rt.registry, park=park))
     return rt
 
 

@@ -8,10 +8,10 @@ the topic stays the single path of truth for every replica.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from datetime import datetime, timezone
+from typing import Any
 
 import structlog
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
@@ -21,7 +21,6 @@ from newsmon.api.changes import LabelChanges
 from newsmon.api.models import DecisionSent, LabelChange, LabelTest, LabelTestResult, LabelView, TestedArticle
 from newsmon.schemas import (
     ArticleEvent,
-    DeadLetterReason,
     InvalidEvent,
     LabelDefinition,
     LabelEvent,
@@ -34,6 +33,7 @@ from newsmon.shared.config import Settings, reveal
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.kwe import ArticleMeta, LabelRuleIndex, RuleFilters
 from newsmon.shared.logs import RateLimitedLogBridge
+from newsmon.shared.scoring.records import CalibrationUnreadable
 from newsmon.shared.text import article_text, tokenize
 from newsmon.workers.kafka_io import make_producer, read_latest
 from newsmon.workers.labels import LabelRegistry, RegistryState, open_registry
@@ -51,11 +51,12 @@ class NotLoaded(Exception):
 
 class ApiError(Exception):
     """A request the API refuses: ``status`` (4xx / 503), ``detail`` (one readable line), ``errors`` (each
-    problem as a dict)."""
+    problem as a dict), ``headers`` (e.g. ``Retry-After``)."""
 
-    def __init__(self, status: int, detail: str, errors: list[dict] | None = None):
+    def __init__(self, status: int, detail: str, errors: list[dict] | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(detail)
-        self.status, self.detail, self.errors = status, detail, errors or []
+        self.status, self.detail, self.errors, self.headers = status, detail, errors or [], headers
 
 
 class ApiService:
@@ -63,11 +64,14 @@ class ApiService:
 
     Args:
         settings: all settings; pipeline: the classifier's article pipeline (its classifier, near-duplicate index
-            and label registry are the ones proposals use); producer: the Kafka producer for label events.
+            and label registry are the ones proposals use); producer: the Kafka producer for label events;
+        journal: the embedded broker's journal (:class:`newsmon.journal.BrokerJournal`): a label event or decision
+            is answered only once it is on disk there.
     """
 
-    def __init__(self, settings: Settings, pipeline: ArticlePipeline, producer: Producer):
+    def __init__(self, settings: Settings, pipeline: ArticlePipeline, producer: Producer, journal: Any = None):
         self.settings = settings
+        self.journal = journal
         self.pipeline = pipeline
         self.registry: LabelRegistry = pipeline.registry
         self.producer = producer
@@ -79,28 +83,18 @@ class ApiService:
     # -- proposals ---------------------------------------------------------------------------------
     def suggest(self, articles: list[dict]) -> list[LabelProposal]:
         """Proposals for article events (JSON objects, validated exactly as on the articles topic), through the
-        classifier's stages; each article is stored as a pending point, so a moderator decision on it works.
+        classifier's stages, alone (the HTTP route batches requests: :func:`newsmon.api.batcher.suggest_many`).
 
         Raises:
-            ApiError: 413 for too many or too large articles, 422 for an invalid one (all reasons listed).
+            ApiError: 413 for too many or too large articles, 422 for an invalid one, 503 while a calibration
+                record does not parse.
         """
-        api = self.settings.api
-        if len(articles) > api.max_articles:
-            raise ApiError(413, f"{len(articles)} articles in one request; at most api.max_articles = "
-                                f"{api.max_articles}")
-        now_ms = int(time.time() * 1000)
-        # ASCII JSON (\u escapes): a lone surrogate in the request reaches validation (422) instead of failing
-        # to encode (500)
-        msgs = [Message(topic="api", partition=0, offset=i, value=json.dumps(a).encode(), timestamp=(1, now_ms))
-                for i, a in enumerate(articles)]
-        with self._lock:
-            batch, rejected = self.pipeline.validate(msgs)
-            if rejected:
-                errors = [{"index": m.offset(), "reason": exc.reason} for m, exc in rejected]
-                status = 413 if all(exc.code is DeadLetterReason.TOO_LARGE for _m, exc in rejected) else 422
-                raise ApiError(status, "; ".join(f"article {e['index']}: {e['reason']}" for e in errors), errors)
-            self.pipeline.propose(batch)
-            return [p for _m, p in self.pipeline.emit(batch)]
+        from newsmon.api.batcher import suggest_many  # the batcher imports this module
+
+        out = suggest_many(self, [articles])[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
 
     # -- labels ------------------------------------------------------------------------------------
     def state(self) -> RegistryState:
@@ -157,7 +151,12 @@ class ApiService:
             raise ApiError(503, f"the {what} could not be published: {exc}") from exc
         if "msg" not in done or done["err"] is not None:
             raise ApiError(503, f"the broker did not acknowledge the {what}: {done.get('err') or 'timeout'}")
-        return done["msg"]
+        msg = done["msg"]
+        if self.journal is not None and not self.journal.wait(msg.topic(), msg.partition(), msg.offset(),
+                                                              self.settings.api.publish_timeout_s):
+            raise ApiError(503, f"the {what} was published but is not on disk in the embedded broker's journal "
+                                f"({self.journal.path}) after api.publish_timeout_s; send it again")
+        return msg
 
     def decide(self, decision: ModeratorDecision) -> DecisionSent:
         """Publish a moderator decision to the decisions topic (as the moderation tool does) and wait up to
@@ -277,13 +276,25 @@ class ApiService:
         checks = {}
         for name, fn in (("label registry", self.registry_loaded),
                          ("memory", lambda: self.pipeline.classifier.router.languages(refresh=True)),
+                         ("calibration", self.calibrations_readable),
                          ("kafka", lambda: self.producer.list_topics(timeout=2))):
             try:
                 fn()
                 checks[name] = "ok"
             except Exception as exc:  # noqa: BLE001 -- any failure means not ready, with its reason
-                checks[name] = f"{type(exc).__name__}: {exc}" if not isinstance(exc, NotLoaded) else str(exc)
+                plain = isinstance(exc, (NotLoaded, CalibrationUnreadable))
+                checks[name] = str(exc) if plain else f"{type(exc).__name__}: {exc}"
         return all(v == "ok" for v in checks.values()), checks
+
+    def calibrations_readable(self) -> None:
+        """Read the calibration record of every language memory.
+
+        Raises:
+            CalibrationUnreadable: one does not parse (its path and how to recover).
+        """
+        clf = self.pipeline.classifier
+        for lang in clf.router.languages():
+            clf.calibrations.read(clf.collection(lang))
 
     def registry_loaded(self) -> None:
         """Check that the registry answers and that the memory updater's group committed every label event on
@@ -345,9 +356,10 @@ def applied(event: LabelEvent, state: RegistryState) -> bool:
 
 
 def build_service(settings: Settings, classifier: Classifier | None = None, registry: LabelRegistry | None = None,
-                  dedup: NearDuplicateIndex | None = None) -> ApiService:
+                  dedup: NearDuplicateIndex | None = None, journal: Any = None) -> ApiService:
     """An :class:`ApiService` from the settings, sharing ``classifier`` / ``registry`` / ``dedup`` when given (the
-    workers of the same process); otherwise opened from the settings (Qdrant server, Redis)."""
+    workers of the same process); otherwise opened from the settings (Qdrant server, Redis). ``journal``: see
+    :class:`ApiService`."""
     w = settings.worker
     classifier = classifier or Classifier(settings)
     registry = registry or open_registry(reveal(w.redis_url), f"{w.redis_namespace}:labels")
@@ -355,5 +367,5 @@ def build_service(settings: Settings, classifier: Classifier | None = None, regi
                                         boilerplate_min_docs=w.dedup_boilerplate_min_docs,
                                         namespace=f"{w.redis_namespace}:dedup")
     pipeline = ArticlePipeline(settings, classifier, dedup, registry)
-    return ApiService(settings, pipeline, make_producer(settings, "newsmon-api"))
+    return ApiService(settings, pipeline, make_producer(settings, "newsmon-api"), journal)
 

@@ -179,7 +179,12 @@ def suggest(
     s = settings_from_env(scoring__top_k=top_k, scoring__tau=tau, scoring__threshold=threshold)
     from newsmon.api.models import suggestion_id
 
-    proposal = _propose_one(s, text, lang, article_id or suggestion_id(text))
+    from newsmon.shared.scoring.records import CalibrationUnreadable
+
+    try:
+        proposal = _propose_one(s, text, lang, article_id or suggestion_id(text))
+    except CalibrationUnreadable as exc:  # the record's path and what to run, not a traceback
+        fail(str(exc), 1)
     if as_json:  # the body POST /v1/suggest answers: a list of LabelProposals, here of one
         print(json.dumps([proposal.model_dump(mode="json")], indent=2, ensure_ascii=False))
         return

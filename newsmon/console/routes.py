@@ -51,6 +51,7 @@ from newsmon.console.session import (
     read_json,
 )
 from newsmon.schemas import ModeratorDecision
+from newsmon.shared.limits import decision_over_limit
 
 __all__ = ["article_context", "evidence_refs", "json_script", "mount_console", "templates"]
 
@@ -266,6 +267,11 @@ async def decide(request: Request, user: ApiUser):
     moderator on the decisions topic (acknowledged by the broker before the answer, 202)."""
     body = await read_json(request)
     feed = console_feed(request)
+    labels = body.get("decisions")
+    why = decision_over_limit(len(labels), console_service(request).settings.limits) if isinstance(labels, list) \
+        else None
+    if why is not None:
+        raise ApiError(422, why, [{"loc": ["decisions"], "msg": why}])
     try:
         decision = ModeratorDecision(article_id=body.get("article_id"), decisions=body.get("decisions"),
                                      moderator=user, decided_at=datetime.now(UTC))
@@ -278,6 +284,10 @@ async def decide(request: Request, user: ApiUser):
                                                     console_service(request).settings.api.publish_timeout_s)
     except RuntimeError as exc:
         raise ApiError(503, str(exc)) from None
+    svc = console_service(request)  # standalone: answered once the embedded broker's journal has it on disk
+    topic, wait_s = svc.settings.kafka.topic_decisions, svc.settings.api.publish_timeout_s
+    if svc.journal is not None and not await run_in_threadpool(svc.journal.wait, topic, partition, offset, wait_s):
+        raise ApiError(503, f"the decision was published but is not on disk in {svc.journal.path} yet; send it again")
     return JSONResponse({"decided_at": decision.decided_at.isoformat(), "partition": partition, "offset": offset,
                          "next": feed.next_after(decision.article_id)}, status_code=202)
 

@@ -34,6 +34,27 @@ from newsmon.shared.memory.engines import open_records
 RECORD_VERSION = 2
 
 
+#: How to recover from a record that does not parse (said by the error, /readyz and the CLI).
+RECOVER = ("run `newsmon tune` (or `newsmon memory build --data PATH --calibrate --recalibrate`) to write it again, "
+           "or restore the file from a copy")
+
+
+class CalibrationUnreadable(ValueError):
+    """A stored calibration record that does not parse (a truncated file, say): a state of the deployment, fixed
+    by writing the record again, not a fault of the article being scored. The workers pause on it, ``/readyz``
+    names it, the API answers 503.
+
+    Attributes:
+        collection: the language collection; path: the file (embedded) or the point (server) holding it;
+        recover: what to run (:data:`RECOVER`).
+    """
+
+    def __init__(self, collection: str, path: str, reason: str) -> None:
+        self.collection, self.path, self.recover = collection, path, RECOVER
+        super().__init__(f"the calibration record of {collection} at {path} does not parse ({reason[:300]}): "
+                         f"{RECOVER}")
+
+
 class CalibrationRecord(BaseModel):
     """The scoring parameters of one language memory of one model version, and the evidence behind them.
 
@@ -157,7 +178,8 @@ class CalibrationStore:
         """The record of ``collection`` (None when it was never calibrated); reused for ``ttl_s`` seconds.
 
         Raises:
-            ValueError: a stored record that does not parse (names the file or collection).
+            CalibrationUnreadable: a stored record that does not parse (names the file or collection, and how to
+                recover); nothing is cached, so the next read sees the record once it is fixed.
         """
         with self._lock:
             hit = self._cache.get(collection)
@@ -167,9 +189,17 @@ class CalibrationStore:
             try:
                 rec = CalibrationRecord.model_validate_json(text) if text is not None else None
             except ValueError as exc:
-                raise ValueError(f"calibration record of {collection} does not parse: {exc}") from exc
+                reason = str(exc).splitlines()
+                raise CalibrationUnreadable(collection, self.where(collection),
+                                            " ".join(reason[:3]) if reason else type(exc).__name__) from None
             self._cache[collection] = (time.monotonic(), rec)
             return rec
+
+    def where(self, collection: str) -> str:
+        """Where the record of ``collection`` is stored: its file, or its point in the server's collection."""
+        if self._mem is not None:
+            return f"point {collection!r} of the calibration collection ({getattr(self._mem, 'collection', '?')})"
+        return str(self.directory / f"{collection}.json")
 
     def _read_text(self, collection: str) -> str | None:
         if self._mem is not None:
