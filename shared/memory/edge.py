@@ -329,12 +329,10 @@ class EdgeMemory(QdrantAdapter):
 
     def _query(self, queries: np.ndarray, k: int, flt: Any, sparse: Any = None, lexical_k: int = 0,
                exact: bool = False) -> list[list]:
-        """See :meth:`QdrantAdapter._query`. A hybrid query is two plain requests of one batch, the dense top-``k``
-        and the lexical top-``lexical_k``, united here; the lexical hits the dense ones lack get their cosine from
-        a second batch, an exact dense search restricted to their ids. (One request with two prefetches and a dense
-        re-scoring, as on a Qdrant server, costs the embedded engine several times as much once the hits carry
-        payloads and vectors, with a long tail: ``benchmarks/scale.py``.) A hit whose point was deleted between
-        the two batches is left out."""
+        """See :meth:`QdrantAdapter._query`. A hybrid query is two plain requests of one batch (dense, lexical),
+        united here; the lexical hits the dense ones lack get their cosine from an exact dense search of their ids
+        (one request with two prefetches costs this engine several times as much: ``benchmarks/scale.py``). A hit
+        whose point was deleted between the two batches is left out."""
         quant = (qe.QuantizationSearchParams(rescore=True, oversampling=2.0)
                  if self.index.quantization == "int8" and not exact else None)
         params = qe.SearchParams(hnsw_ef=max(self.index.ef, k + TIE_MARGIN), exact=exact, quantization=quant)
@@ -347,11 +345,10 @@ class EdgeMemory(QdrantAdapter):
                                             with_payload=payload, params=params, with_vector=with_vector))
             if hybrid[i]:
                 lexical = qe.Query.Nearest(qe.SparseVector(*sparse[i]), using=LEXICAL_VECTOR)
-                requests.append(qe.QueryRequest(
-                    limit=lexical_k + TIE_MARGIN, query=lexical,
-                    filter=flt, with_payload=payload, with_vector=with_vector))
-        out, extra = split_hybrid(self._live.query_batch(qe.QueryBatchRequest(requests)) if requests else [], hybrid,
-                                  k, lexical_k)
+                requests.append(qe.QueryRequest(limit=lexical_k + TIE_MARGIN, query=lexical, filter=flt,
+                                                with_payload=payload, with_vector=with_vector))
+        answers = self._live.query_batch(qe.QueryBatchRequest(requests)) if requests else []
+        out, extra = split_hybrid(answers, hybrid, k, lexical_k)
         if extra:
             cosines = self._live.query_batch(qe.QueryBatchRequest([
                 qe.QueryRequest(limit=len(hits), query=qe.Query.Nearest(queries[i].tolist()),
