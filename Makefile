@@ -51,6 +51,14 @@ test: install
 	  $(BIN)/python -m pytest -q -p no:cacheprovider $$f || failed="$$failed $$f"; done; \
 	if [ -n "$$failed" ]; then echo "FAILED modules:$$failed"; exit 1; fi; echo "all test modules passed"
 
+# The edit-test loop: every test not marked slow (pytest -m "not slow"; tests/conftest.py marks the tests that load
+# model weights or start a broker, a browser, a server or the CLI), in one process, with the test home of `make test`.
+# See docs/contributing/testing.md for its time on 2 cores.
+.PHONY: test-fast
+test-fast: install
+	@$(BIN)/python scripts/check_services.py
+	NEWSMON_TEST_HOME="$(NEWSMON_TEST_HOME)" $(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
+
 # The Helm chart: render helm/newsmon with Helm's Go SDK (helm-python-sdk, in .venv-helm, created on first use)
 # for values.yaml, values-gpu.yaml, ci/full-values.yaml and ci/embedded-values.yaml with the image `make image`
 # tags, lint it, and validate every manifest against the Kubernetes schemas. Manifests, notes and report in

@@ -44,7 +44,7 @@ from newsmon.shared.dedup import (
     DEFAULT_SHINGLE_SIZE,
     DEFAULT_THRESHOLD,
     NearDuplicateIndex,
-    normalize_text,
+    shingle_form,
     serbian_latin_to_cyrillic,
     shingles,
 )
@@ -126,7 +126,7 @@ def hard_negative_pairs(a_side: list[Article], b_side: list[Article]) -> dict[st
     """(b index, a index, TF-IDF cosine) for each B article: nearest A overall, nearest A sharing >= 2 labels."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    texts = [normalize_text(x.text) for x in a_side + b_side]
+    texts = [shingle_form(x.text) for x in a_side + b_side]
     vec = TfidfVectorizer(sublinear_tf=True, min_df=1, token_pattern=r"\S+")
     m = vec.fit_transform(texts)
     xa, xb = m[: len(a_side)], m[len(a_side):]
@@ -145,7 +145,7 @@ def hard_negative_pairs(a_side: list[Article], b_side: list[Article]) -> dict[st
 
 
 def exact_jaccard(x: str, y: str, n: int) -> float:
-    sx, sy = shingles(normalize_text(x).split(), n), shingles(normalize_text(y).split(), n)
+    sx, sy = shingles(shingle_form(x).split(), n), shingles(shingle_form(y).split(), n)
     return len(sx & sy) / max(1, len(sx | sy))
 
 
@@ -222,13 +222,13 @@ def evaluate(index: NearDuplicateIndex, a_side, b_side, variants, pairs, args) -
                 tp += 1
             else:
                 wrong += 1
-            ok_by_len[len(normalize_text(a.text).split()) < SHORT_WORDS].append(
+            ok_by_len[len(shingle_form(a.text).split()) < SHORT_WORDS].append(
                 hit is not None and hit[0] == canonical[a.id])
         res[k] = (tp, wrong, miss)
         short_long[k] = ok_by_len
     print(f"distinct-article checks: {n_neg} ({len(a_side)} while building A, {len(b_side)} B queries), "
           f"false positives {fp_neg} (FP rate {fp_neg / max(1, n_neg):.4f})")
-    n_short = sum(len(normalize_text(a.text).split()) < SHORT_WORDS for a in a_side)
+    n_short = sum(len(shingle_form(a.text).split()) < SHORT_WORDS for a in a_side)
     print(f"{'kind':>8s} {'n':>6s} {'TP':>6s} {'wrong':>6s} {'miss':>6s} {'precision':>10s} {'recall':>8s}  "
           f"recall <{SHORT_WORDS} words (n={n_short}) / >={SHORT_WORDS} words (n={len(a_side) - n_short})")
     tot, kinds = [0, 0, 0], []
@@ -272,7 +272,7 @@ def evaluate(index: NearDuplicateIndex, a_side, b_side, variants, pairs, args) -
         misses = [(k, a, t) for k in KINDS for a, t in zip(a_side, variants[k]) if index.find(t) is None]
         lengths = defaultdict(list)
         for k, a, _ in misses:
-            lengths[k].append(len(normalize_text(a.text).split()))
+            lengths[k].append(len(shingle_form(a.text).split()))
         for k, ls in lengths.items():
             print(f"  misses {k}: {len(ls)}, original words median {int(np.median(ls))}, "
                   f"share under 60 words {np.mean(np.array(ls) < 60):.2f}")
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> None:
     rng = random.Random(args.seed)
     seen, arts, exact_dups = set(), [], 0
     for a in corpus.articles:
-        key = normalize_text(a.text)
+        key = shingle_form(a.text)
         if key in seen:
             exact_dups += 1
             continue

@@ -6,7 +6,7 @@ An article's body is the producer's: whatever it holds, no stage may take time t
 them). The functions (:data:`FUNCTIONS`) are every one that reads an article's or a label's text: cleaning
 (``clean_text``, ``strip_html``), tokenising (``tokenize``), keyword-rule matching (``KweIndex.match`` with
 phrases and prefixes, and the direct matcher), the near-duplicate check (``strip_boilerplate``, the recurring-line
-split, ``normalize_text``, the MinHash signature via ``NearDuplicateIndex.find``), the lexical vectors
+split, ``shingle_form``, the MinHash signature via ``NearDuplicateIndex.find``), the lexical vectors
 (``term_rows``, ``sparse_terms``, the fusion's ``TermVectors`` and local TF-IDF cosine), the abstention's word
 count, the label policy (``check_label`` on a long label, refused), the long-article windows
 (``long_text.windows`` over one token id per character) and, when the model is in ``$NEWSMON_HOME``, the encoder's
@@ -41,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from newsmon.schemas.base import check_label  # noqa: E402
-from newsmon.shared.dedup import NearDuplicateIndex, RecurringLines, normalize_text, strip_boilerplate  # noqa: E402
+from newsmon.shared.dedup import NearDuplicateIndex, RecurringLines, shingle_form, strip_boilerplate  # noqa: E402
 from newsmon.shared.kwe import KweIndex, parse_kwe  # noqa: E402
 from newsmon.shared.long_text import windows  # noqa: E402
 from newsmon.shared.scoring.lexical import TermVectors, local_tfidf_cosine  # noqa: E402
@@ -98,7 +98,7 @@ FUNCTIONS: dict[str, Callable[[str], object]] = {
     "KeywordExpression.match": _EXPRESSION.match,
     "strip_boilerplate": strip_boilerplate,
     "RecurringLines.split": lambda t: _LINES.split(clean_text(t)),
-    "dedup normalize_text": normalize_text,
+    "dedup shingle_form": shingle_form,
     "NearDuplicateIndex.find": _DEDUP.find,
     "term_rows": lambda t: term_rows([t]),
     "sparse_terms": lambda t: sparse_terms([t]),

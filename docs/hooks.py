@@ -9,7 +9,7 @@ site's build fills every marker again:
 - ``cli``: every command and sub-command of the typer app ``newsmon.cli:app``, with its usage, help and options
   (read from the click command typer builds, so a new command or option is in the next build);
 - ``settings``: every setting ``NEWSMON_...`` with its default and meaning, one table per section, from
-  :func:`newsmon.shared.config.settings_reference` (the table ``newsmon settings --markdown`` prints);
+  :func:`newsmon.shared.settings_reference.settings_reference` (the table ``newsmon settings --markdown`` prints);
 - ``measurements``: the latest record of each benchmark under ``benchmarks/results/`` (``benchmarks/record.py``,
   ``NEWSMON_BENCHMARK_RESULTS`` moves the folder): its tables, command, commit, date, machine and load.
 
@@ -121,7 +121,7 @@ def missing_commands(markdown: str) -> list[str]:
 
 def settings_rows() -> list[str]:
     """The rows of the settings table ``newsmon settings --markdown`` prints (header lines left out)."""
-    from newsmon.shared.config import settings_reference
+    from newsmon.shared.settings_reference import settings_reference
 
     return settings_reference().splitlines()[2:]
 
@@ -134,7 +134,7 @@ def _section(row: str) -> str:
 
 def settings_tables() -> str:
     """Every setting, one table per section (general, encoder, memory, rae, kafka, ...), the rows verbatim."""
-    from newsmon.shared.config import settings_reference
+    from newsmon.shared.settings_reference import settings_reference
 
     header = "\n".join(settings_reference().splitlines()[:2])
     groups: dict[str, list[str]] = {}

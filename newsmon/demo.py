@@ -248,7 +248,7 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
     memory_dir = Path(settings.home) / "demo-memory"
     shutil.rmtree(memory_dir, ignore_errors=True)
     settings.memory.path = memory_dir
-    settings.memory.url = None
+    settings.memory.engine, settings.memory.url = "edge", None  # the demo's own embedded memory
     settings.kafka.session_timeout_ms = 6000
     if not settings.kafka.bootstrap_servers:  # the embedded broker's topics: created with this layout
         settings.kafka.topic_partitions = partitions
@@ -256,7 +256,8 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
     print(f"newsmon demo: {corpus.path} — memory from {len(train)} train articles, streaming {len(test)} test "
           f"articles; embedded Qdrant engine at {memory_dir}")
     leave = frozenset(a.id for a in test[len(test) - min(undecided, len(test)):]) if serve else frozenset()
-    with kafka_or_embedded(settings) as broker, announced(settings, broker, "demo --serve" if serve else "demo"):
+    with kafka_or_embedded(settings, storage="memory") as broker, \
+            announced(settings, broker, "demo --serve" if serve else "demo"):  # one run: nothing to keep
         where = (f"embedded Tansu broker on {broker.bootstrap} (in memory only)" if broker else
                  f"Kafka at {settings.kafka.bootstrap_servers} (NEWSMON_KAFKA__BOOTSTRAP_SERVERS)")
         print(f"{where}; topics: {', '.join(settings.kafka.all_topics())}")

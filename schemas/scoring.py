@@ -9,17 +9,16 @@ the wire (``LabelProposal.scoring``), so that a parameter cannot exist in one pl
   thresholds as their count (each proposed label carries its own threshold), plus where the parameters came
   from (the calibration record's id, or the defaults and why).
 
-A component or a rule is a name and its options (:class:`Step`). The names and option models are registered
-here by the code that implements them (``newsmon.shared.scoring``: :func:`register_options`), so the wire knows
-every registered name (the JSON Schema's enums are generated from the registry) without the wire depending on
-the method, and a rule added outside the package (a module of a deployment, a test) is validated, stored and
-sent like a built-in one, with no new message version.
+A component or a rule is a name and its options (:class:`Step`). The rules and components are registered here
+(:data:`RULES`, :data:`COMPONENTS`: one :class:`~newsmon.schemas.registry.Registry` each) by the code that
+implements them (``newsmon.shared.scoring``), so the wire knows every registered name and its options model (the
+JSON Schema's enums are generated from the registry) without the wire depending on the method, and a rule added
+outside the package (a module of a deployment, a test) is validated, stored and sent like a built-in one, with no
+new message version.
 """
 
 from __future__ import annotations
 
-import re
-from importlib.metadata import entry_points
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, field_validator,
@@ -27,26 +26,21 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, StringConstrain
 from pydantic_core import PydanticCustomError
 
 from newsmon.schemas.base import FiniteFloat, Name, Part
+from newsmon.schemas.registry import NAME_PATTERN, Registry
 
-__all__ = ["ENTRY_POINTS", "ComponentSpec", "Options", "RuleName", "RuleSpec", "ScoringInfo", "ScoringParams", "Step",
-           "legacy_params", "options_model", "register_options", "registered"]
+__all__ = ["COMPONENTS", "ENTRY_POINTS", "RULES", "ComponentSpec", "Options", "RuleName", "RuleSpec", "ScoringInfo",
+           "ScoringParams", "Step", "legacy_params", "options_model", "registered"]
 
 Kind = Literal["rule", "component"]
-_REGISTRY: dict[str, dict[str, type[Options]]] = {"rule": {}, "component": {}}
 #: The entry-point group whose modules register rules and components: this package's scorer
 #: (``newsmon.shared.scoring``) and any deployment's. The wire finds them there, so it never imports the method.
 ENTRY_POINTS = "newsmon.scoring"
-_loaded = False
-
-
-def _load() -> None:
-    """Import the modules of :data:`ENTRY_POINTS` once (they register their rules and components)."""
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for ep in entry_points(group=ENTRY_POINTS):
-            ep.load()
-_STEP_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+#: The registered decision rules and score components (the objects of ``newsmon.shared.scoring``, each with its
+#: ``Options`` model): the one registry of each kind, which the scorer reads and the wire validates names and
+#: options against (:func:`options_model`).
+RULES: Registry[Any] = Registry("decision rule", group=ENTRY_POINTS, instances=True)
+COMPONENTS: Registry[Any] = Registry("score component", group=ENTRY_POINTS, instances=True)
+_STEPS: dict[Kind, Registry[Any]] = {"rule": RULES, "component": COMPONENTS}
 
 
 class Options(BaseModel):
@@ -55,37 +49,16 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def register_options(kind: Kind, name: str, options: type[Options]) -> None:
-    """Make ``name`` a known rule or component name with its options model.
-
-    Raises:
-        ValueError: a name that is not lower-case snake case, or one taken by another options model.
-    """
-    if not re.fullmatch(_STEP_PATTERN, name):
-        raise ValueError(f"{kind} name {name!r} must be lower-case snake case (a-z, 0-9, _), at most 64 characters")
-    taken = _REGISTRY[kind].get(name)
-    if taken is not None and taken is not options:
-        raise ValueError(f"{kind} name {name!r} is already registered with {taken.__name__}")
-    _REGISTRY[kind][name] = options
-
-
-def unregister_options(kind: Kind, name: str) -> None:
-    """Forget ``name`` (a test's own rule or component, after the test)."""
-    _REGISTRY[kind].pop(name, None)
-
-
 def registered(kind: Kind) -> tuple[str, ...]:
     """The registered names of ``kind``, in registration order."""
-    _load()
-    return tuple(_REGISTRY[kind])
+    return _STEPS[kind].names()
 
 
 def options_model(kind: Kind, name: str, load: bool = True) -> type[Options] | None:
     """The options model registered for ``name`` (None when the name is not registered in this process;
     ``load``: import the registering modules first, :data:`ENTRY_POINTS`)."""
-    if load and name not in _REGISTRY[kind]:
-        _load()
-    return _REGISTRY[kind].get(name)
+    step = _STEPS[kind].find(name, load=load)
+    return None if step is None else step.Options
 
 
 class _Registered:
@@ -102,9 +75,9 @@ class _Registered:
         return schema
 
 
-RuleName = Annotated[str, StringConstraints(pattern=_STEP_PATTERN), _Registered("rule")]
+RuleName = Annotated[str, StringConstraints(pattern=NAME_PATTERN), _Registered("rule")]
 """A decision rule's name (its code on the wire)."""
-ComponentName = Annotated[str, StringConstraints(pattern=_STEP_PATTERN), _Registered("component")]
+ComponentName = Annotated[str, StringConstraints(pattern=NAME_PATTERN), _Registered("component")]
 
 
 class Step(BaseModel):
@@ -205,7 +178,7 @@ class ScoringCore(Part):
 
 class ScoringParams(ScoringCore):
     """What a proposal is scored with (see the module docstring). Every rule and component named must be
-    registered in this process (:func:`register_options`)."""
+    registered in this process (:data:`RULES`, :data:`COMPONENTS`)."""
 
     lexical_search: bool = Field(
         True, description="Hybrid retrieval: the memory's lexical top-N (N = lexical_candidates) joins the dense "

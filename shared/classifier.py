@@ -121,8 +121,8 @@ class Classifier:
         self.model_version = self.encoder.model_id
         self.router = router or shared_router(settings, self.model_version, self.encoder.dim)
         self.terms = TermVectors()  # hybrid retrieval's term vectors of memory articles, by id
-        self.calibrations = CalibrationStore(settings, self.router.server_client() if settings.memory.url else None)
-        self.model_store = ModelStore(settings, self.router.server_client() if settings.memory.url else None)
+        self.calibrations = CalibrationStore(settings, self.router.client())
+        self.model_store = ModelStore(settings, self.router.client())
         self.models = MemoryModels(self.sampled_memory_articles, self.collection, self.stored_models)
         self.scorer = Scorer(self.models, self.resolved, self, self.terms)
 

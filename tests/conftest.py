@@ -89,3 +89,30 @@ def memory_classifier(tmp_path, encoder):
     clf = Classifier(s, encoder=encoder, router=MemoryRouter(s, encoder.model_id, encoder.dim))
     yield clf
     clf.router.close()  # the session encoder stays open
+
+
+#: Fixtures that make a test slow (``pytest -m "not slow"``, ``make test-fast``, leaves it out): the real model
+#: weights (the encoder, a classifier on it), a broker process and a headless browser (test_console.py's
+#: ``browser``, test_console_text.py's ``console_pages``).
+SLOW_FIXTURES = frozenset({"encoder", "memory_classifier", "tansu", "browser", "console_pages"})
+#: Modules whose every test is slow without one of those fixtures, and why.
+SLOW_MODULES = {
+    "test_adapter.py": "trains the adapter on real weights",
+    "test_cli.py": "the CLI as processes on real weights",
+    "test_console.py": "a browser against a serve process",
+    "test_demo.py": "the demo end to end",
+    "test_e5_import.py": "converts and runs the real checkpoint",
+    "test_helm.py": "renders the chart with Helm's engine",
+    "test_image.py": "builds the container image",
+    "test_startup.py": "workers as processes against a broker",
+    "test_training.py": "the nightly job on real weights",
+    "test_tutorial.py": "the tutorial's commands as processes",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``slow`` every test of :data:`SLOW_MODULES` and every test that uses a fixture of
+    :data:`SLOW_FIXTURES`, directly or through another fixture."""
+    for item in items:
+        if item.path.name in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

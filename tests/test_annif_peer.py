@@ -78,6 +78,7 @@ def test_ratios_to_the_best_peer_row():
     assert ratios_to_peer({"newsmon": methods["newsmon"]}) == {}
 
 
+@pytest.mark.slow  # the Annif peer's environment and an eval
 def test_eval_with_the_annif_peer_on_a_slice(annif_installed, monkeypatch, newsmon_home, sentinews_slice, tmp_path):
     monkeypatch.setenv("NEWSMON_HOME", str(newsmon_home))
     monkeypatch.setenv("NEWSMON_BENCHMARK_RESULTS", str(tmp_path / "results"))

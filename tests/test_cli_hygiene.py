@@ -110,6 +110,7 @@ def _tiny_corpus(shared_data, path, *, relabel: bool):
     return path
 
 
+@pytest.mark.slow  # two `train tune` runs as processes
 def test_tune_runs_on_other_data_do_not_share_an_optimum(shared_data, newsmon_home, tmp_path):
     """The study was named after the model folder and reused: a second run on other data reported the first
     run's best trial. Now each run is its own study, named after model, data and run."""

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from newsmon.shared.config import PRODUCTION_MODEL, Settings, settings_reference
+from newsmon.shared.config import PRODUCTION_MODEL, Settings
+from newsmon.shared.settings_reference import settings_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "helm_check.py"

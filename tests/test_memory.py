@@ -15,6 +15,7 @@ from newsmon.shared.memory import (
     EdgeMemory,
     KnowledgeMemory,
     KnowledgeMemoryError,
+    LocalIndex,
     MemoryLockedError,
     MemoryPoint,
     MemoryRouter,
@@ -22,6 +23,7 @@ from newsmon.shared.memory import (
     QdrantServerMemory,
     SearchFilter,
     collection_name,
+    engine_of,
     open_memory,
     point_id,
 )
@@ -370,23 +372,88 @@ def test_edge_lock_across_processes(tmp_path):
 # factory and server errors
 
 
+def _memory_settings(tmp_path, **memory):
+    from newsmon.shared.config import Settings
+
+    return Settings(home=tmp_path / "home", memory={"path": tmp_path, **memory})
+
+
 def test_open_memory_without_url_is_edge(tmp_path):
-    mem = open_memory(url=None, api_key=None, path=tmp_path, collection="nm_sl_v1", dim=DIM)
+    mem = open_memory(_memory_settings(tmp_path), "nm_sl_v1", DIM)
     try:
         assert isinstance(mem, EdgeMemory)
         assert (tmp_path / "nm_sl_v1").is_dir()
     finally:
         mem.close()
-    mem = open_memory(url="", api_key=None, path=tmp_path, collection="nm_sl_v1", dim=DIM)
+    mem = open_memory(_memory_settings(tmp_path, url=""), "nm_sl_v1", DIM)
     assert isinstance(mem, EdgeMemory)
+    mem.close()
+    mem = open_memory(_memory_settings(tmp_path, engine="edge"), "nm_sl_v1", DIM)
+    assert isinstance(mem, EdgeMemory) and isinstance(mem, LocalIndex)  # its process keeps its index
     mem.close()
 
 
 @pytest.mark.filterwarnings("ignore:Failed to obtain server version")
 def test_open_memory_unreachable_server_is_unavailable(tmp_path):
     # Port 9 (discard) on localhost: nothing listens, connection refused at once.
-    with pytest.raises(MemoryUnavailableError):
-        open_memory(url="http://127.0.0.1:9", api_key=None, path=tmp_path, collection="c", dim=DIM)
+    for memory in ({"url": "http://127.0.0.1:9"}, {"url": "http://127.0.0.1:9", "engine": "server"}):
+        with pytest.raises(MemoryUnavailableError):
+            open_memory(_memory_settings(tmp_path, **memory), "c", DIM)
+
+
+def test_the_engine_setting_and_the_url_agree_or_fail_in_one_line(tmp_path, monkeypatch):
+    """``memory.engine`` names a registered engine; unset, a URL picks the server as before the setting (an
+    upgraded deployment keeps its engine); an engine and a URL that contradict each other fail at start, in one
+    line naming the settings to change."""
+    from pydantic import ValidationError
+
+    from newsmon.shared.config import Settings
+
+    assert _memory_settings(tmp_path, url="http://q:6333").memory.engine_name() == "server"
+    assert _memory_settings(tmp_path).memory.engine_name() == "edge"
+    assert engine_of(_memory_settings(tmp_path, url="http://q:6333")).shared_records
+    monkeypatch.setenv("NEWSMON_MEMORY__ENGINE", "server")
+    with pytest.raises(ValidationError, match="NEWSMON_MEMORY__ENGINE=server needs NEWSMON_MEMORY__URL") as err:
+        Settings(home=tmp_path)
+    monkeypatch.setenv("NEWSMON_MEMORY__URL", "http://q:6333")
+    assert Settings(home=tmp_path).memory_mode() == {"mode": "server", "url": "http://q:6333"}
+    monkeypatch.setenv("NEWSMON_MEMORY__ENGINE", "edge")
+    with pytest.raises(ValidationError, match="unset the URL, or set NEWSMON_MEMORY__ENGINE=server") as err:
+        Settings(home=tmp_path)
+    assert len(err.value.errors()) == 1 and "\n" not in err.value.errors()[0]["msg"]
+    monkeypatch.setenv("NEWSMON_MEMORY__ENGINE", "nope")
+    with pytest.raises(ValueError, match=r"NEWSMON_MEMORY__ENGINE=nope: unknown memory engine; registered: edge, "
+                       r"server"):
+        engine_of(Settings(home=tmp_path))
+
+
+def test_a_registered_engine_is_what_the_router_and_the_records_open(tmp_path):
+    """The router, the calibration records and the stored models open their collections through the engine the
+    setting names (a registered factory), not through a test of the URL."""
+    from newsmon.shared.memory import ENGINES, MemoryEngine
+    from newsmon.shared.scoring.records import CalibrationStore
+
+    opened: list[str] = []
+    client = QdrantClient(":memory:")
+
+    def open_(settings, collection, dim, given, index):
+        opened.append(collection)
+        assert given is client
+        return QdrantServerMemory(given, collection, dim, index=index)
+
+    ENGINES.add("probe", MemoryEngine("probe", open_, lambda s, c: [x.name for x in c.get_collections().collections],
+                                      lambda s: "probe", lambda s: "the probe", connect=lambda s: client,
+                                      shared_records=True))
+    try:
+        s = _memory_settings(tmp_path, engine="probe")
+        router = MemoryRouter(s, "v1", DIM)
+        router.memory("sl").upsert(["a"], np.ones((1, DIM)), [["x"]])
+        assert router.languages(refresh=True) == ["sl"] and not isinstance(router.memory("sl"), LocalIndex)
+        CalibrationStore(s, router.client())
+        assert opened == [collection_name("newsmon", "sl", "v1"), "newsmon_calibration"]
+    finally:
+        ENGINES.remove("probe")
+        client.close()
 
 
 def test_server_memory_reuses_existing_collection():
@@ -429,7 +496,7 @@ def _router_settings(tmp_path, url=None):
 
 
 def test_router_uses_one_server_client_for_every_collection_and_listing(tmp_path, monkeypatch):
-    import newsmon.shared.memory.router as router_mod
+    import newsmon.shared.memory.engines as engines_mod
 
     made: list = []
 
@@ -444,7 +511,7 @@ def test_router_uses_one_server_client_for_every_collection_and_listing(tmp_path
         made.append(url)
         return Client(":memory:")  # qdrant-client's local mode speaks the server API
 
-    monkeypatch.setattr(router_mod, "connect", connect)
+    monkeypatch.setattr(engines_mod, "connect", connect)
     router = MemoryRouter(_router_settings(tmp_path, url="http://qdrant.test:6333"), "v1", DIM)
     router.memory("sl").upsert(["a"], np.ones((1, DIM)), [["x"]])
     router.memory("en").upsert(["b"], np.ones((1, DIM)), [["y"]])
@@ -552,8 +619,23 @@ def test_hybrid_answers_are_united_and_a_point_deleted_meanwhile_is_left_out():
     answers = [[h("a", 0.9), h("b", 0.8)], [h("b", 5.0), h("c", 4.0), h("d", 3.0)],  # query 0: dense, lexical
                [h("e", 0.7)],                                                          # query 1: dense only
                [h("f", 0.6)], [h("f", 2.0)]]                                           # query 2: nothing missing
-    dense, extra = split_hybrid(answers, [True, False, True])
+    dense, extra = split_hybrid(answers, [True, False, True], 2, 2)
     assert [[x.id for x in row] for row in dense] == [["a", "b"], ["e"], ["f"]]
-    assert {i: [x.id for x in hits] for i, hits in extra.items()} == {0: ["c", "d"]}
-    united = with_cosines(extra[0], [h("c", 0.5)])  # "d" was deleted between the two batches
+    assert {i: [x.id for x in hits] for i, hits in extra.items()} == {0: ["c"]}  # the lexical top 2: b, c
+    united = with_cosines([h("c", 4.0), h("d", 3.0)], [h("c", 0.5)])  # "d" was deleted between the two batches
     assert united == [Hit("c", {"article_id": "c"}, 0.5, None)]
+
+
+def test_a_tie_at_either_cut_of_a_hybrid_search_is_settled_by_article_id_whatever_the_engine_answered_first():
+    # the engine answers up to TIE_MARGIN more hits than asked; of hits with equal scores at the top-k cut, the one
+    # with the lower article id is kept, in whatever order the engine listed them (dense and lexical alike)
+    from newsmon.shared.memory.common import Hit, split_hybrid
+
+    def h(pid, score):
+        return Hit(pid, {"article_id": pid}, score, None)
+
+    for dense in ([h("a", 0.9), h("x", 0.8), h("c", 0.8)], [h("a", 0.9), h("c", 0.8), h("x", 0.8)]):
+        for lexical in ([h("z", 5.0), h("q", 5.0)], [h("q", 5.0), h("z", 5.0)]):
+            rows, extra = split_hybrid([dense, lexical], [True], 2, 1)
+            assert [x.id for x in rows[0]] == ["a", "c"]
+            assert [x.id for x in extra[0]] == ["q"]

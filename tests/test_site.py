@@ -77,7 +77,7 @@ def test_the_cli_check_fails_on_a_missing_command_or_option():
 
 
 def test_settings_reference_lists_every_setting(site):
-    from newsmon.shared.config import settings_reference
+    from newsmon.shared.settings_reference import settings_reference
 
     tables = hooks.settings_tables()
     assert hooks.missing_settings(tables) == []

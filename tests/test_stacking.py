@@ -54,6 +54,7 @@ def _micro_f1(gold: np.ndarray, P: np.ndarray) -> float:
     return 2 * (gold & P).sum() / (gold.sum() + P.sum())
 
 
+@pytest.mark.slow  # cross-fitted models on many synthetic labels
 def test_stacking_learns_which_predictor_to_trust_for_which_labels_where_a_weighted_average_cannot():
     labels, counts, gold, first, second = _sources()
     average = 0.5 * first + 0.5 * second  # what the weighted mix of the two gives
@@ -120,6 +121,7 @@ def test_a_stored_model_reads_back_and_a_model_of_other_components_is_refused(tm
         comp.fit(MemoryArticles(None, ["x"], [("l0",)]), opts)
 
 
+@pytest.mark.slow  # a whole calibration with stacking
 def test_the_calibration_judges_stacking_cross_fitted_and_the_scorer_serves_the_model_it_stored():
     """The component step cross-fits stacking on the calibration articles (so its lift is not its own training
     articles'), keeps it when it lifts, and leaves the model fitted on all of them where the record and eval's

@@ -196,9 +196,12 @@ def test_commands_that_need_a_shared_broker_refuse_to_run_without_one(tmp_path):
 
 def test_worker_all_without_kafka_runs_on_an_embedded_broker(newsmon_home, tmp_path):
     """`newsmon worker all` with no Kafka configured starts the bundled Tansu on a loopback port, creates the
-    topics, says that the data lives in memory only, becomes ready, and ends cleanly on SIGTERM (the broker with
-    it)."""
-    env = _env(tmp_path, NEWSMON_HOME=str(newsmon_home), NEWSMON_MEMORY__PATH=str(tmp_path / "memory"),
+    topics, says where its messages are kept (the journal in the home), becomes ready, and ends cleanly on SIGTERM
+    (the broker with it)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "models").symlink_to(newsmon_home / "models", target_is_directory=True)
+    env = _env(tmp_path, NEWSMON_HOME=str(home), NEWSMON_MEMORY__PATH=str(tmp_path / "memory"),
                NEWSMON_KAFKA__SESSION_TIMEOUT_MS="6000")
     port = env["NEWSMON_WORKER__HTTP_PORT"]
     log = tmp_path / "worker.log"
@@ -226,7 +229,8 @@ def test_worker_all_without_kafka_runs_on_an_embedded_broker(newsmon_home, tmp_p
             proc.wait()
     err = log.read_text()
     assert proc.returncode == 0, err
-    assert "embedded Kafka broker (Tansu) on 127.0.0.1:" in err and "in memory only" in err, err
+    assert "embedded Kafka broker (Tansu) on 127.0.0.1:" in err and f"kept in {home}/broker/journal.sqlite" in err, err
+    assert not (home / "broker" / "broker.json").exists(), "the broker's state file outlived the broker"
     assert "Traceback" not in err
 
 
@@ -423,3 +427,24 @@ def test_the_demo_api_takes_another_port_when_its_own_is_taken_without_a_bind_er
         assert other != taken and other > 0
     free = free_port()
     assert port_or_free(free) == free
+
+
+@pytest.mark.parametrize(("args", "variable", "value"), [
+    (["serve"], "NEWSMON_WORKER__ERROR_POLICY", "no_such_module_x:factory"),
+    (["worker", "all"], "NEWSMON_WORKER__ERROR_POLICY", "no_such_module_x:factory"),
+    (["serve"], "NEWSMON_ENCODER__MODEL", "/nonexistent/model"),
+    (["serve"], "NEWSMON_WORKER__REDIS_URL", "http://user:pw-secret@127.0.0.1/0"),
+])
+def test_a_setting_that_cannot_be_used_ends_start_up_in_one_line(newsmon_home, tmp_path, args, variable, value):
+    """Issue 39 item 5: an error policy naming a missing module printed a Python traceback from the worker's
+    constructor (after the broker and the model had started); the encoder model and the Redis URL were the same
+    kind. Now: one line naming the variable, exit status 2, nothing started, no secret shown."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "models").symlink_to(newsmon_home / "models", target_is_directory=True)
+    proc, _s = _newsmon(args, _env(tmp_path, NEWSMON_HOME=str(home), **{variable: value}), timeout=120)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert len(lines) == 1 and variable in lines[0], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "pw-secret" not in proc.stderr + proc.stdout
+    assert not (home / "broker" / "broker.json").exists()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from newsmon.shared.dedup import NearDuplicateIndex, normalize_text
+from newsmon.shared.dedup import NearDuplicateIndex, shingle_form
 from newsmon.shared import text as shared_text
 
 ARTICLE = (
@@ -45,7 +45,7 @@ def test_the_example_is_seventy_words_and_consent_is_forty_five():
 def test_invisible_characters_do_not_hide_a_near_copy(name):
     variant = _inside_long_words(ARTICLE, INVISIBLE[name])
     assert variant != ARTICLE and shared_text.clean_text(variant) == ARTICLE
-    assert normalize_text(variant) == normalize_text(ARTICLE)
+    assert shingle_form(variant) == shingle_form(ARTICLE)
     idx = NearDuplicateIndex()
     assert idx.check_and_add("a1", ARTICLE) is None
     hit = idx.check_and_add("a2", variant)
@@ -159,7 +159,7 @@ def test_html_entities_and_tags_do_not_hide_a_near_copy():
     assert encoded.count("&#269;") >= 3 and encoded.count("&scaron;") >= 2 and encoded.count("&nbsp;") >= 3
     assert shared_text.clean_text(encoded) == ARTICLE
     tagged = "<p>" + ARTICLE.replace(". ", ".</p>\n<p>", 1) + "</p>"
-    assert normalize_text(tagged) == normalize_text(ARTICLE)
+    assert shingle_form(tagged) == shingle_form(ARTICLE)
     idx = NearDuplicateIndex()
     assert idx.check_and_add("plain", ARTICLE) is None
     hit = idx.check_and_add("encoded", encoded)

@@ -122,7 +122,7 @@ def test_tutorial_runs_as_written(small_corpus, newsmon_home, tmp_path):
     # 3: the command line scores with the calibration record
     assert re.search(r"calibration newsmon_sl_\S+@\d{8}T\d{6}Z", " ".join(cli_suggest.split())), cli_suggest
     # 4: the embedded broker, said in the log; ready
-    assert "embedded Kafka broker (Tansu)" in log and "in memory only" in log, log[-3000:]
+    assert "embedded Kafka broker (Tansu)" in log and "journal.sqlite" in log, log[-3000:]
     # 5: the minimal call, scored with the calibration
     values = json_values(http_suggest)
     assert len(values) == 1 and isinstance(values[0], list) and len(values[0]) == 1, http_suggest

@@ -153,7 +153,7 @@ def _switch_aliases(settings: Settings, router: MemoryRouter) -> None:
         ops.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias)))
         ops.append(models.CreateAliasOperation(create_alias=models.CreateAlias(
             collection_name=router.collection(lang), alias_name=alias)))
-    router.server_client().update_collection_aliases(change_aliases_operations=ops)
+    router.client().update_collection_aliases(change_aliases_operations=ops)
 
 
 def degrade(model_path: str, out_dir: Path, noise: float = 0.5, seed: int = 0) -> Path:

@@ -56,7 +56,15 @@ class ClassifierWorker(BatchWorker):
         self._revoked = False  # partitions revoked or lost since the batch in flight was consumed
 
     def probe(self) -> bool:
-        return probe_ok(self.name, self.pipeline.check_dependencies)
+        """The pipeline's dependencies answer and every language's calibration record parses (a record that does
+        not is a pause until it is fixed, never a dead letter per article)."""
+        return probe_ok(self.name, self._check)
+
+    def _check(self) -> None:
+        self.pipeline.check_dependencies()
+        clf = self.pipeline.classifier
+        for lang in clf.router.languages():
+            clf.calibrations.read(clf.collection(lang))
 
     def step(self, msgs: list[Message], stop: threading.Event) -> None:
         """Prepare the batch just consumed (its embedding starts, :mod:`newsmon.workers.ahead`), then finish the

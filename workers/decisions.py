@@ -42,14 +42,16 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from datetime import datetime, timedelta, timezone
-from typing import Literal
+from typing import Literal, cast
 
 import structlog
 from confluent_kafka import Message
 
-from newsmon.schemas import InvalidEvent, LabelEvent, LabelProposal, ModeratorDecision, parse_event
+from newsmon.schemas.base import canonical_label
+from newsmon.schemas import DeadLetterReason, InvalidEvent, LabelEvent, LabelProposal, ModeratorDecision, parse_event
 from newsmon.shared.classifier import model_identity
 from newsmon.shared.config import Settings
+from newsmon.shared.limits import decision_over_limit
 from newsmon.shared.memory import MemoryRouter, copy_missing, decision_time, replaced_router, shared_router
 from newsmon.shared.promotion import read_promoted
 from newsmon.workers.copies import inherited_labels, revise_copies
@@ -121,7 +123,8 @@ class DecisionService:
 
         Raises:
             InvalidEvent: not a valid event of its topic's schema; a label definition with a KwE that does not
-                parse (the KwE's index, the reason and the character position).
+                parse (the KwE's index, the reason and the character position); a decision naming more labels than
+                ``limits.decision_labels`` (``too_large``).
         """
         if msg.topic() == self.settings.kafka.topic_label_events:
             ev = parse_event(LabelEvent, msg.value())
@@ -129,12 +132,20 @@ class DecisionService:
             if bad:
                 raise InvalidEvent("; ".join(f"definition.kwes.{i}: {exc}" for i, exc in bad), "LabelEvent")
             return ev
-        return parse_event(ModeratorDecision, msg.value())
+        dec = cast(ModeratorDecision, parse_event(ModeratorDecision, msg.value()))
+        why = decision_over_limit(len(dec.decisions), self.settings.limits)
+        if why is not None:
+            raise InvalidEvent(why, "ModeratorDecision", DeadLetterReason.TOO_LARGE)
+        return dec
 
     def apply_label_event(self, ev: LabelEvent) -> str | None:
         """Update the label registry (define / update / retire / rename / add). Returns None when applied, or
         why the registry refuses the event (:func:`newsmon.workers.labels.conflict`: a name renamed away, a rename
         into one, ...): dead-letter it."""
+        if ev.action == "renamed" and self.registry.snapshot().renamed.get(canonical_label(ev.label)) == \
+                canonical_label(ev.new_label or ""):  # redelivered (at least once, e.g. re-seeded after a kill)
+            log.info("label event applied already", action=ev.action, label=ev.label, new_label=ev.new_label)
+            return None
         try:
             apply_event(self.registry, ev)
         except LabelConflict as exc:
@@ -231,7 +242,7 @@ class DecisionService:
                 inherited = inherited_labels(original)
                 if inherited is None:  # not decided (any more): nothing to pass on
                     continue
-                labels = self.registry.apply(inherited, snapshot)
+                labels = self.registry.apply(inherited, snapshot)[:self.settings.limits.proposal_labels]
                 for p in revise_copies(router, lang, original, labels, dec.decided_at.isoformat()):
                     out.setdefault(p.article_id, p)
         return list(out.values())

@@ -12,7 +12,8 @@ crash in between applies it again (decisions are idempotent).
 
 Where: Redis when ``worker.redis_url`` is set (shared by the replicas, kept across restarts: hash
 ``<ns>:parked:messages`` id -> the message as JSON, sorted set ``<ns>:parked:due`` ``<article id> <id>`` by
-expiry time); in the process otherwise (embedded mode: a crash of the process loses what is parked).
+expiry time); else in a SQLite file of the home (:class:`newsmon.workers.local_state.SqliteDecisionPark`, the
+workers' runtime) or, for a park built alone, in the process.
 """
 
 from __future__ import annotations

@@ -332,7 +332,7 @@ class ArticlePipeline:
         """The :class:`LabelProposal` of every valid article, with its consumed message, in batch order."""
         now = datetime.now(timezone.utc)
         total_ms = 1000 * (time.perf_counter() - batch.started)
-        sec = batch.seconds
+        sec, cap = batch.seconds, self.settings.limits.proposal_labels
         out = []
         for it in batch.items:
             _ts_type, ts = it.msg.timestamp()
@@ -340,7 +340,7 @@ class ArticlePipeline:
             reuses = it.reuses
             searched = (self.classifier.collection(it.duplicate.lang),) if reuses and it.duplicate else it.searched
             out.append((it.msg, LabelProposal(
-                article_id=it.event.article_id, revision=it.revision, labels=it.labels,
+                article_id=it.event.article_id, revision=it.revision, labels=it.labels[:cap],
                 candidates=[] if reuses else it.candidates,
                 duplicate_of=it.duplicate.original_id if it.duplicate else None,
                 model_version=self.classifier.model_version,

@@ -54,8 +54,9 @@ from pydantic import ValidationError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from newsmon.schemas import DeadLetterReason, DeadLetterStage, InvalidEvent
-from newsmon.shared.config import Settings, WorkerSettings
+from newsmon.shared.config import SettingError, Settings, WorkerSettings
 from newsmon.shared.memory import MemoryUnavailableError
+from newsmon.shared.scoring.records import CalibrationUnreadable
 
 __all__ = ["Action", "DefaultErrorPolicy", "DependencyCalls", "DependencyDown", "ErrorPolicy", "Failure",
            "StageError", "TooSlow", "Verdict", "backoff_s", "is_transient", "load_error_policy", "membership_lost",
@@ -235,6 +236,8 @@ class DefaultErrorPolicy:
             return Verdict.rejoin() if membership_lost(exc) else Verdict.retry()
         if failure.phase == "produce" or is_transient(exc):
             return Verdict.pause()
+        if isinstance(exc, CalibrationUnreadable):  # the deployment's state, not the article's: wait for the fix
+            return Verdict.pause(f"{failure.detail} (paused until the record is fixed)")
         if not failure.probe():
             return Verdict.pause(f"{failure.detail} (dependency probe failed)")
         if not failure.isolated:
@@ -247,23 +250,27 @@ def load_error_policy(settings: Settings) -> ErrorPolicy:
     ``settings``), or :class:`DefaultErrorPolicy`.
 
     Raises:
-        ValueError: the setting is not ``module:attribute``, or the module or attribute cannot be imported, or
-            the factory does not return a callable (one line naming the setting).
+        SettingError: the setting is not ``module:attribute``, or the module or attribute cannot be imported, or
+            the factory (or its call) fails or does not return a callable (one line naming the setting).
     """
     spec = settings.worker.error_policy
     if not spec:
         return DefaultErrorPolicy(settings)
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr:
-        raise ValueError(f"NEWSMON_WORKER__ERROR_POLICY={spec!r}: expected 'package.module:factory'")
+        raise SettingError(f"NEWSMON_WORKER__ERROR_POLICY={spec!r}: expected 'package.module:factory'")
     try:
         factory = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"NEWSMON_WORKER__ERROR_POLICY={spec!r} cannot be imported: "
-                         f"{type(exc).__name__}: {exc}") from exc
-    policy = factory(settings)
+    except Exception as exc:  # noqa: BLE001 - ImportError, AttributeError, or the module's own error at import
+        raise SettingError(f"NEWSMON_WORKER__ERROR_POLICY={spec!r} cannot be imported: "
+                           f"{type(exc).__name__}: {exc}") from None
+    try:
+        policy = factory(settings)
+    except Exception as exc:  # noqa: BLE001 - the operator's factory: its error, named, in one line
+        raise SettingError(f"NEWSMON_WORKER__ERROR_POLICY={spec!r}: the factory failed: "
+                           f"{type(exc).__name__}: {exc}") from None
     if not callable(policy):
-        raise ValueError(f"NEWSMON_WORKER__ERROR_POLICY={spec!r}: the factory returned {type(policy).__name__}, "
+        raise SettingError(f"NEWSMON_WORKER__ERROR_POLICY={spec!r}: the factory returned {type(policy).__name__}, "
                          "not a callable policy(failure) -> Verdict")
     return policy
 

@@ -1,8 +1,10 @@
 """Wiring: build the workers from settings, run them in threads of one process, stop them on SIGTERM.
 
-Embedded mode (no ``memory.url``): both workers must share one process, since the embedded Qdrant engine
-locks its directory; they also share one near-duplicate index and label registry unless ``worker.redis_url``
-is set. Production runs one process per role against a Qdrant server and Redis.
+Embedded engine (``memory.engine`` edge, the default without ``memory.url``): both workers must share one
+process, since the embedded Qdrant engine locks its directory; they also share one near-duplicate index and label
+registry unless ``worker.redis_url`` is set. Without Redis the label registry and the parked decisions are kept on
+local disk in ``<home>/state`` (:mod:`newsmon.workers.local_state`), so a restart keeps them. Production runs one
+process per role against a Qdrant server and Redis.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from newsmon.shared.memory.maintain import IndexMaintainer
 from newsmon.workers.base import BatchWorker
 from newsmon.workers.classifier import ClassifierWorker
 from newsmon.workers.labels import LabelRegistry, open_registry
+from newsmon.workers.local_state import FileLabelRegistry, SqliteDecisionPark
 from newsmon.workers.memory_updater import MemoryUpdaterWorker
 from newsmon.workers.observability import HEALTH, serve_http
 from newsmon.workers.startup import wait_for_dependencies
@@ -69,7 +72,7 @@ class Runtime:
             t = threading.Thread(target=self._run_one, args=(w,), name=f"newsmon-{w.name}", daemon=True)
             t.start()
             self.threads.append(t)
-        if self.router is not None and not self.settings.memory.url:  # a Qdrant server indexes by itself
+        if self.router is not None and self.router.engine.keeps_index:  # a Qdrant server indexes by itself
             self.index = IndexMaintainer(self.router.opened, self.settings.memory.index.check_s, self.stop).start()
         return self
 
@@ -125,7 +128,9 @@ def build_runtime(settings: Settings, roles: Sequence[str] = ROLES, classifier: 
         raise ValueError(f"unknown worker roles {sorted(unknown)}; choose from {', '.join(ROLES)}")
     w = settings.worker
     rt = Runtime(settings)
-    rt.registry = open_registry(reveal(w.redis_url), f"{w.redis_namespace}:labels")
+    state = settings.home / "state"  # without Redis: the registry and the park on local disk
+    rt.registry = (open_registry(reveal(w.redis_url), f"{w.redis_namespace}:labels") if w.redis_url else
+                   FileLabelRegistry(state / "labels.json"))
     if "classifier" in roles:
         rt.classifier = classifier or Classifier(settings)
         rt.router = rt.classifier.router
@@ -137,7 +142,9 @@ def build_runtime(settings: Settings, roles: Sequence[str] = ROLES, classifier: 
         version, dim = model_identity(settings)
         rt.router = shared_router(settings, version, dim)
     if "memory-updater" in roles:
-        rt.workers.append(MemoryUpdaterWorker(settings, rt.router, rt.registry))
+        park = None if w.redis_url else SqliteDecisionPark(state / "parked.sqlite", w.decision_park_max,
+                                                           w.decision_park_s)
+        rt.workers.append(MemoryUpdaterWorker(settings, rt.router, rt.registry, park=park))
     return rt
 
 

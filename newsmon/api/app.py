@@ -19,10 +19,11 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import newsmon
+from newsmon.api.batcher import Readiness, SuggestQueue
 from newsmon.api.models import SuggestText
 from newsmon.api.routes import router
 from newsmon.api.service import ApiError, ApiService
@@ -39,13 +40,15 @@ Every `/v1` request sends `Authorization: Bearer <token>` when the server has `a
 change the registry would refuse (a name renamed away, also by a change not applied yet), 413 body too large
 (`api.max_body_bytes`) or too many articles, 415 a body not sent as JSON, 422 invalid input (a bad KwE with its
 index, reason and character position; a body that is not JSON, or nests deeper than 64 levels, with the reason
-and position), 503 a dependency down.
+and position; more labels than a limit), 503 a dependency down, a calibration record that does not parse, or
+`/v1/suggest` busy (with `Retry-After`).
 """
 
 __all__ = ["create_app"]
 
 REQUESTS = Counter("newsmon_api_requests_total", "HTTP API requests, by route and status code.",
                    ["route", "status"], registry=REGISTRY)
+QUEUED = Gauge("newsmon_api_queued_articles", "Articles of POST /v1/suggest waiting to be scored.", registry=REGISTRY)
 LATENCY = Histogram("newsmon_api_request_seconds", "HTTP API request time (seconds), by route.", ["route"],
                     buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2, 5, 10, 30), registry=REGISTRY)
 
@@ -197,6 +200,29 @@ def _validation_detail(errors: list[dict], route: str | None = None) -> str:
     return "; ".join(parts) + (f"; {hint} with `Content-Type: application/json`" if hint else "")
 
 
+def _start_threads(app: FastAPI, service: ApiService, with_workers: bool) -> None:
+    """The suggest queue (``app.state.queue``) and the readiness checks (``app.state.readiness``) beside the event
+    loop (:mod:`newsmon.api.batcher`), stopped when the application shuts down."""
+
+    def ready() -> tuple[bool, dict]:
+        ok, checks = service.ready()
+        info: dict = {"checks": checks}
+        if with_workers:
+            workers_ok, state = HEALTH.ready()
+            ok, info = ok and workers_ok, {**info, **state}
+        return ok, info
+
+    api = service.settings.api
+    app.state.queue = SuggestQueue(service, api.queue_max_articles, service.settings.worker.batch_max_messages,
+                                   api.batch_wait_ms / 1000)
+    app.state.readiness = Readiness(ready)
+
+    @app.on_event("shutdown")
+    def _stop_threads():
+        app.state.queue.close()
+        app.state.readiness.close()
+
+
 def create_app(service: ApiService, with_workers: bool = False) -> FastAPI:
     """The application around ``service``; ``with_workers``: the workers run in this process, so ``/readyz``
     also waits for them (and ``/healthz`` for their loops)."""
@@ -205,7 +231,7 @@ def create_app(service: ApiService, with_workers: bool = False) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def api_error(_request: Request, exc: ApiError):
-        return _error(exc.status, exc.detail, exc.errors)
+        return _error(exc.status, exc.detail, exc.errors, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
@@ -221,22 +247,22 @@ def create_app(service: ApiService, with_workers: bool = False) -> FastAPI:
             detail = f"{request.method} is not a method of {request.url.path}: see /docs for the ones it has"
         return _error(exc.status_code, detail, headers=getattr(exc, "headers", None))
 
+    _start_threads(app, service, with_workers)
+
+    # the operations routes answer on the event loop (async, nothing blocking): never behind the scoring
     @app.get("/healthz", tags=["operations"], summary="Liveness")
-    def healthz():
+    async def healthz():
         ok, info = HEALTH.live() if with_workers else (True, {})
         return JSONResponse({"status": "ok" if ok else "stale", **info}, status_code=200 if ok else 503)
 
-    @app.get("/readyz", tags=["operations"], summary="Readiness: registry, memory, broker (and workers)")
-    def readyz():
-        ok, checks = service.ready()
-        info = {"checks": checks}
-        if with_workers:
-            workers_ok, state = HEALTH.ready()
-            ok, info = ok and workers_ok, {**info, **state}
+    @app.get("/readyz", tags=["operations"], summary="Readiness: registry, memory, calibration, broker (and workers)")
+    async def readyz():
+        ok, info = app.state.readiness.latest()
         return JSONResponse({"ready": ok, **info}, status_code=200 if ok else 503)
 
     @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
-    def metrics():
+    async def metrics():
+        QUEUED.set(app.state.queue.depth())
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(router)

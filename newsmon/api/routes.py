@@ -30,6 +30,7 @@ from newsmon.api.models import (
 from newsmon.api.service import ApiError, ApiService
 from newsmon.schemas import InvalidEvent, LabelDefinition, LabelProposal, ModeratorDecision, parse_event
 from newsmon.schemas.base import check_label
+from newsmon.shared.limits import decision_over_limit
 from newsmon.workers.rules import kwe_errors
 
 __all__ = ["router"]
@@ -74,17 +75,18 @@ SUGGEST_BODY = ('send {"text": "...", "lang": "sl"} (lang optional), a full Arti
 
 @router.post("/suggest", response_model=list[LabelProposal], tags=["proposals"],
              summary="Propose labels for a text or for article events")
-async def suggest(svc: Service, articles: Annotated[Any, Body(description="`{\"text\": ..., \"lang\": ...}`, an "
-                                                                 "ArticleEvent, or a list of them.")],
-                  publish: Annotated[bool, Query(description="Also produce each proposal to the proposals topic "
-                                                 "(acknowledged before the answer): the console's queue and the "
-                                                 "moderation tool get it, as the classifier's own.")] = False):
+async def suggest(svc: Service, request: Request, articles: Annotated[Any, Body(
+        description="`{\"text\": ..., \"lang\": ...}`, an ArticleEvent, or a list of them.")],
+        publish: Annotated[bool, Query(description="Also produce each proposal to the proposals topic (acknowledged "
+                                       "before the answer): the console's queue and the moderation tool get it, as "
+                                       "the classifier's own.")] = False):
     """The minimal call: `{"text": "...", "lang": "sl"}` (`lang` optional: detected among the memory's
     languages). A full `ArticleEvent` (as on the `articles` topic) or a list mixing both is taken too. The answer
     is always a list of `LabelProposal`s, in order: the objects the classifier produces on the proposals topic
     (the same stages; each article stored as a pending point, so moderator decisions on it work), the shape
     `newsmon suggest --json` prints. `?publish=true` also puts them on the proposals topic, so they reach the
-    console's queue (`/console`) and the moderation tool."""
+    console's queue (`/console`) and the moderation tool. The requests of all clients are scored together in
+    micro-batches; `503` with `Retry-After` while more than `api.queue_max_articles` articles wait."""
     items = articles if isinstance(articles, list) else [articles]
     if not items or not all(isinstance(a, dict) for a in items):
         raise ApiError(422, f"the body is not an article: {SUGGEST_BODY}")
@@ -95,7 +97,10 @@ async def suggest(svc: Service, articles: Annotated[Any, Body(description="`{\"t
                        [{"index": i, "loc": ["text"], "msg": "Field required"} for i in neither])
     if any(_is_text(a) for a in items):
         items = await run_in_threadpool(_events_of_texts, svc, items)
-    return await run_in_threadpool(svc.suggest, items, publish)
+    proposals = await request.app.state.queue.submit(items)  # micro-batched with other clients' (api/batcher.py)
+    if publish:  # off the batch thread: the next batch is scored while these are acknowledged
+        await run_in_threadpool(svc.publish_proposals, proposals)
+    return proposals
 
 
 def _is_text(item: dict) -> bool:
@@ -145,6 +150,10 @@ async def decide(svc: Service, response: Response, decision: Annotated[dict, Bod
     takes that decision back. The memory updater applies it to the article in the knowledge memory
     (an article proposed through `/v1/suggest` is stored there, pending), so it is evidence for the next
     proposals. `200` once applied, `202` when published but not applied within `api.apply_wait_s`."""
+    labels = decision.get("decisions")
+    why = decision_over_limit(len(labels), svc.settings.limits) if isinstance(labels, list) else None
+    if why is not None:  # before parsing: 20,000 labels took seconds to validate (an undo's labels too)
+        raise ApiError(422, why, [{"loc": ["body", "decisions"], "msg": why}])
     version = 2 if decision.get("undoes") is not None else 1  # an undo (the console's) is version 2
     body = {"schema_version": version, "decided_at": datetime.now(UTC).isoformat(), **decision}
     try:

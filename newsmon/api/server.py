@@ -7,6 +7,7 @@ import contextlib
 import signal
 import threading
 import time
+from typing import Any
 
 import structlog
 import uvicorn
@@ -31,26 +32,27 @@ class _Server(uvicorn.Server):
         return contextlib.nullcontext()
 
 
-def serve(settings: Settings, workers: bool | None = None) -> None:
+def serve(settings: Settings, workers: bool | None = None, journal: Any = None) -> None:
     """Serve the API on ``api.host``:``api.port`` until SIGTERM / SIGINT; then the workers finish their batch and
     commit, and everything is closed.
 
     Args:
         workers: also run both workers in this process (their /metrics, /healthz, /readyz are then the API's);
             default: in embedded mode (no ``memory.url``), where the memory can only be opened by one process.
+        journal: the embedded broker's journal (:class:`newsmon.journal.BrokerJournal`), when there is one.
     """
     run_workers = settings.memory.url is None if workers is None else workers
     rt: Runtime | None = None
     if run_workers:
         settings.worker.http_port = None  # one HTTP server: the API's
         rt = build_runtime(settings)
-        service = build_service(settings, rt.classifier, rt.registry, rt.dedup)
+        service = build_service(settings, rt.classifier, rt.registry, rt.dedup, journal)
         rt.start()
     else:
         k = settings.kafka  # the topics the API itself uses: label events out, the latest articles in
         topics = [k.topic_label_events, k.topic_articles]
         (create_topics if k.create_topics else check_topics)(k, topics, settings.worker.startup_timeout_s)
-        service = build_service(settings)
+        service = build_service(settings, journal=journal)
     app = create_app(service, with_workers=run_workers)
     log.info("HTTP API starting", host=settings.api.host, port=settings.api.port, workers=run_workers,
              auth=settings.api.token is not None)

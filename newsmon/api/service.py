@@ -8,10 +8,10 @@ the topic stays the single path of truth for every replica.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from datetime import datetime, timezone
+from typing import Any
 
 import structlog
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
@@ -21,7 +21,6 @@ from newsmon.api.changes import LabelChanges
 from newsmon.api.models import DecisionSent, LabelChange, LabelTest, LabelTestResult, LabelView, TestedArticle
 from newsmon.schemas import (
     ArticleEvent,
-    DeadLetterReason,
     InvalidEvent,
     LabelDefinition,
     LabelEvent,
@@ -34,6 +33,7 @@ from newsmon.shared.config import Settings, reveal
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.kwe import ArticleMeta, LabelRuleIndex, RuleFilters
 from newsmon.shared.logs import RateLimitedLogBridge
+from newsmon.shared.scoring.records import CalibrationUnreadable
 from newsmon.shared.text import article_text, cut_at_word, tokenize
 from newsmon.workers.kafka_io import make_producer, read_latest
 from newsmon.workers.labels import LabelRegistry, RegistryState, open_registry
@@ -53,11 +53,12 @@ class NotLoaded(Exception):
 
 class ApiError(Exception):
     """A request the API refuses: ``status`` (4xx / 503), ``detail`` (one readable line), ``errors`` (each
-    problem as a dict)."""
+    problem as a dict), ``headers`` (e.g. ``Retry-After``)."""
 
-    def __init__(self, status: int, detail: str, errors: list[dict] | None = None):
+    def __init__(self, status: int, detail: str, errors: list[dict] | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(detail)
-        self.status, self.detail, self.errors = status, detail, errors or []
+        self.status, self.detail, self.errors, self.headers = status, detail, errors or [], headers
 
 
 class ApiService:
@@ -65,11 +66,14 @@ class ApiService:
 
     Args:
         settings: all settings; pipeline: the classifier's article pipeline (its classifier, near-duplicate index
-            and label registry are the ones proposals use); producer: the Kafka producer for label events.
+            and label registry are the ones proposals use); producer: the Kafka producer for label events;
+        journal: the embedded broker's journal (:class:`newsmon.journal.BrokerJournal`): a label event or decision
+            is answered only once it is on disk there.
     """
 
-    def __init__(self, settings: Settings, pipeline: ArticlePipeline, producer: Producer):
+    def __init__(self, settings: Settings, pipeline: ArticlePipeline, producer: Producer, journal: Any = None):
         self.settings = settings
+        self.journal = journal
         self.pipeline = pipeline
         self.registry: LabelRegistry = pipeline.registry
         self.producer = producer
@@ -81,38 +85,36 @@ class ApiService:
     # -- proposals ---------------------------------------------------------------------------------
     def suggest(self, articles: list[dict], publish: bool = False) -> list[LabelProposal]:
         """Proposals for article events (JSON objects, validated exactly as on the articles topic), through the
-        classifier's stages; each article is stored as a pending point, so a moderator decision on it works. With
-        ``publish`` each proposal is also produced to the proposals topic (acknowledged before the answer), as the
-        classifier worker produces it: the moderation tool and the console's queue get it.
+        classifier's stages, alone (the HTTP route batches requests: :func:`newsmon.api.batcher.suggest_many`); each
+        article is stored as a pending point, so a moderator decision on it works. With ``publish`` the proposals are
+        also produced to the proposals topic (:meth:`publish_proposals`).
 
         Raises:
             ApiError: 413 for too many or too large articles, 422 for an invalid one or one in a language the
-                knowledge memory has no collection for (all reasons listed, the memory's languages named); 503 when
-                ``publish`` and the broker does not acknowledge a proposal.
+                knowledge memory has no collection for (all reasons listed, the memory's languages named), 503 while
+                a calibration record does not parse, or when ``publish`` and the broker does not acknowledge a
+                proposal.
         """
-        api = self.settings.api
-        if len(articles) > api.max_articles:
-            raise ApiError(413, f"{len(articles)} articles in one request; at most api.max_articles = "
-                                f"{api.max_articles}")
-        now_ms = int(time.time() * 1000)
-        # ASCII JSON (\u escapes): a lone surrogate in the request reaches validation (422) instead of failing
-        # to encode (500)
-        msgs = [Message(topic="api", partition=0, offset=i, value=json.dumps(a).encode(), timestamp=(1, now_ms))
-                for i, a in enumerate(articles)]
-        with self._lock:
-            batch, rejected = self.pipeline.validate(msgs)
-            rejected = sorted([*rejected, *self.pipeline.refuse_unknown_languages(batch)],
-                              key=lambda r: r[0].offset() or 0)
-            if rejected:
-                errors = [{"index": m.offset(), "reason": exc.reason} for m, exc in rejected]
-                status = 413 if all(exc.code is DeadLetterReason.TOO_LARGE for _m, exc in rejected) else 422
-                raise ApiError(status, "; ".join(f"article {e['index']}: {e['reason']}" for e in errors), errors)
-            self.pipeline.propose(batch)
-            proposals = [p for _m, p in self.pipeline.emit(batch)]
+        from newsmon.api.batcher import suggest_many  # the batcher imports this module
+
+        out = suggest_many(self, [articles])[0]
+        if isinstance(out, Exception):
+            raise out
         if publish:
-            for p in proposals:
-                self._produce(self.settings.kafka.topic_proposals, p, "proposal")
-        return proposals
+            self.publish_proposals(out)
+        return out
+
+    def publish_proposals(self, proposals: list[LabelProposal]) -> None:
+        """Produce each proposal to the proposals topic, as the classifier worker produces it (the moderation tool
+        and the console's queue get it): acknowledged by the broker, and on disk in the embedded broker's journal
+        when there is one, before it returns (``POST /v1/suggest?publish=true``).
+
+        Raises:
+            ApiError: 503 when the broker does not acknowledge a proposal (or the journal does not have it) within
+                ``api.publish_timeout_s``.
+        """
+        if proposals:
+            self._produce(self.settings.kafka.topic_proposals, proposals, "proposal")
 
     # -- labels ------------------------------------------------------------------------------------
     def state(self) -> RegistryState:
@@ -147,29 +149,37 @@ class ApiService:
             ApiError: 503 when the broker does not acknowledge within ``api.publish_timeout_s``.
         """
         topic = self.settings.kafka.topic_label_events
-        msg = self._produce(topic, event, "label event")
+        msg = self._produce(topic, [event], "label event")[0]
         log.info("label event published", action=event.action, label=event.label, actor=event.actor)
         return LabelChange(event=event, topic=topic, partition=msg.partition(), offset=msg.offset())
 
-    def _produce(self, topic: str, event, what: str) -> Message:
-        """Produce ``event`` (keyed as on the wire) to ``topic``; the broker's acknowledged message.
+    def _produce(self, topic: str, events: list, what: str) -> list[Message]:
+        """Produce ``events`` (keyed as on the wire) to ``topic`` and flush once; the broker's acknowledged messages
+        (by partition and offset), each on disk in the embedded broker's journal when there is one.
 
         Raises:
-            ApiError: 503 when the broker does not acknowledge within ``api.publish_timeout_s``.
+            ApiError: 503 when the broker does not acknowledge one within ``api.publish_timeout_s`` (or the journal
+                does not have it).
         """
-        done: dict = {}
-
-        def delivered(err, msg):
-            done["err"], done["msg"] = err, msg
-
+        done: list[tuple] = []
+        timeout_s = self.settings.api.publish_timeout_s
         try:
-            self.producer.produce(topic, key=event.kafka_key(), value=event.to_bytes(), on_delivery=delivered)
-            self.producer.flush(self.settings.api.publish_timeout_s)
+            for event in events:
+                self.producer.produce(topic, key=event.kafka_key(), value=event.to_bytes(),
+                                      on_delivery=lambda err, msg: done.append((err, msg)))
+            self.producer.flush(timeout_s)
         except (KafkaException, BufferError) as exc:
             raise ApiError(503, f"the {what} could not be published: {exc}") from exc
-        if "msg" not in done or done["err"] is not None:
-            raise ApiError(503, f"the broker did not acknowledge the {what}: {done.get('err') or 'timeout'}")
-        return done["msg"]
+        errors = [err for err, _msg in done if err is not None]
+        if len(done) < len(events) or errors:
+            raise ApiError(503, f"the broker did not acknowledge the {what}: {errors[0] if errors else 'timeout'}")
+        msgs = sorted((msg for _err, msg in done), key=lambda m: (m.partition(), m.offset()))
+        for msg in msgs:
+            if self.journal is not None and not self.journal.wait(msg.topic(), msg.partition(), msg.offset(),
+                                                                  timeout_s):
+                raise ApiError(503, f"the {what} was published but is not on disk in the embedded broker's journal "
+                                    f"({self.journal.path}) after api.publish_timeout_s; send it again")
+        return msgs
 
     def decide(self, decision: ModeratorDecision) -> DecisionSent:
         """Publish a moderator decision to the decisions topic (as the moderation tool does) and wait up to
@@ -180,7 +190,7 @@ class ApiService:
             ApiError: 503 as :meth:`publish`.
         """
         topic = self.settings.kafka.topic_decisions
-        msg = self._produce(topic, decision, "decision")
+        msg = self._produce(topic, [decision], "decision")[0]
         log.info("decision published", article_id=decision.article_id, moderator=decision.moderator)
         keep = set(decision.accepted_labels)
         drop = {d.label for d in decision.decisions if d.action == "rejected"}
@@ -293,13 +303,25 @@ class ApiService:
         checks = {}
         for name, fn in (("label registry", self.registry_loaded),
                          ("memory", lambda: self.pipeline.classifier.router.languages(refresh=True)),
+                         ("calibration", self.calibrations_readable),
                          ("kafka", lambda: self.producer.list_topics(timeout=2))):
             try:
                 fn()
                 checks[name] = "ok"
             except Exception as exc:  # noqa: BLE001 -- any failure means not ready, with its reason
-                checks[name] = f"{type(exc).__name__}: {exc}" if not isinstance(exc, NotLoaded) else str(exc)
+                plain = isinstance(exc, (NotLoaded, CalibrationUnreadable))
+                checks[name] = str(exc) if plain else f"{type(exc).__name__}: {exc}"
         return all(v == "ok" for v in checks.values()), checks
+
+    def calibrations_readable(self) -> None:
+        """Read the calibration record of every language memory.
+
+        Raises:
+            CalibrationUnreadable: one does not parse (its path and how to recover).
+        """
+        clf = self.pipeline.classifier
+        for lang in clf.router.languages():
+            clf.calibrations.read(clf.collection(lang))
 
     def registry_loaded(self) -> None:
         """Check that the registry answers and that the memory updater's group committed every label event on
@@ -361,9 +383,10 @@ def applied(event: LabelEvent, state: RegistryState) -> bool:
 
 
 def build_service(settings: Settings, classifier: Classifier | None = None, registry: LabelRegistry | None = None,
-                  dedup: NearDuplicateIndex | None = None) -> ApiService:
+                  dedup: NearDuplicateIndex | None = None, journal: Any = None) -> ApiService:
     """An :class:`ApiService` from the settings, sharing ``classifier`` / ``registry`` / ``dedup`` when given (the
-    workers of the same process); otherwise opened from the settings (Qdrant server, Redis)."""
+    workers of the same process); otherwise opened from the settings (Qdrant server, Redis). ``journal``: see
+    :class:`ApiService`."""
     w = settings.worker
     classifier = classifier or Classifier(settings)
     registry = registry or open_registry(reveal(w.redis_url), f"{w.redis_namespace}:labels")
@@ -371,5 +394,5 @@ def build_service(settings: Settings, classifier: Classifier | None = None, regi
                                         boilerplate_min_docs=w.dedup_boilerplate_min_docs,
                                         namespace=f"{w.redis_namespace}:dedup")
     pipeline = ArticlePipeline(settings, classifier, dedup, registry)
-    return ApiService(settings, pipeline, make_producer(settings, "newsmon-api"))
+    return ApiService(settings, pipeline, make_producer(settings, "newsmon-api"), journal)
 

@@ -58,7 +58,9 @@ def memory_build(
 
 def _memory_where(s: Settings) -> str:
     """The knowledge memory the settings name, in words: the Qdrant server's URL or the embedded engine's folder."""
-    return s.memory.url and f"the Qdrant server {s.memory_mode()['url']}" or str(s.memory_mode()["path"])
+    from newsmon.shared.memory import engine_of  # deferred: see the module docstring
+
+    return engine_of(s).describe(s)
 
 
 #: Where the demo's memory is (``make demo`` keeps it apart from the default ``<home>/memory``).
@@ -109,7 +111,7 @@ def memory_index(
     `newsmon memory import` or `memory build` of a large archive. A running worker rebuilds it by itself, off the
     request path, once memory.index.rebuild_unindexed points are outside it; a Qdrant server indexes by itself."""
     from newsmon.shared.classifier import model_identity
-    from newsmon.shared.memory import (EdgeMemory, MemoryLockedError, MemoryRouter,  # deferred: see the module docstring
+    from newsmon.shared.memory import (LocalIndex, MemoryLockedError, MemoryRouter,  # deferred: see the module docstring
                                        UnknownLanguageError)
 
     s = settings_from_env()
@@ -132,7 +134,7 @@ def memory_index(
                 fail(f"--language: {exc}")
             except MemoryLockedError as exc:
                 fail(f"{exc}\nStop the workers (or index from the worker: it rebuilds by itself) and run it again.")
-            if not isinstance(mem, EdgeMemory):
+            if not isinstance(mem, LocalIndex):
                 out[router.collection(lg)] = {"points": mem.count(), "note": "the Qdrant server indexes by itself"}
                 continue
             t0 = time.perf_counter()
@@ -181,7 +183,12 @@ def suggest(
     s = settings_from_env(scoring__top_k=top_k, scoring__tau=tau, scoring__threshold=threshold)
     from newsmon.api.models import suggestion_id
 
-    proposal = _propose_one(s, text, lang, article_id or suggestion_id(text))
+    from newsmon.shared.scoring.records import CalibrationUnreadable
+
+    try:
+        proposal = _propose_one(s, text, lang, article_id or suggestion_id(text))
+    except CalibrationUnreadable as exc:  # the record's path and what to run, not a traceback
+        fail(str(exc), 1)
     if as_json:  # the body POST /v1/suggest answers: a list of LabelProposals, here of one
         print(json.dumps([proposal.model_dump(mode="json")], indent=2, ensure_ascii=False))
         return

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from newsmon.cli.common import console, fail, settings_from_env
-from newsmon.shared.config import settings_reference
+from newsmon.shared.settings_reference import settings_reference
 
 
 def show_settings(

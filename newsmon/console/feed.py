@@ -262,9 +262,10 @@ class ConsoleFeed:
         self._emit(event)
 
     # -- deciding ------------------------------------------------------------------------------------
-    def undo(self, article_id: str, decided_at: datetime, moderator: str, timeout_s: float) -> ModeratorDecision:
+    def undo(self, article_id: str, decided_at: datetime, moderator: str,
+             timeout_s: float) -> tuple[ModeratorDecision, int, int]:
         """Take back ``moderator``'s decision of ``decided_at`` on the article (:meth:`decide` publishes the undo,
-        ``ModeratorDecision.undoes``); returns the undo published.
+        ``ModeratorDecision.undoes``); returns the undo published, its partition and offset.
 
         Raises:
             LookupError: the article's latest decision is not that one by ``moderator`` (the reason in words).
@@ -279,8 +280,7 @@ class ConsoleFeed:
         undo = ModeratorDecision(article_id=article_id, decisions=d.decisions, moderator=moderator,
                                  decided_at=max(datetime.now(UTC), d.decided_at + timedelta(milliseconds=1)),
                                  undoes=d.decided_at)
-        self.decide(undo, timeout_s)
-        return undo
+        return (undo, *self.decide(undo, timeout_s))
 
     def decide(self, decision: ModeratorDecision, timeout_s: float) -> tuple[int, int]:
         """Publish ``decision`` (or an undo) to ``kafka.topic_decisions`` and wait for the broker's

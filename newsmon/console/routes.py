@@ -52,6 +52,7 @@ from newsmon.console.session import (
 )
 from newsmon.render import reason_in_words
 from newsmon.schemas import ModeratorDecision
+from newsmon.shared.limits import decision_over_limit
 from newsmon.shared.scoring.retrieval import display_title
 from newsmon.shared.text import cut_at_word
 
@@ -273,6 +274,11 @@ async def decide(request: Request, user: ApiUser):
     moderator on the decisions topic (acknowledged by the broker before the answer, 202)."""
     body = await read_json(request)
     feed = console_feed(request)
+    labels = body.get("decisions")
+    why = decision_over_limit(len(labels), console_service(request).settings.limits) if isinstance(labels, list) \
+        else None
+    if why is not None:
+        raise ApiError(422, why, [{"loc": ["decisions"], "msg": why}])
     try:
         decision = ModeratorDecision(article_id=body.get("article_id"), decisions=body.get("decisions"),
                                      moderator=user, decided_at=datetime.now(UTC))
@@ -285,6 +291,7 @@ async def decide(request: Request, user: ApiUser):
                                                     console_service(request).settings.api.publish_timeout_s)
     except RuntimeError as exc:
         raise ApiError(503, str(exc)) from None
+    await _on_disk(request, partition, offset)
     return JSONResponse({"decided_at": decision.decided_at.isoformat(), "partition": partition, "offset": offset,
                          "next": feed.next_after(decision.article_id)}, status_code=202)
 
@@ -298,15 +305,29 @@ async def undo(request: Request, user: ApiUser):
     feed = console_feed(request)
     try:
         when = datetime.fromisoformat(str(body.get("decided_at")))
-        undone = await run_in_threadpool(feed.undo, str(body.get("article_id")), when, user,
-                                         console_service(request).settings.api.publish_timeout_s)
+        undone, partition, offset = await run_in_threadpool(
+            feed.undo, str(body.get("article_id")), when, user, console_service(request).settings.api.publish_timeout_s)
     except ValueError:
         raise ApiError(422, "send {\"article_id\": ..., \"decided_at\": <the decision's decided_at>}") from None
     except LookupError as exc:
         raise ApiError(409, str(exc)) from None
     except RuntimeError as exc:
         raise ApiError(503, str(exc)) from None
+    await _on_disk(request, partition, offset)
     return JSONResponse({"undone": when.isoformat(), "decided_at": undone.decided_at.isoformat()}, status_code=202)
+
+
+async def _on_disk(request: Request, partition: int, offset: int) -> None:
+    """Standalone (an embedded broker): wait until the decision (or undo) at ``offset`` of the decisions topic's
+    ``partition`` is on disk in the broker's journal (:meth:`newsmon.journal.BrokerJournal.wait`).
+
+    Raises:
+        ApiError: 503 when it is not within ``api.publish_timeout_s``.
+    """
+    svc = console_service(request)
+    topic, wait_s = svc.settings.kafka.topic_decisions, svc.settings.api.publish_timeout_s
+    if svc.journal is not None and not await run_in_threadpool(svc.journal.wait, topic, partition, offset, wait_s):
+        raise ApiError(503, f"the decision was published but is not on disk in {svc.journal.path} yet; send it again")
 
 
 # -- text ----------------------------------------------------------------------------------------------------

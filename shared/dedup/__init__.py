@@ -6,7 +6,7 @@ boilerplate around it, or transliterated between Serbian Latin and Cyrillic) is 
 call (:mod:`newsmon.workers.copies`).
 
 Method (Broder 1997): a text is cleaned of boilerplate that unrelated articles share (consent walls, paywalls,
-newsletter boxes: :func:`strip_boilerplate`), normalised (:func:`normalize_text`: invisible characters deleted,
+newsletter boxes: :func:`strip_boilerplate`), normalised (:func:`shingle_form`: invisible characters deleted,
 NFKC, case folded, Cyrillic -> Latin), cut into the set of its overlapping
 ``shingle_size``-word shingles, and two texts are near-duplicates when the *resemblance* (Jaccard similarity) of
 their shingle sets is at least ``threshold``. Each set is summarised by a MinHash signature of ``num_perm``
@@ -73,7 +73,7 @@ from newsmon.shared.dedup.boilerplate import RecurringLines, strip_boilerplate
 from newsmon.shared.dedup.index import (DEFAULT_BOILERPLATE_MIN_DOCS, DEFAULT_MIN_WORDS, DEFAULT_NUM_PERM,
                                         DEFAULT_SHINGLE_SIZE, DEFAULT_THRESHOLD, NearDuplicateIndex)
 from newsmon.shared.dedup.lsh import LSH_RECALL_AT_THRESHOLD, lsh_params
-from newsmon.shared.dedup.text import normalize_text, serbian_latin_to_cyrillic, shingles
+from newsmon.shared.dedup.text import serbian_latin_to_cyrillic, shingle_form, shingles
 
 __all__ = [
     "DEFAULT_BOILERPLATE_MIN_DOCS",
@@ -85,8 +85,8 @@ __all__ = [
     "LSH_RECALL_AT_THRESHOLD",
     "NearDuplicateIndex",
     "lsh_params",
-    "normalize_text",
     "serbian_latin_to_cyrillic",
+    "shingle_form",
     "shingles",
     "strip_boilerplate",
 ]

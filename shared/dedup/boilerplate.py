@@ -34,7 +34,7 @@ import re
 
 import numpy as np
 
-from newsmon.shared.dedup.text import normalize_text
+from newsmon.shared.dedup.text import shingle_form
 from newsmon.shared.text import clean_text
 
 __all__ = ["PATTERNS", "RecurringLines", "strip_boilerplate"]
@@ -99,7 +99,7 @@ class RecurringLines:
     boilerplate), it is dropped before shingling like a known pattern.
 
     A line is a paragraph of the cleaned text with at least :attr:`MIN_LINE_WORDS` words, compared after
-    :func:`~newsmon.shared.dedup.text.normalize_text`. Counts live in a count-min sketch (``depth`` rows of
+    :func:`~newsmon.shared.dedup.text.shingle_form`. Counts live in a count-min sketch (``depth`` rows of
     ``width`` saturating 8-bit counters; 2 MiB by default; a count is never under-estimated), halved every
     ``halve_every`` observed originals so that the sketch never fills up and old boilerplate fades.
 
@@ -124,7 +124,7 @@ class RecurringLines:
         countable lines (for :meth:`observe` when the article becomes an original)."""
         kept, hashes = [], []
         for line in _LINES.split(cleaned):
-            norm = normalize_text(line, cleaned=True)
+            norm = shingle_form(line, cleaned=True)
             if len(norm.split()) < self.MIN_LINE_WORDS:
                 kept.append(line)
                 continue

@@ -14,7 +14,7 @@ from datasketch import MinHash, MinHashLSH
 from newsmon.shared.dedup.boilerplate import RecurringLines, strip_boilerplate
 from newsmon.shared.dedup.lsh import (lsh_params, pipelined_insert, pipelined_query, redis_glob_escape,
                                       supports_pipelining)
-from newsmon.shared.dedup.text import NORMALISATION_VERSION, normalize_text, shingles
+from newsmon.shared.dedup.text import NORMALISATION_VERSION, shingle_form, shingles
 
 DEFAULT_THRESHOLD = 0.6
 DEFAULT_NUM_PERM = 128
@@ -231,7 +231,7 @@ class NearDuplicateIndex:
         lines: list[int] = []
         if self._lines is not None:
             cleaned, lines = self._lines.split(cleaned)
-        words = normalize_text(cleaned, cleaned=True).split()
+        words = shingle_form(cleaned, cleaned=True).split()
         if len(words) < self.min_words:
             return None, lines
         m = self._template.copy()

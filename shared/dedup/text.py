@@ -1,29 +1,32 @@
-"""Text normalisation and word shingles for near-duplicate detection (see :mod:`newsmon.shared.dedup`)."""
+"""The form of a text that near-duplicate detection shingles (:func:`shingle_form`) and its word shingles (see
+:mod:`newsmon.shared.dedup`).
+
+:func:`shingle_form` is not :func:`newsmon.shared.text.normalize_text` (the keyword rules' words), on purpose: it
+keeps ``đ`` (Cyrillic ``ђ`` -> ``đ``; the keyword form folds both to ``dj``), cuts at every non-word character
+after NFKC (the keyword form cuts at runs of letters, marks and digits) and cleans the text first. Its output is
+what the stored near-duplicate indexes hold (:data:`NORMALISATION_VERSION`, checked against every index's stored
+configuration): changing it would refuse every existing index until it is rebuilt.
+"""
 
 from __future__ import annotations
 
 import re
 import unicodedata
 
-from newsmon.shared.text import clean_text
+from newsmon.shared.text import CYRILLIC_TO_LATIN, clean_text
 
-#: Version of :func:`normalize_text`; part of the stored index configuration (a change needs a new index).
+#: Version of :func:`shingle_form`; part of the stored index configuration (a change needs a new index).
 NORMALISATION_VERSION = 3  # 2: clean_text first (invisible characters, mojibake); 3: HTML decoded, marks capped
 
-# Serbian Cyrillic (Vuk's alphabet) -> Gaj's Latin, plus the Macedonian letters (ѓ ќ ѕ and the accented ѐ ѝ).
-# Lower case only: normalize_text case-folds first.
-_CYRILLIC_TO_LATIN = {
-    "а": "a", "б": "b", "в": "v", "г": "g", "д": "d", "ђ": "đ", "е": "e", "ж": "ž", "з": "z", "и": "i",
-    "ј": "j", "к": "k", "л": "l", "љ": "lj", "м": "m", "н": "n", "њ": "nj", "о": "o", "п": "p", "р": "r",
-    "с": "s", "т": "t", "ћ": "ć", "у": "u", "ф": "f", "х": "h", "ц": "c", "ч": "č", "џ": "dž", "ш": "š",
-    "ѓ": "gj", "ќ": "kj", "ѕ": "dz", "ѐ": "e", "ѝ": "i",
-}
+# Serbian Cyrillic (Vuk's alphabet) -> Gaj's Latin, plus the Macedonian letters (ѓ ќ ѕ and the accented ѐ ѝ): the
+# keyword rules' table with ђ -> đ (kept as the index stores it). Lower case only: shingle_form case-folds first.
+_CYRILLIC_TO_LATIN = {**CYRILLIC_TO_LATIN, "ђ": "đ"}
 _TRANSLIT_TABLE = str.maketrans(_CYRILLIC_TO_LATIN)
 _NON_WORD = re.compile(r"[\W_]+")
 
 
-def normalize_text(text: str, cleaned: bool = False) -> str:
-    """Canonical form of a text for shingling.
+def shingle_form(text: str, cleaned: bool = False) -> str:
+    """Canonical form of a text for shingling (see the module docstring for how it differs from the keyword form).
 
     Steps: :func:`newsmon.shared.text.clean_text` (the same cleaning as before embedding: invisible characters
     such as a soft hyphen, zero-width space or word joiner inside a word are deleted, mojibake repaired; skipped
@@ -55,7 +58,7 @@ def serbian_latin_to_cyrillic(text: str) -> str:
     """Serbian Latin -> Serbian Cyrillic, letter by letter (lj, nj, dž as one letter; case kept).
 
     Letters outside Gaj's alphabet (q, w, x, y) stay Latin. Used by the tests and the benchmark to make
-    transliterated near-copies; :func:`normalize_text` maps the result back to the Latin spelling.
+    transliterated near-copies; :func:`shingle_form` maps the result back to the Latin spelling.
     """
     def repl(m: re.Match) -> str:
         s = m.group(0)

@@ -55,7 +55,8 @@ def search_by_language(router: MemoryRouter, vectors: np.ndarray, langs: Sequenc
     extra = 1 if exclude_self is not None else 0
     lex = lexical_k + extra if texts is not None and lexical_k else 0
     n = top_k + (lexical_k if lex else 0)
-    parts = []
+    parts: list[Retrieval] = []
+    shared: dict[str, tuple] = {}  # each memory article's payload held once across the chunks
     for start in range(0, max(len(vectors), 1), SEARCH_CHUNK):  # bounded: hits carry their articles' texts
         end = start + SEARCH_CHUNK
         rows, _searched = router.search_languages(vectors[start:end], langs[start:end], top_k + extra,
@@ -63,7 +64,7 @@ def search_by_language(router: MemoryRouter, vectors: np.ndarray, langs: Sequenc
                                                   texts[start:end] if texts is not None else None, lex)
         if exclude_self is not None:
             rows = [[nb for nb in h if nb.article_id != exclude_self[start + i]][:n] for i, h in enumerate(rows)]
-        parts.append(Retrieval.from_neighbours(rows, n))
+        parts.append(Retrieval.from_neighbours(rows, n, shared))
     return Retrieval.concat(parts)
 
 

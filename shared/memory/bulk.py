@@ -28,7 +28,6 @@ from typing import Any
 from tqdm import tqdm
 
 from newsmon.schemas.base import check_language_code
-from newsmon.shared.config import reveal
 from newsmon.shared.memory.archive import (
     ArchiveError,
     ArchiveInfo,
@@ -103,7 +102,7 @@ def progress_file(router: MemoryRouter, info: ArchiveInfo, languages: frozenset[
     st = info.path.stat()
     s = router.settings
     key = json.dumps([str(info.path.resolve()), st.st_size, st.st_mtime_ns,
-                      reveal(s.memory.url) or str(Path(s.memory_path).resolve()), s.memory.collection_prefix,
+                      router.engine.location(s), s.memory.collection_prefix,
                       router.model_version, sorted(languages) if languages is not None else None])
     return Path(s.memory_path) / "imports" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 

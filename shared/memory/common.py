@@ -22,9 +22,11 @@ from newsmon.shared.memory.base import (FIELD_ARTICLE_ID, LEXICAL_VECTOR, FIELD_
                                         check_vectors, point_id)
 from newsmon.shared.terms import sparse_terms
 
-#: Extra hits a dense search asks the engine for, so that a tie at the top-k cut (identical articles have identical
-#: cosines) is settled by article id here, not by the engine's internal order, which differs between two identical
-#: searches (seen on reuters21578_en's 91 pairs of identical articles).
+#: Extra hits each search request (dense and lexical) asks the engine for, so that a tie at the top-k cut (identical
+#: articles have identical cosines and identical lexical scores) is settled by article id here
+#: (:func:`top_hits`), not by the engine's internal order, which differs between two identical searches (seen on
+#: reuters21578_en's 91 pairs of identical articles, and on sentinews_sl, where one tie at the dense cut of a
+#: hybrid search changed the calibration's record).
 TIE_MARGIN = 8
 
 #: Article text kept in each memory point's payload (characters), so the nightly job can re-embed the memory
@@ -132,19 +134,28 @@ def stored_terms(vector: Any) -> tuple[np.ndarray, np.ndarray] | None:
     return np.asarray(sparse.indices, dtype=np.int32), np.asarray(sparse.values, dtype=np.float32)
 
 
-def split_hybrid(answers: Sequence[Sequence[Any]], hybrid: Sequence[bool]) -> tuple[list[list], dict[int, list]]:
+def top_hits(hits: Sequence[Any], n: int) -> list[Any]:
+    """The best ``n`` of an engine's ``hits`` (``.score``, ``.payload``) by score, hits of equal score in article-id
+    order: the stated rule that settles a tie at the cut (the engine answered up to :data:`TIE_MARGIN` more)."""
+    ranked = sorted(hits, key=lambda h: (-float(h.score), str((h.payload or {}).get(FIELD_ARTICLE_ID, ""))))
+    return ranked[:n]
+
+
+def split_hybrid(answers: Sequence[Sequence[Any]], hybrid: Sequence[bool], k: int, lexical_k: int
+                 ) -> tuple[list[list], dict[int, list]]:
     """The answers of one batch that asked, per query, its dense request and, where ``hybrid[i]``, its lexical
-    request right after it: (per query its dense hits; per hybrid query with any, the lexical hits its dense hits
-    lack, which still need their dense cosine)."""
+    request right after it (each for up to :data:`TIE_MARGIN` more hits than needed): (per query its dense top-``k``;
+    per hybrid query with any, the hits of its lexical top-``lexical_k`` its dense ones lack, which still need their
+    dense cosine). Both cuts by :func:`top_hits`."""
     out: list[list] = []
     extra: dict[int, list] = {}
     pos = 0
     for i, lexical in enumerate(hybrid):
-        dense = list(answers[pos])
+        dense = top_hits(answers[pos], k)
         pos += 1
         if lexical:
             seen = {h.id for h in dense}
-            missing = [h for h in answers[pos] if h.id not in seen]
+            missing = [h for h in top_hits(answers[pos], lexical_k) if h.id not in seen]
             if missing:
                 extra[i] = missing
             pos += 1
@@ -219,9 +230,11 @@ class QdrantAdapter:
     def _query(self, queries: np.ndarray, k: int, flt: Any,
                sparse: Sequence[tuple[list[int], list[float]] | None] | None = None, lexical_k: int = 0,
                exact: bool = False) -> list[list]:
-        """Per query row, the top-``k`` hits (``.payload``, ``.score``: the cosine), best first; with ``sparse``
-        (per row, its lexical ``(indices, values)``, None for a row without words: dense only), united with the
-        top-``lexical_k`` by the lexical vector. ``sparse`` is None when the search is not hybrid."""
+        """Per query row, the top-``k`` hits (``.payload``, ``.score``: the cosine); with ``sparse`` (per row, its
+        lexical ``(indices, values)``, None for a row without words: dense only), united with the top-``lexical_k``
+        by the lexical vector. ``sparse`` is None when the search is not hybrid. Each top is cut by
+        :func:`top_hits` from :data:`TIE_MARGIN` more hits of the engine, so ties at a cut are settled by article
+        id."""
         raise NotImplementedError
 
     def _count(self, flt: Any) -> int:
@@ -317,7 +330,7 @@ class QdrantAdapter:
         """See :meth:`KnowledgeMemory.search`. ``vectors``: ``(m, d)`` float; one batched query per 64 rows. A
         collection without the lexical vector (made before it existed) answers the dense hits only. Hits with equal
         similarity come in article-id order (a dense search settles the top-k cut that way too, see
-        :data:`TIE_MARGIN`), so two identical searches answer the same."""
+        :data:`TIE_MARGIN`, dense and lexical alike), so two identical searches answer the same."""
         k = check_top_k(top_k)
         qs = check_vectors(vectors, self.dim)
         if isinstance(lexical_k, bool) or not isinstance(lexical_k, int) or lexical_k < 0:
@@ -331,11 +344,8 @@ class QdrantAdapter:
             for start in range(0, len(qs), QUERY_BATCH):
                 chunk = qs[start:start + QUERY_BATCH]
                 sparse = terms[start:start + QUERY_BATCH] if terms is not None else None
-                dense_only = sparse is None or not lexical_k
-                for hits in self._query(chunk, k + (TIE_MARGIN if dense_only else 0), flt, sparse, lexical_k,
-                                        exact):
-                    row = ranked_neighbours(hits)  # ties: by article id
-                    out.append(row[:k] if dense_only else row)
+                for hits in self._query(chunk, k, flt, sparse, lexical_k, exact):
+                    out.append(ranked_neighbours(hits))  # ties: by article id
         return out
 
     def count(self, filter: SearchFilter | None = None) -> int:

@@ -18,7 +18,8 @@ import qdrant_edge as qe
 
 from newsmon.shared.memory.base import (LEXICAL_VECTOR, NAME_BAD_CHARS, SEARCH_PAYLOAD_EXCLUDED, KnowledgeMemoryError,
                                         MemoryLockedError, check_dim)
-from newsmon.shared.memory.common import PointRow, QdrantAdapter, split_hybrid, stored_terms, with_cosines
+from newsmon.shared.memory.common import (TIE_MARGIN, PointRow, QdrantAdapter, split_hybrid, stored_terms,
+                                         with_cosines)
 from newsmon.shared.memory.index_build import IndexParams, engine_config, ensure_payload_indexes, run_builder
 
 #: File in the collection directory naming the live index generation (JSON; absent: generation 0, the directory
@@ -268,7 +269,7 @@ class EdgeMemory(QdrantAdapter):
                 f"knowledge memory {self.directory} is already open (WAL lock held) by another "
                 "EdgeMemory in this or another process. Embedded mode (qdrant-edge) needs all "
                 "workers in one process sharing one EdgeMemory; for several processes run a "
-                "Qdrant server and open the memory with a URL (open_memory(url=...)). "
+                "Qdrant server (NEWSMON_MEMORY__URL, memory.engine server). "
                 f"Engine error: {msg}"
             )
         if "incompatible" in msg.lower():
@@ -328,27 +329,26 @@ class EdgeMemory(QdrantAdapter):
 
     def _query(self, queries: np.ndarray, k: int, flt: Any, sparse: Any = None, lexical_k: int = 0,
                exact: bool = False) -> list[list]:
-        """See :meth:`QdrantAdapter._query`. A hybrid query is two plain requests of one batch, the dense top-``k``
-        and the lexical top-``lexical_k``, united here; the lexical hits the dense ones lack get their cosine from
-        a second batch, an exact dense search restricted to their ids. (One request with two prefetches and a dense
-        re-scoring, as on a Qdrant server, costs the embedded engine several times as much once the hits carry
-        payloads and vectors, with a long tail: ``benchmarks/scale.py``.) A hit whose point was deleted between
-        the two batches is left out."""
+        """See :meth:`QdrantAdapter._query`. A hybrid query is two plain requests of one batch (dense, lexical),
+        united here; the lexical hits the dense ones lack get their cosine from an exact dense search of their ids
+        (one request with two prefetches costs this engine several times as much: ``benchmarks/scale.py``). A hit
+        whose point was deleted between the two batches is left out."""
         quant = (qe.QuantizationSearchParams(rescore=True, oversampling=2.0)
                  if self.index.quantization == "int8" and not exact else None)
-        params = qe.SearchParams(hnsw_ef=max(self.index.ef, k), exact=exact, quantization=quant)
+        params = qe.SearchParams(hnsw_ef=max(self.index.ef, k + TIE_MARGIN), exact=exact, quantization=quant)
         with_vector = [LEXICAL_VECTOR] if self.lexical else False  # the lexical fusion reads the stored terms
         payload = qe.PayloadSelector.Exclude(list(SEARCH_PAYLOAD_EXCLUDED))
         requests: list = []
         hybrid = [sparse is not None and bool(lexical_k) and sparse[i] is not None for i in range(len(queries))]
         for i, q in enumerate(queries):
-            requests.append(qe.QueryRequest(limit=k, query=qe.Query.Nearest(q.tolist()), filter=flt,
+            requests.append(qe.QueryRequest(limit=k + TIE_MARGIN, query=qe.Query.Nearest(q.tolist()), filter=flt,
                                             with_payload=payload, params=params, with_vector=with_vector))
             if hybrid[i]:
-                requests.append(qe.QueryRequest(
-                    limit=lexical_k, query=qe.Query.Nearest(qe.SparseVector(*sparse[i]), using=LEXICAL_VECTOR),
-                    filter=flt, with_payload=payload, with_vector=with_vector))
-        out, extra = split_hybrid(self._live.query_batch(qe.QueryBatchRequest(requests)) if requests else [], hybrid)
+                lexical = qe.Query.Nearest(qe.SparseVector(*sparse[i]), using=LEXICAL_VECTOR)
+                requests.append(qe.QueryRequest(limit=lexical_k + TIE_MARGIN, query=lexical, filter=flt,
+                                                with_payload=payload, with_vector=with_vector))
+        answers = self._live.query_batch(qe.QueryBatchRequest(requests)) if requests else []
+        out, extra = split_hybrid(answers, hybrid, k, lexical_k)
         if extra:
             cosines = self._live.query_batch(qe.QueryBatchRequest([
                 qe.QueryRequest(limit=len(hits), query=qe.Query.Nearest(queries[i].tolist()),

@@ -11,18 +11,18 @@ from collections.abc import Callable, Iterable
 import structlog
 
 from newsmon.shared.memory.base import KnowledgeMemoryError
-from newsmon.shared.memory.edge import EdgeMemory
+from newsmon.shared.memory.engines import LocalIndex
 
 log = structlog.get_logger(__name__)
 
 
 class IndexMaintainer:
     """Checks the open embedded memories every ``check_s`` seconds and rebuilds the index of each one due
-    (:meth:`EdgeMemory.needs_index`), one at a time, in a daemon thread of its own.
+    (:meth:`LocalIndex.needs_index`), one at a time, in a daemon thread of its own.
 
     Args:
-        memories: returns the memories open now (e.g. :meth:`MemoryRouter.opened`); others than
-            :class:`EdgeMemory` are skipped.
+        memories: returns the memories open now (e.g. :meth:`MemoryRouter.opened`); those whose index their
+            process does not keep (not :class:`~.engines.LocalIndex`: a Qdrant server's) are skipped.
         check_s: seconds between checks, ``> 0``.
         stop: ends the thread (set when the process stops).
     """
@@ -51,7 +51,7 @@ class IndexMaintainer:
         for mem in list(self.memories()):
             if self.stop.is_set():
                 break
-            if not isinstance(mem, EdgeMemory):
+            if not isinstance(mem, LocalIndex):  # a server's memory: the server indexes by itself
                 continue
             try:
                 if not mem.needs_index():

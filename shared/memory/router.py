@@ -1,13 +1,14 @@
 """The knowledge memories of one model version (one collection per language), shared per process, and the
 search routed by language (:meth:`MemoryRouter.search_languages`, used by the live classifier and by eval).
 
-In server mode a router holds one ``QdrantClient`` for all its collections and for listing them. The list of
-language collections is cached: :meth:`MemoryRouter.new_batch` marks it stale, and the next
-:meth:`MemoryRouter.languages` call lists the collections again, so a worker lists them at most once per batch.
-Only ISO 639-1 codes name a collection: :meth:`MemoryRouter.memory` refuses any other code, so a bad code never
-creates one. Only the paths that write a memory's articles (``memory build``, ``memory import``, eval's own
-memories, a promotion's new version) create a collection; every other path opens a language's collection with
-``create=False`` and gets :class:`UnknownLanguageError`, naming the languages there are, when it has none.
+A router opens its collections in the engine of ``memory.engine`` (:mod:`.engines`); with a server it holds one
+``QdrantClient`` for all its collections and for listing them. The list of language collections is cached:
+:meth:`MemoryRouter.new_batch` marks it stale, and the next :meth:`MemoryRouter.languages` call lists the
+collections again, so a worker lists them at most once per batch. Only ISO 639-1 codes name a collection:
+:meth:`MemoryRouter.memory` refuses any other code, so a bad code never creates one. Only the paths that write a
+memory's articles (``memory build``, ``memory import``, eval's own memories, a promotion's new version) create a
+collection; every other path opens a language's collection with ``create=False`` and gets
+:class:`UnknownLanguageError`, naming the languages there are, when it has none.
 """
 
 from __future__ import annotations
@@ -15,13 +16,12 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from newsmon.schemas.base import check_language_code
-from newsmon.shared.config import Settings, reveal
+from newsmon.shared.config import Settings
 from newsmon.shared.memory.base import (
     KnowledgeMemory,
     MemoryPoint,
@@ -29,9 +29,7 @@ from newsmon.shared.memory.base import (
     SearchFilter,
     collection_name,
 )
-from newsmon.shared.memory.edge import EdgeMemory
-from newsmon.shared.memory.index_build import IndexParams
-from newsmon.shared.memory.server import QdrantServerMemory, connect, server_call
+from newsmon.shared.memory.engines import engine_of
 
 
 class UnknownLanguageError(ValueError):
@@ -49,65 +47,31 @@ class UnknownLanguageError(ValueError):
                          f"labelled {lang!r} articles (`newsmon memory build` or `newsmon memory import`)")
 
 
-def open_memory(*, url: str | None, api_key: str | None, path: str | Path, collection: str, dim: int,
-                client: Any = None, index: IndexParams | None = None) -> KnowledgeMemory:
-    """Open the knowledge memory for one collection.
-
-    With ``url`` (non-empty): :class:`QdrantServerMemory` over ``client`` when given (the caller keeps and
-    closes it), else over a new ``QdrantClient(url=url, api_key=api_key)`` closed with the memory. Without:
-    :class:`EdgeMemory` in ``path/collection``.
-
-    Raises:
-        MemoryLockedError: embedded store already open elsewhere.
-        MemoryUnavailableError: server unreachable (transient).
-        ValueError: bad arguments or an incompatible existing collection.
-    """
-    if not url:
-        return EdgeMemory(path, collection, dim, index)
-    if client is not None:
-        return QdrantServerMemory(client, collection, dim, index=index)
-    own = connect(url, api_key)
-    try:
-        return QdrantServerMemory(own, collection, dim, close_client=True, index=index)
-    except BaseException:
-        own.close()
-        raise
-
-
 def stored_collections(settings: Settings, client: Any = None) -> list[str]:
     """Names of every collection of the knowledge memory that starts with ``<collection_prefix>_`` (any
-    language and model version), sorted; opens nothing. In server mode through ``client`` (default: a client
+    language and model version), sorted; opens nothing. With a server engine through ``client`` (default: a client
     of its own, closed afterwards).
 
     Raises:
         MemoryUnavailableError: the server did not answer (transient).
+        ValueError: an unknown ``memory.engine``.
     """
-    m = settings.memory
-    if m.url:
-        own = client is None
-        client = connect(reveal(m.url), reveal(m.api_key)) if own else client
-        try:
-            with server_call("list collections"):
-                names = [c.name for c in client.get_collections().collections]
-        finally:
-            if own:
-                client.close()
-    else:
-        root = Path(settings.memory_path)
-        names = [p.name for p in root.iterdir() if p.is_dir()] if root.exists() else []
-    return sorted(n for n in names if n.startswith(f"{m.collection_prefix}_"))
+    names = engine_of(settings).collections(settings, client)
+    return sorted(n for n in names if n.startswith(f"{settings.memory.collection_prefix}_"))
 
 
 class MemoryRouter:
     """The knowledge memories of one model version: one collection per language, opened on first use.
 
-    The memory of language ``lang`` is the collection ``<prefix>_<lang>_<model version>`` (embedded engine
-    under ``settings.memory_path`` or the Qdrant server at ``settings.memory.url``, through one client).
+    The memory of language ``lang`` is the collection ``<prefix>_<lang>_<model version>`` in the engine of
+    ``memory.engine`` (:func:`~.engines.engine_of`: the embedded engine under ``settings.memory_path``, or the
+    Qdrant server at ``settings.memory.url`` through one client).
     ``write_lock`` serialises read-modify-write updates of points between the workers of this process.
     """
 
     def __init__(self, settings: Settings, model_version: str, dim: int):
         self.settings = settings
+        self.engine = engine_of(settings)
         self.model_version = model_version
         self.dim = dim
         self._memories: dict[str, KnowledgeMemory] = {}
@@ -123,10 +87,11 @@ class MemoryRouter:
         """The collection name of ``lang`` for this model version."""
         return collection_name(self.settings.memory.collection_prefix, lang, self.model_version)
 
-    def server_client(self) -> Any:
-        """The one ``QdrantClient`` of this router (server mode only), created on first use; closed with it."""
-        if self._client is None:
-            self._client = connect(reveal(self.settings.memory.url), reveal(self.settings.memory.api_key))
+    def client(self) -> Any:
+        """The one client of this router's engine (a ``QdrantClient`` of the server engine), created on first use
+        and closed with the router; None for an engine without one (the embedded engine)."""
+        if self._client is None and self.engine.connect is not None:
+            self._client = self.engine.connect(self.settings)
         return self._client
 
     def memory(self, lang: str, create: bool = True) -> KnowledgeMemory:
@@ -142,12 +107,8 @@ class MemoryRouter:
             self.check_language(lang)
         with self._open_lock:
             if lang not in self._memories:
-                m = self.settings.memory
-                client = self.server_client() if m.url else None
-                self._memories[lang] = open_memory(url=reveal(m.url), api_key=reveal(m.api_key),
-                                                   path=self.settings.memory_path,
-                                                   collection=self.collection(lang), dim=self.dim, client=client,
-                                                   index=m.index.params())
+                self._memories[lang] = self.engine.open(self.settings, self.collection(lang), self.dim,
+                                                        self.client(), self.settings.memory.index.params())
             return self._memories[lang]
 
     def check_language(self, lang: str) -> None:
@@ -183,7 +144,7 @@ class MemoryRouter:
     def _list_languages(self) -> list[str]:
         prefix = self.settings.memory.collection_prefix
         suffix = self.collection("xx")[len(f"{prefix}_xx"):]
-        names = stored_collections(self.settings, self.server_client() if self.settings.memory.url else None)
+        names = stored_collections(self.settings, self.client())
         pat = re.compile(rf"^{re.escape(prefix)}_([a-z]{{2}}){re.escape(suffix)}$")
         return sorted({m.group(1) for n in names if (m := pat.match(n)) and _is_language(m.group(1))})
 
@@ -288,8 +249,7 @@ _ROUTERS_LOCK = threading.Lock()
 def shared_router(settings: Settings, model_version: str, dim: int) -> MemoryRouter:
     """One :class:`MemoryRouter` per memory location and model version in this process: the embedded engine
     allows one open handle per collection directory, so workers of one process must share it."""
-    key = (reveal(settings.memory.url) or str(Path(settings.memory_path).resolve()), settings.memory.collection_prefix,
-           model_version)
+    key = (engine_of(settings).location(settings), settings.memory.collection_prefix, model_version)
     with _ROUTERS_LOCK:
         router = _ROUTERS.get(key)
         if router is None or router.closed:

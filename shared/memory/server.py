@@ -18,7 +18,7 @@ import structlog
 
 from newsmon.shared.memory.base import (LEXICAL_VECTOR, PAYLOAD_INDEXES, SEARCH_PAYLOAD_EXCLUDED, KnowledgeMemoryError,
                                         MemoryUnavailableError, check_dim)
-from newsmon.shared.memory.common import PointRow, QdrantAdapter
+from newsmon.shared.memory.common import TIE_MARGIN, PointRow, QdrantAdapter, split_hybrid, with_cosines
 from newsmon.shared.memory.index_build import IndexParams
 
 log = structlog.get_logger(__name__)
@@ -231,25 +231,37 @@ class QdrantServerMemory(QdrantAdapter):
 
     def _query(self, queries: np.ndarray, k: int, flt: Any, sparse: Any = None, lexical_k: int = 0,
                exact: bool = False) -> list[list]:
+        """See :meth:`QdrantAdapter._query`: as the embedded engine answers it (the dense top-``k`` and the lexical
+        top-``lexical_k`` as two requests of one batch, each cut with its ties settled by article id, then the
+        lexical hits the dense ones lack scored by an exact dense search of their ids), so both engines answer a
+        hybrid search alike."""
         m = self._m
         quant = (m.QuantizationSearchParams(rescore=True, oversampling=2.0)
                  if self.index.quantization == "int8" and not exact else None)
-        params = m.SearchParams(hnsw_ef=max(self.index.ef, k), exact=exact, quantization=quant)
+        params = m.SearchParams(hnsw_ef=max(self.index.ef, k + TIE_MARGIN), exact=exact, quantization=quant)
         with_vector = [LEXICAL_VECTOR] if self.lexical else False  # the lexical fusion reads the stored terms
         payload = m.PayloadSelectorExclude(exclude=list(SEARCH_PAYLOAD_EXCLUDED))
         requests = []
+        hybrid = [sparse is not None and bool(lexical_k) and sparse[i] is not None for i in range(len(queries))]
         for i, q in enumerate(queries):
-            terms = sparse[i] if sparse is not None else None
-            if terms is None:
-                requests.append(m.QueryRequest(query=q.tolist(), limit=k, filter=flt, with_payload=payload,
-                                               params=params, with_vector=with_vector))
-                continue
-            lexical = m.SparseVector(indices=terms[0], values=terms[1])
-            requests.append(m.QueryRequest(
-                prefetch=[m.Prefetch(query=q.tolist(), limit=k, filter=flt, params=params),
-                          m.Prefetch(query=lexical, using=LEXICAL_VECTOR, limit=lexical_k, filter=flt)],
-                query=q.tolist(), limit=k + lexical_k, with_payload=payload, with_vector=with_vector))
-        return [resp.points for resp in self._live.query_batch_points(self.collection, requests=requests)]
+            requests.append(m.QueryRequest(query=q.tolist(), limit=k + TIE_MARGIN, filter=flt, with_payload=payload,
+                                           params=params, with_vector=with_vector))
+            if hybrid[i]:
+                lexical = m.SparseVector(indices=sparse[i][0], values=sparse[i][1])
+                requests.append(m.QueryRequest(query=lexical, using=LEXICAL_VECTOR, limit=lexical_k + TIE_MARGIN,
+                                               filter=flt, with_payload=payload, with_vector=with_vector))
+        answers = [r.points for r in self._live.query_batch_points(self.collection, requests=requests)] \
+            if requests else []
+        out, extra = split_hybrid(answers, hybrid, k, lexical_k)
+        if extra:
+            scored = self._live.query_batch_points(self.collection, requests=[
+                m.QueryRequest(query=queries[i].tolist(), limit=len(hits),
+                               filter=m.Filter(must=[m.HasIdCondition(has_id=[h.id for h in hits])]),
+                               params=m.SearchParams(exact=True), with_payload=False, with_vector=False)
+                for i, hits in extra.items()])
+            for (i, hits), got in zip(extra.items(), scored, strict=True):
+                out[i] += with_cosines(hits, got.points)
+        return out
 
     def _count(self, flt: Any) -> int:
         return self._live.count(self.collection, count_filter=flt, exact=True).count

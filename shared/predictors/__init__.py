@@ -10,11 +10,11 @@ from newsmon.shared.predictors.one_nn import OneNnPredictor, one_nn_scores
 from newsmon.shared.predictors.mlknn import MLKNN, MlKnnPredictor, neighbour_counts
 from newsmon.shared.predictors.tfidf import TfidfLogRegPredictor, TfidfOneVsAll, TfidfSvmPredictor
 from newsmon.shared.predictors.newsmon import NewsmonPredictor
-from newsmon.shared.predictors.base import (Predictor, QueryBatch, TrainingSet, available, get_predictor,
-                                            predictor_class, register)
+from newsmon.shared.predictors.base import (PREDICTORS, Predictor, QueryBatch, TrainingSet, available,
+                                            get_predictor, predictor_class, register)
 from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
 
-__all__ = ["MLKNN", "LabelVocab", "MlKnnPredictor", "NewsmonPredictor", "OneNnPredictor", "Predictor", "QueryBatch",
-           "RaeXmcPredictor", "Retrieval", "TfidfLogRegPredictor", "TfidfOneVsAll", "TfidfSvmPredictor",
+__all__ = ["MLKNN", "PREDICTORS", "LabelVocab", "MlKnnPredictor", "NewsmonPredictor", "OneNnPredictor", "Predictor",
+           "QueryBatch", "RaeXmcPredictor", "Retrieval", "TfidfLogRegPredictor", "TfidfOneVsAll", "TfidfSvmPredictor",
            "TrainingSet", "available", "get_predictor", "neighbour_counts", "one_nn_scores", "predictor_class",
            "rae_xmc_scores", "register", "tune_rae"]

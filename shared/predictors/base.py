@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 
+from newsmon.schemas.registry import Registry
 from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
 
 
@@ -152,38 +153,14 @@ class Predictor(ABC):
         raise NotImplementedError(f"{self.name} has no tuning")
 
 
-_REGISTRY: dict[str, type[Predictor]] = {}
-
-
-def register(cls: type[Predictor]) -> type[Predictor]:
-    """Class decorator: make ``cls`` available under ``cls.name``.
-
-    Raises:
-        ValueError: no name, or the name is taken by another class.
-    """
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} has no registry name")
-    if _REGISTRY.get(cls.name, cls) is not cls:
-        raise ValueError(f"predictor name {cls.name!r} is already registered by {_REGISTRY[cls.name].__name__}")
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def available() -> tuple[str, ...]:
-    """Registered predictor names, in registration order."""
-    return tuple(_REGISTRY)
-
-
-def predictor_class(name: str) -> type[Predictor]:
-    """The class registered as ``name``.
-
-    Raises:
-        KeyError: unknown name (the message lists the available ones).
-    """
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown predictor {name!r}; available: {', '.join(available())}") from None
+#: The registered predictor classes (``newsmon eval --methods`` names them): ``@register`` registers one under
+#: ``cls.name`` (ValueError for no name, one that is not snake case or one taken by another class), ``available()``
+#: lists their names in registration order, ``predictor_class(name)`` finds one (KeyError for an unknown name,
+#: listing the available ones).
+PREDICTORS: Registry[type[Predictor]] = Registry("predictor", listing="available")
+register = PREDICTORS.register
+available = PREDICTORS.names
+predictor_class = PREDICTORS.get
 
 
 def get_predictor(name: str, **params: Any) -> Predictor:

@@ -8,12 +8,12 @@ assembly), :mod:`.models` (the components' per-memory models), :mod:`.records` (
 :mod:`.calibration` (the search of the parameters).
 
 Components and rules of a deployment register when their module is imported: name the modules in the entry-point
-group ``newsmon.scoring`` of the deployment's package; they are imported with this package.
+group ``newsmon.scoring`` of the deployment's package; they are imported with this package, once
+(:func:`newsmon.schemas.registry.load_entry_points`).
 """
 
-from importlib.metadata import entry_points
-
-from newsmon.schemas.scoring import ScoringInfo, ScoringParams  # noqa: I001
+from newsmon.schemas.registry import load_entry_points  # noqa: I001
+from newsmon.schemas.scoring import ENTRY_POINTS, ScoringInfo, ScoringParams
 from newsmon.shared.scoring.retrieval import LabelScore, LabelVocab, Proposal, Retrieval
 from newsmon.shared.scoring.components import (MemoryArticles, Queries, ScoreComponent, get_component,
                                                register_component)
@@ -22,9 +22,9 @@ from newsmon.shared.scoring.decision import Decision, decide, explain, neighbour
 from newsmon.shared.scoring.scorer import CANDIDATES, Resolved, Scorer
 from newsmon.shared.scoring.models import FittedModels, MemoryModels
 
-for _ep in entry_points(group="newsmon.scoring"):  # a deployment's components and rules (this package is one)
-    if _ep.value != __name__:
-        _ep.load()
+# A deployment's components and rules (the modules of the entry-point group, this package one of them), imported
+# once per process, right after the built-ins: the registries keep that order.
+load_entry_points(ENTRY_POINTS)
 
 __all__ = ["CANDIDATES", "Decision", "DecisionRule", "DecisionState", "FittedModels", "LabelScore", "LabelVocab",
            "MemoryArticles", "MemoryModels", "Proposal", "Queries", "Resolved", "Retrieval", "ScoreComponent",

@@ -27,12 +27,32 @@ from pydantic import BaseModel, Field
 
 from newsmon.schemas.scoring import ScoringParams, legacy_params
 from newsmon.shared.config import Settings
-from newsmon.shared.memory.base import KnowledgeMemory
-from newsmon.shared.memory.router import open_memory
+from newsmon.shared.memory.engines import open_records
 
 #: Record layout version (bump when a field changes meaning): 2 stores the components and rules as lists
 #: (version 1's flat rule fields are read into them).
 RECORD_VERSION = 2
+
+
+#: How to recover from a record that does not parse (said by the error, /readyz and the CLI).
+RECOVER = ("run `newsmon tune` (or `newsmon memory build --data PATH --calibrate --recalibrate`) to write it again, "
+           "or restore the file from a copy")
+
+
+class CalibrationUnreadable(ValueError):
+    """A stored calibration record that does not parse (a truncated file, say): a state of the deployment, fixed
+    by writing the record again, not a fault of the article being scored. The workers pause on it, ``/readyz``
+    names it, the API answers 503.
+
+    Attributes:
+        collection: the language collection; path: the file (embedded) or the point (server) holding it;
+        recover: what to run (:data:`RECOVER`).
+    """
+
+    def __init__(self, collection: str, path: str, reason: str) -> None:
+        self.collection, self.path, self.recover = collection, path, RECOVER
+        super().__init__(f"the calibration record of {collection} at {path} does not parse ({reason[:300]}): "
+                         f"{RECOVER}")
 
 
 class CalibrationRecord(BaseModel):
@@ -135,15 +155,11 @@ class CalibrationStore:
     """
 
     def __init__(self, settings: Settings, client: Any = None, ttl_s: float = 30.0) -> None:
-        m = settings.memory
         self.ttl_s = ttl_s
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[float, CalibrationRecord | None]] = {}
-        self._mem: KnowledgeMemory | None = None
         self.directory = settings.memory_path / "calibration"
-        if m.url:
-            self._mem = open_memory(url=m.url, api_key=_secret(m.api_key), path=settings.memory_path,
-                                    collection=f"{m.collection_prefix}_calibration", dim=1, client=client)
+        self._mem = open_records(settings, f"{settings.memory.collection_prefix}_calibration", client)
 
     def write(self, record: CalibrationRecord) -> None:
         """Store ``record`` under its collection name (replacing the previous one)."""
@@ -162,7 +178,8 @@ class CalibrationStore:
         """The record of ``collection`` (None when it was never calibrated); reused for ``ttl_s`` seconds.
 
         Raises:
-            ValueError: a stored record that does not parse (names the file or collection).
+            CalibrationUnreadable: a stored record that does not parse (names the file or collection, and how to
+                recover); nothing is cached, so the next read sees the record once it is fixed.
         """
         with self._lock:
             hit = self._cache.get(collection)
@@ -172,9 +189,17 @@ class CalibrationStore:
             try:
                 rec = CalibrationRecord.model_validate_json(text) if text is not None else None
             except ValueError as exc:
-                raise ValueError(f"calibration record of {collection} does not parse: {exc}") from exc
+                reason = str(exc).splitlines()
+                raise CalibrationUnreadable(collection, self.where(collection),
+                                            " ".join(reason[:3]) if reason else type(exc).__name__) from None
             self._cache[collection] = (time.monotonic(), rec)
             return rec
+
+    def where(self, collection: str) -> str:
+        """Where the record of ``collection`` is stored: its file, or its point in the server's collection."""
+        if self._mem is not None:
+            return f"point {collection!r} of the calibration collection ({getattr(self._mem, 'collection', '?')})"
+        return str(self.directory / f"{collection}.json")
 
     def _read_text(self, collection: str) -> str | None:
         if self._mem is not None:
@@ -187,8 +212,3 @@ class CalibrationStore:
         """Close the server collection (nothing to close in embedded mode)."""
         if self._mem is not None:
             self._mem.close()
-
-
-def _secret(value: Any) -> Any:
-    """The plain value of a pydantic secret (or the value itself)."""
-    return value.get_secret_value() if hasattr(value, "get_secret_value") else value

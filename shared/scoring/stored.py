@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from newsmon.shared.config import Settings
-from newsmon.shared.memory.router import open_memory
+from newsmon.shared.memory.engines import open_records
 from newsmon.shared.scoring.components import get_component
 from newsmon.shared.scoring.models import ModelCache
 
@@ -85,12 +85,8 @@ class ModelStore:
     """
 
     def __init__(self, settings: Settings, client: Any = None) -> None:
-        m = settings.memory
         self.directory = settings.memory_path / "calibration" / "models"
-        self._mem = None
-        if m.url:
-            self._mem = open_memory(url=m.url, api_key=_secret(m.api_key), path=settings.memory_path,
-                                    collection=f"{m.collection_prefix}_models", dim=1, client=client)
+        self._mem = open_records(settings, f"{settings.memory.collection_prefix}_models", client)
 
     def write(self, cache: ModelCache) -> str:
         """Store ``cache`` under its record id; returns the archive's sha256 (the record names it)."""
@@ -139,7 +135,3 @@ class ModelStore:
         """Close the server collection (nothing to close in embedded mode)."""
         if self._mem is not None:
             self._mem.close()
-
-
-def _secret(value: Any) -> Any:
-    return value.get_secret_value() if hasattr(value, "get_secret_value") else value

@@ -12,9 +12,9 @@ A component has three parts, so that the workers, ``eval`` and the calibration r
   calibration's leave-one-out);
 * :meth:`ScoreComponent.mix`: the ``(m, L)`` scores with that evidence mixed in.
 
-A new component is one module: a subclass decorated with :func:`register_component` (its options are registered
-with the wire too) and one test; the calibration tries its :meth:`grid` after the components before it and keeps
-it when it lifts.
+A new component is one module: a subclass decorated with :func:`register_component` (registered in
+:data:`COMPONENTS`, the registry the wire reads its options from) and one test; the calibration tries its
+:meth:`grid` after the components before it and keeps it when it lifts.
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from newsmon.schemas.scoring import Options, register_options
+from newsmon.schemas import scoring
+from newsmon.schemas.registry import Registry
+from newsmon.schemas.scoring import Options
 from newsmon.shared.scoring.retrieval import LabelVocab
 
-__all__ = ["MemoryArticles", "MixContext", "Queries", "ScoreComponent", "components", "get_component",
-           "register_component"]
+__all__ = ["COMPONENTS", "MemoryArticles", "MixContext", "Queries", "ScoreComponent", "components",
+           "get_component", "register_component"]
 
 Relabel = Callable[[tuple[str, ...]], tuple[str, ...]]
 
@@ -207,37 +209,12 @@ class ScoreComponent(ABC):
         """
 
 
-_COMPONENTS: dict[str, ScoreComponent] = {}
-
-
-def register_component(cls: type[ScoreComponent]) -> type[ScoreComponent]:
-    """Class decorator: register a component (and its options with the wire) under ``cls.name``.
-
-    Raises:
-        ValueError: no name, a name taken by another class, or not snake case.
-    """
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} has no name")
-    taken = _COMPONENTS.get(cls.name)
-    if taken is not None and type(taken) is not cls:
-        raise ValueError(f"component {cls.name!r} is already registered by {type(taken).__name__}")
-    register_options("component", cls.name, cls.Options)
-    _COMPONENTS[cls.name] = cls()
-    return cls
-
-
-def get_component(name: str) -> ScoreComponent:
-    """The registered component ``name``.
-
-    Raises:
-        KeyError: unknown name (the message lists the registered ones).
-    """
-    try:
-        return _COMPONENTS[name]
-    except KeyError:
-        raise KeyError(f"unknown score component {name!r}; registered: {', '.join(_COMPONENTS)}") from None
-
-
-def components() -> tuple[ScoreComponent, ...]:
-    """Every registered component, in registration order (the order the calibration tries them in)."""
-    return tuple(_COMPONENTS.values())
+#: The registered components (the wire's registry of components, :data:`newsmon.schemas.scoring.COMPONENTS`):
+#: ``@register_component`` registers one (an instance of the class, under ``cls.name``; ValueError for no name,
+#: one that is not snake case or one taken by another class), ``get_component(name)`` finds it (KeyError for an
+#: unknown name, listing the registered ones), ``components()`` lists them in registration order (the order the
+#: calibration tries them in).
+COMPONENTS: Registry[ScoreComponent] = scoring.COMPONENTS
+register_component = COMPONENTS.register
+get_component = COMPONENTS.get
+components = COMPONENTS.values

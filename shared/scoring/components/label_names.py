@@ -18,7 +18,7 @@ articles indexed by what they mention (sentinews_sl: desk sections beside editor
 neighbours place firmly among the first kind keeps its label set.
 
 A label's name is its text after the last ``:`` (``place:japan`` -> ``japan``; codes with a scheme prefix), cut into
-words as the lexical index cuts them (:func:`newsmon.shared.terms.words`: ``\\b\\w\\w+\\b``, lower-cased, after
+words as the lexical index cuts them (:func:`newsmon.shared.terms.index_terms`: ``\\b\\w\\w+\\b``, lower-cased, after
 :func:`~newsmon.shared.text.clean_text`). A word of up to 3 characters must occur whole (``usa``); a longer one is cut
 to its first ``max(4, min(STEM, length - 1))`` characters and must start a word of the article (``stavka`` in
 ``stavke``, ``japan`` in ``Japanese``, ``earn`` in ``earnings``: truncation stemming, which serves inflected languages
@@ -43,7 +43,7 @@ from newsmon.schemas.scoring import Options
 from newsmon.shared.scoring.components.base import MemoryArticles, Queries, register_component
 from newsmon.shared.scoring.components.label_tree import TopLabels, TopLabelsComponent
 from newsmon.shared.scoring.retrieval import LabelVocab
-from newsmon.shared.terms import words
+from newsmon.shared.terms import index_terms
 
 #: The longest and the shortest stem of a name's word (truncation stemming).
 STEM = 6
@@ -54,7 +54,7 @@ def stems(text: str) -> set[str]:
     """What a name's stem may match in ``text``: each distinct word and its starts of :data:`SHORT` to :data:`STEM`
     characters that are shorter than the word (at most ``STEM - SHORT + 2`` keys a word)."""
     out: set[str] = set()
-    for w in set(words(text)):
+    for w in set(index_terms(text)):
         out.add(w)
         out.update(w[:k] for k in range(SHORT, min(STEM, len(w) - 1) + 1))
     return out
@@ -64,7 +64,7 @@ def name_stems(label: str) -> tuple[str, ...]:
     """The stems of a label's name (its text after the last ``:``), sorted: a word of up to :data:`SHORT`
     characters whole, a longer one cut to ``max(SHORT, min(STEM, length - 1))``; empty for a name without words."""
     return tuple(sorted({w if len(w) <= SHORT else w[:min(STEM, len(w) - 1)]
-                         for w in words(label.rsplit(":", 1)[-1])}))
+                         for w in index_terms(label.rsplit(":", 1)[-1])}))
 
 
 @dataclass

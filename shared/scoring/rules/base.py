@@ -4,10 +4,11 @@ order, each with its options. A rule reads the scores and the neighbours of ``m`
 proposed (:class:`DecisionState`); the calibration tries each registered rule's options (:meth:`DecisionRule.grid`)
 and keeps it where it lifts (:meth:`DecisionRule.keeps`).
 
-A new rule is one module: a subclass of :class:`DecisionRule` decorated with :func:`register_rule` (its options
-model is registered with the wire too, so it is stored in calibration records and written in proposals' ``scoring``
-and ``decided_by`` without a new message version), plus one test. Rules outside the package register the same way
-when their module is imported; a deployment names its modules in the entry-point group ``newsmon.scoring``.
+A new rule is one module: a subclass of :class:`DecisionRule` decorated with :func:`register_rule` (registered in
+:data:`RULES`, the registry the wire reads its options model from, so it is stored in calibration records and
+written in proposals' ``scoring`` and ``decided_by`` without a new message version), plus one test. Rules outside
+the package register the same way when their module is imported; a deployment names its modules in the entry-point
+group ``newsmon.scoring``.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from newsmon.schemas.scoring import Options, ScoringParams, register_options, registered
+from newsmon.schemas import scoring
+from newsmon.schemas.registry import Registry
+from newsmon.schemas.scoring import Options, ScoringParams, registered
 from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
 
-__all__ = ["DecisionRule", "DecisionState", "code_of", "get_rule", "lifts", "register_rule", "rules"]
+__all__ = ["RULES", "DecisionRule", "DecisionState", "code_of", "get_rule", "lifts", "register_rule", "rules"]
 
 
 @dataclass
@@ -122,48 +125,16 @@ def lifts(trial: float, current: float, lift: tuple[float, float]) -> bool:
     return trial > current + 1e-9 and lift[0] > 0
 
 
-_RULES: dict[str, DecisionRule] = {}
-
-
-def register_rule(cls: type[DecisionRule]) -> type[DecisionRule]:
-    """Class decorator: register a rule (and its options with the wire) under ``cls.name``.
-
-    Raises:
-        ValueError: no name, a name taken by another class, or not snake case.
-    """
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} has no name")
-    taken = _RULES.get(cls.name)
-    if taken is not None and type(taken) is not cls:
-        raise ValueError(f"rule {cls.name!r} is already registered by {type(taken).__name__}")
-    register_options("rule", cls.name, cls.Options)
-    _RULES[cls.name] = cls()
-    return cls
-
-
-def unregister_rule(name: str) -> None:
-    """Remove rule ``name`` from the registry and from the wire's names (a test that registered its own)."""
-    from newsmon.schemas.scoring import unregister_options
-
-    _RULES.pop(name, None)
-    unregister_options("rule", name)
-
-
-def get_rule(name: str) -> DecisionRule:
-    """The registered rule ``name``.
-
-    Raises:
-        KeyError: unknown name (the message lists the registered ones).
-    """
-    try:
-        return _RULES[name]
-    except KeyError:
-        raise KeyError(f"unknown decision rule {name!r}; registered: {', '.join(_RULES)}") from None
-
-
-def rules() -> tuple[DecisionRule, ...]:
-    """Every registered rule, in registration order (the built-ins first)."""
-    return tuple(_RULES.values())
+#: The registered rules (the wire's registry of rules, :data:`newsmon.schemas.scoring.RULES`): ``@register_rule``
+#: registers one (an instance of the class, under ``cls.name``; ValueError for no name, one that is not snake case
+#: or one taken by another class), ``get_rule(name)`` finds it (KeyError for an unknown name, listing the
+#: registered ones), ``rules()`` lists them in registration order (the built-ins first), ``unregister_rule(name)``
+#: forgets one (a test that registered its own).
+RULES: Registry[DecisionRule] = scoring.RULES
+register_rule = RULES.register
+get_rule = RULES.get
+rules = RULES.values
+unregister_rule = RULES.remove
 
 
 def code_of(name: str) -> np.int8:
