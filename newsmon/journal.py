@@ -17,6 +17,8 @@ writes each message (key, value, headers, timestamp) to SQLite, one transaction 
 FULL``: on disk when it commits). :meth:`BrokerJournal.wait` tells a producer when a message it produced is on
 disk: the HTTP API answers a label change or a decision only then. A message produced by another client is on
 disk within about one poll (:data:`POLL_S`) of its acknowledgement; one killed in between is lost with the broker.
+A client in another process (``newsmon publish``) waits for its messages with :func:`wait_journalled`, which reads
+the journal's file.
 
 At start (:meth:`BrokerJournal.reseed`, before the workers), the kept messages are produced again into the new
 broker, to the same partitions, keys, headers and timestamps; once all are acknowledged, one transaction replaces
@@ -44,7 +46,7 @@ from newsmon.shared.logs import RateLimitedLogBridge
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["BrokerJournal", "POLL_S", "SYNC_S"]
+__all__ = ["BrokerJournal", "POLL_S", "SYNC_S", "wait_journalled"]
 
 POLL_S = 0.05  # longest wait of the tail for new messages (seconds)
 SYNC_S = 1.0  # how often the consumer groups' committed offsets are read and what they handled dropped (seconds)
@@ -286,3 +288,31 @@ class BrokerJournal:
         with self._db_lock:
             self._db.close()
 
+
+def wait_journalled(path: Path, topic: str, group: str, last: dict[int, int], timeout_s: float) -> bool:
+    """From another process: wait until the journal in ``path`` has every message of ``topic`` up to ``last``
+    (partition -> the offset of the last message produced there), that is, the tail has read past it (a message of
+    that partition at that offset or later is kept) or ``group`` committed past it (handled, so dropped). False
+    after ``timeout_s`` seconds, or when there is no journal file.
+
+    Raises:
+        sqlite3.Error: the file is not a journal.
+    """
+    if not Path(path).is_file():
+        return False
+    deadline = time.monotonic() + timeout_s
+    db = sqlite3.connect(path, timeout=timeout_s)
+    try:
+        while True:
+            todo = [(p, off) for p, off in last.items() if not db.execute(
+                "SELECT EXISTS(SELECT 1 FROM messages WHERE topic = ? AND part = ? AND off >= ?) OR EXISTS(SELECT 1 "
+                "FROM committed WHERE grp = ? AND topic = ? AND part = ? AND off > ?)",
+                (topic, p, off, group, topic, p, off)).fetchone()[0]]
+            if not todo:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            last = dict(todo)
+            time.sleep(POLL_S)
+    finally:
+        db.close()

@@ -1,8 +1,9 @@
 """Where the broker of a standalone process is: ``newsmon serve``, ``newsmon worker all`` and ``newsmon demo`` start
 an embedded broker on a free loopback port when no Kafka is configured (:func:`newsmon.broker.kafka_or_embedded`);
 while one runs, its address is recorded in its home (``<home>/standalone.json``: the broker's ``bootstrap``, the
-process's ``pid``, the ``command``), so that ``newsmon publish`` run beside it, with the same ``NEWSMON_HOME``,
-publishes to that broker without being told its port.
+process's ``pid``, the ``command``, and the broker's ``journal`` file when it keeps one, :mod:`newsmon.journal`), so
+that ``newsmon publish`` run beside it, with the same ``NEWSMON_HOME``, publishes to that broker without being told
+its port, and waits until what it published is in that journal.
 
 The record is written when the broker is up and removed when the process ends its broker; a record whose process
 is gone (killed) is treated as absent and said so.
@@ -38,7 +39,9 @@ def announced(settings: Settings, broker: Any, command: str) -> Iterator[None]:
         return
     path = _record(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
-    me = {"bootstrap": broker.bootstrap, "pid": os.getpid(), "command": command}
+    journal = getattr(broker, "journal", None)  # kafka_or_embedded's BrokerJournal, or None (in memory)
+    me = {"bootstrap": broker.bootstrap, "pid": os.getpid(), "command": command,
+          "journal": str(journal.path) if journal is not None else None}
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(me), encoding="utf-8")
     tmp.replace(path)

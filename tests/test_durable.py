@@ -1,9 +1,9 @@
 """Standalone and durable (issue 39): a real ``newsmon serve`` with no Kafka and no Redis configured (the bundled
 Tansu, embedded; the embedded Qdrant engine; real e5-small weights; real Slovene news) keeps everything a user
-did across a SIGKILL and across a SIGTERM: a label rule, a rename, 50 articles published to its broker and 20
-decisions sent to its API just before the stop are all there after the restart (the rule and the rename on
-``/v1/labels``, 50 proposals on the proposals topic, 20 decisions in the knowledge memory), and its broker never
-outlives it."""
+did across a SIGKILL and across a SIGTERM: a label rule, a rename, 50 articles published to its broker with
+``newsmon publish``, 20 decisions and an undo sent to its API just before the stop are all there after the restart
+(the rule and the rename on ``/v1/labels``, 50 proposals on the proposals topic, 20 decisions in the knowledge
+memory and the decision taken back still taken back), and its broker never outlives it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -135,18 +136,29 @@ def test_a_restart_of_serve_loses_nothing_a_user_did(standalone, stop):
     old = next(lb for lb in known if ":" not in lb and lb != RULE)
     r = client.post(f"/v1/labels/{old}/rename", json={"new_label": f"{old}-renamed"})
     assert r.status_code in (200, 202), r.text
-    # 50 articles published to its broker, 20 decisions on them sent to its API, then the stop at once
+    # 50 articles published with `newsmon publish` (issue 43: it finds the broker in the home and answers once the
+    # journal has them), 20 decisions on them sent to its API, a decision taken back (an undo), then the stop at once
     articles = corpus.split("test")[:50]
-    producer = Producer({"bootstrap.servers": broker["bootstrap"], "acks": "all", "enable.idempotence": True})
-    for a in articles:
-        ev = article_event(a)
-        producer.produce("articles", key=ev.kafka_key(), value=ev.to_bytes())
-    assert producer.flush(30) == 0
+    file = home.parent / "articles.jsonl"
+    file.write_text("".join(a.model_dump_json() + "\n" for a in articles), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "NEWSMON_KAFKA__BOOTSTRAP_SERVERS"}
+    res = subprocess.run([sys.executable, "-m", "newsmon.cli", "publish", str(file)], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, env={**env, "NEWSMON_HOME": str(home)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["published"] == 50 and summary["journal"] == str(home / "broker" / "journal.sqlite"), summary
     decided = {a.id: "client:decided" for a in articles[:20]}
     for article_id, label in decided.items():
         r = client.post("/v1/decisions", json={"article_id": article_id, "moderator": "ana",
                                                "decisions": [{"label": label, "action": "added"}]})
         assert r.status_code in (200, 202), r.text
+    stored = corpus.split("train")[0].id  # in the memory: the decision and its undo apply at once
+    undone = {"article_id": stored, "moderator": "ana", "decisions": [{"label": "client:undone", "action": "added"}]}
+    r = client.post("/v1/decisions", json=undone)
+    assert r.status_code == 200, r.text
+    taken_back = r.json()["decision"]["decided_at"]
+    r = client.post("/v1/decisions", json={**undone, "undoes": taken_back})
+    assert r.status_code == 200 and r.json()["decision"]["undoes"] == taken_back, r.text
     proc.send_signal(stop)
     proc.wait(60)
     assert wait_for(lambda: not _alive(broker["pid"]), 2, "the broker to die with its parent")
@@ -177,9 +189,13 @@ def test_a_restart_of_serve_loses_nothing_a_user_did(standalone, stop):
     try:
         found_points = {a: router.find(a) for a in decided}
         applied = {a for a, f in found_points.items() if f is not None and decided[a] in f[1].labels}
+        was_undone = router.find(stored)
     finally:
         router.close()
     assert applied == set(decided), f"{len(applied)} of 20 decisions applied; missing {sorted(set(decided) - applied)}"
+    assert was_undone is not None and "client:undone" not in was_undone[1].labels, was_undone
+    undone_at = [datetime.fromisoformat(t) for t in was_undone[1].payload.get("undone", ())]
+    assert datetime.fromisoformat(taken_back.replace("Z", "+00:00")) in undone_at, was_undone[1].payload
 
 
 def test_a_truncated_calibration_record_is_a_state_not_a_failure_per_article(standalone):

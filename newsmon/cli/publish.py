@@ -37,7 +37,8 @@ def publish_cmd(
     (`worker all`, `demo --serve`) running with the same NEWSMON_HOME. A corpus line becomes the ArticleEvent the
     demo publishes (its title split from its text); an ArticleEvent line is validated as the classifier validates
     it. A bad line is reported with its number and reason and skipped; the counts are printed as JSON once the
-    broker acknowledged every article."""
+    broker acknowledged every article (and, for the embedded broker of `newsmon serve`, once its journal has them
+    on disk, so a restart or a kill of it loses none)."""
     from newsmon.shared.data import resolve_corpus_file  # deferred: see the module docstring
 
     s = settings_from_env()
@@ -54,12 +55,17 @@ def publish_cmd(
         err.print(f"... and {len(bad) - REPORTED} more bad lines", markup=False)
     if not events:
         fail(f"no article to publish in {file}" + (f" (split {split})" if split else "") + f": {len(bad)} bad lines")
-    where = broker_of(s)
-    acknowledged, failures = produce(s, events)
+    where, journal = broker_of(s)
+    acknowledged, failures, last = produce(s, events)
+    kept = journal is not None and not failures and journalled(s, journal, last)
     print(json.dumps({"published": acknowledged, "bad_lines": len(bad), "topic": s.kafka.topic_articles,
-                      "broker": where}))
+                      "broker": where, **({"journal": journal} if journal is not None else {})}))
     if failures:
         fail(f"the broker did not acknowledge {len(failures)} of {len(events)} articles: {failures[0]}", 1)
+    if journal is not None and not kept:
+        fail(f"the broker acknowledged the articles but its journal ({journal}) did not have them on disk within "
+             f"api.publish_timeout_s = {s.api.publish_timeout_s:g} s: a restart of the `newsmon serve` may lose "
+             "them; publish them again (the classifier proposes an article again for the same id)", 1)
 
 
 def read_articles(file: Path, split: str | None, limit: int | None) -> tuple[list[ArticleEvent], list[tuple[int, str]]]:
@@ -113,33 +119,46 @@ def read_articles(file: Path, split: str | None, limit: int | None) -> tuple[lis
     return events, bad
 
 
-def broker_of(s) -> str:
+def broker_of(s) -> tuple[str, str | None]:
     """Point ``s.kafka`` at the broker to publish to and say which: the configured one, or the embedded broker of
-    the standalone process running in the home (:mod:`newsmon.standalone`); exits with the reason otherwise."""
+    the standalone process running in the home (:mod:`newsmon.standalone`); exits with the reason otherwise. Also
+    the embedded broker's journal file, when it keeps one (else None)."""
     from newsmon.standalone import standalone_broker
 
     if s.kafka.bootstrap_servers:
-        return s.kafka.bootstrap_servers
+        return s.kafka.bootstrap_servers, None
     rec, why = standalone_broker(s)
     if rec is None:
         fail(f"no broker to publish to: NEWSMON_KAFKA__BOOTSTRAP_SERVERS is not set and {why}. Start `newsmon serve` "
              "(it starts an embedded broker and records it in NEWSMON_HOME), or set NEWSMON_KAFKA__BOOTSTRAP_SERVERS")
     s.kafka.bootstrap_servers = rec["bootstrap"]
-    return f"{rec['bootstrap']} (the embedded broker of `newsmon {rec.get('command', 'serve')}`, pid {rec['pid']})"
+    return (f"{rec['bootstrap']} (the embedded broker of `newsmon {rec.get('command', 'serve')}`, pid {rec['pid']})",
+            rec.get("journal") or None)
 
 
-def produce(s, events: list[ArticleEvent]) -> tuple[int, list[str]]:
+def journalled(s, journal: str, last: dict[int, int]) -> bool:
+    """Whether the embedded broker's journal has every article produced (``last``: partition -> last offset) on
+    disk within ``api.publish_timeout_s`` (kept, or handled by the classifier already)."""
+    from newsmon.journal import wait_journalled
+
+    return wait_journalled(Path(journal), s.kafka.topic_articles, s.kafka.classifier_group, last,
+                           s.api.publish_timeout_s)
+
+
+def produce(s, events: list[ArticleEvent]) -> tuple[int, list[str], dict[int, int]]:
     """Produce ``events`` to ``kafka.topic_articles`` (key: the article id) and wait for the broker; returns (the
-    articles acknowledged, the errors of the others)."""
+    articles acknowledged, the errors of the others, partition -> the offset of the last one acknowledged there)."""
     from newsmon.workers.kafka_io import make_producer
 
     producer = make_producer(s, "newsmon-publish")
     done: list[int] = [0]
     failures: list[str] = []
+    last: dict[int, int] = {}
 
     def delivered(error, msg) -> None:
         if error is None:
             done[0] += 1
+            last[msg.partition()] = max(last.get(msg.partition(), -1), msg.offset())
         else:
             failures.append(f"{msg.key().decode(errors='replace')}: {error}")
 
@@ -153,4 +172,4 @@ def produce(s, events: list[ArticleEvent]) -> tuple[int, list[str]]:
     left = producer.flush(s.api.publish_timeout_s + 30)
     if left:
         failures.append(f"{left} not acknowledged within {s.api.publish_timeout_s + 30:g} s (is the broker up?)")
-    return done[0], failures
+    return done[0], failures, last
