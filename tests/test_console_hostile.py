@@ -2,7 +2,8 @@
 holds ``</script>`` and markup, on the console of a real ``newsmon serve`` (test_api.py's, both workers in it) in
 headless Chromium. Every page shows them as text (no element of theirs in the page, no script error, no dialog),
 the article page's script runs, and ``c`` confirms the article; the decision on the topic carries the name, and
-the page rendered after it (the name now in the page's embedded state) still works.
+the page rendered after it (the name now in the page's embedded state) still works, and so does issue 43's undo
+(``u``) of that moderator's decision on that label.
 
 The browser and the helpers are test_console.py's."""
 
@@ -85,9 +86,19 @@ def test_a_hostile_label_and_moderator_stay_text_and_c_confirms(served, browser,
         assert state["decided"]["moderator"] == HOSTILE_NAME.strip()
         assert css(browser, "#decided").text.startswith("Decided by " + HOSTILE_NAME.strip())
         page_is_clean(browser)
+        assert css(browser, "#will").text.endswith("will be confirmed")  # the count of what c does (issue 43)
         keys(browser, "c")  # the script still runs: deciding again works
-        until(browser, lambda d: css(d, "#status").get_attribute("data-state") in ("applied", "sent"), 30,
-              "the second decision sent")
+        until(browser, lambda d: css(d, "#status").get_attribute("data-state") == "applied", 60,
+              "the second decision applied")
+        # issue 43's undo, by the hostile moderator, of a decision naming the hostile label: text all along
+        keys(browser, "u")
+        until(browser, lambda d: css(d, "#status").get_attribute("data-state") == "undone", 60,
+              "the decision undone (the page's script handled u and the undone event)")
+        decisions.wait_for(lambda c: parse_event(ModeratorDecision, c.messages[-1].value()).undoes is not None, 30,
+                           "the undo on the topic")
+        undo = parse_event(ModeratorDecision, decisions.messages[-1].value())
+        assert undo.moderator == HOSTILE_NAME.strip() and HOSTILE_LABEL in undo.accepted_labels
+        page_is_clean(browser)
 
         browser.get(base + "/console/labels")
         links = browser.find_elements(By.CSS_SELECTOR, "a.edit")

@@ -1,7 +1,7 @@
 """Issue 42 item 1, as a property: any text (markup, ``</script>``, quotes, character references, line and paragraph
 separators, control and format characters, any Unicode) as an article's title, body and outlet, as labels, as a
-neighbour's title and as the moderator's name, is shown as that same text by the console's article page and never
-runs script.
+label's reason (issue 43), as a neighbour's title and as the moderator's name, is shown as that same text by the
+console's article page and never runs script.
 
 Many examples are rendered by the console's own code in-process (``article_context`` and the ``article.html``
 template, exactly as the route renders them) and read back with html5lib, a parser that follows the WHATWG HTML
@@ -53,10 +53,11 @@ def pages(draw) -> dict:
     except ValueError:
         assume(False)
     assume(len(set(labels)) == 3)
-    title, body, outlet, name, nb_title = (draw(text) for _ in range(5))
+    title, body, outlet, name, nb_title, reason = (draw(text) for _ in range(6))
     raw = json.loads(json.dumps(PROPOSAL_EXAMPLES[1]))
     raw["labels"][0] |= {"label": labels[0], "rule": {"kwe": draw(text), "matched": [draw(text).strip() or "x"]}}
-    raw["labels"][1] |= {"label": labels[1]}
+    raw["labels"][1] |= {"label": labels[1], "reason": reason}  # issue 43: each label's reason, shown as text
+    raw["schema_version"] = 7
     raw["labels"][1]["neighbours"][0]["title"] = nb_title
     raw["candidates"][0] |= {"label": labels[2]}
     try:
@@ -103,6 +104,9 @@ def test_any_text_is_shown_as_itself_and_adds_no_markup(page):
     assert text_of(meta).startswith(html_text(page["outlet"]) + " · sl")
     boxes = [el for el in doc.iter("input") if el.get("type") == "checkbox"]
     assert [b.get("data-label") for b in boxes] == state["labels"]
+    reasons = [text_of(el) for el in doc.iter("span") if el.get("class") == "reason"]
+    assert reasons[1] == html_text(page["proposal"].labels[1].reason or "")  # a label's reason (issue 43)
+    assert text_of(by_id["will"]) == f"{len(state['labels'])} labels will be confirmed"  # what c will do
     who = next(el for el in doc.iter("form") if el.get("class") == "who")
     assert text_of(next(who.iter("strong"))) == html_text(page["name"])
     assert text_of(by_id["decided"]).startswith("Decided by " + html_text(page["decision"].moderator) + " at ")
