@@ -22,8 +22,9 @@ import time
 
 from eval_inputs import build
 from record import BenchmarkRecord, run_name
-from newsmon.shared.scoring.calibration.thresholds import micro_f1_acc, paired_lift_interval
-from newsmon.shared.scoring.rules import lifts
+from newsmon.shared.scoring.calibration.selection import measure as measure_lift, verdict
+from newsmon.shared.scoring.objective import Objective
+from newsmon.shared.scoring.rules.threshold_search import micro_f1_acc
 
 
 def calibrated(data: str, max_chunks: int) -> dict:
@@ -56,11 +57,11 @@ def measure(data: str, chunks: int, rec: BenchmarkRecord) -> None:
     assert all(r["labels"] == base["labels"] for r in runs.values()), "the vocabularies differ"
     print(f"{data}: {len(base['Y_cal'])} calibration articles, {len(base['Y_te'])} test articles")
     rows = []
-    f1_0, acc_0 = micro_f1_acc(base["Y_cal"], base["P_cal"])
     for n, r in runs.items():
         f1, acc = micro_f1_acc(r["Y_cal"], r["P_cal"])
-        lo, hi = paired_lift_interval(r["Y_cal"], r["P_cal"], base["P_cal"])
-        kept = "-" if n == 1 else ("yes" if lifts(f1 + acc, f1_0 + acc_0, (lo, hi)) else "no")
+        lift = measure_lift(Objective(), r["Y_cal"], r["P_cal"], base["P_cal"])
+        _p, lo, hi = lift.figures["objective"]
+        kept = "-" if n == 1 else ("yes" if verdict(lift).kept else "no")
         tf1, tacc = micro_f1_acc(r["Y_te"], r["P_te"])
         p = r["params"]
         short = ", ".join(f"{k} {v}" for k, v in p.items())
@@ -80,7 +81,7 @@ def measure(data: str, chunks: int, rec: BenchmarkRecord) -> None:
     for part, rows in (("train, leave-one-out", slice(0, -v)), ("validation", slice(-v, None))):
         Y, new, old = base["Y_cal"][rows], var["P_cal"][rows], base["P_cal"][rows]
         (f1, acc), (f1_0, acc_0) = micro_f1_acc(Y, new), micro_f1_acc(Y, old)
-        lo, hi = paired_lift_interval(Y, new, old)
+        _p, lo, hi = measure_lift(Objective(), Y, new, old).figures["objective"]
         parts.append([part, len(Y), round(f1_0 + acc_0, 4), round(f1 + acc, 4), f"{lo:+.4f} .. {hi:+.4f}"])
     rec.table("The two parts of the calibration articles apart", ["part", "articles", "objective, truncation",
                                                                   f"objective, windows ({chunks})",

@@ -29,8 +29,8 @@ from newsmon.shared.encoder import Encoder
 from newsmon.shared.memory.edge import EdgeMemory
 from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.scoring import LabelVocab, MemoryArticles, Queries, Retrieval, decide, get_component
+from newsmon.shared.scoring.rules import get_rule
 from newsmon.shared.scoring.calibration import LEXICAL_CANDIDATES, calibrate, calibration_set
-from newsmon.shared.scoring.calibration.levers import with_rule
 from newsmon.shared.scoring.decision import neighbours_needed
 from newsmon.shared.scoring.lexical import TermVectors, fuse
 from newsmon.shared.scoring.rules.tail_support import SupportOptions
@@ -162,7 +162,11 @@ def _variant(params: ScoringParams, v) -> ScoringParams:
     if isinstance(v, str):
         return ScoringParams(**{**params.model_dump(), "rules": [r for r in params.rules
                                                                  if r.name != "new_label_support"]})
-    return with_rule(params, "tail_support", SupportOptions(support=v[0], neighbours=v[1], similarity=v[2]))
+    rules = [r.model_dump() for r in params.rules if r.name != "tail_support"]
+    rules.append({"name": "tail_support", "options": SupportOptions(support=v[0], neighbours=v[1],
+                                                                    similarity=v[2]).model_dump()})
+    rules.sort(key=lambda r: get_rule(r["name"]).ORDER)  # the order the rules run in
+    return ScoringParams(**{**params.model_dump(), "rules": rules})
 
 
 def _tally(t: list[int], pred: np.ndarray, gold: np.ndarray) -> None:

@@ -36,7 +36,7 @@ from newsmon.broker import free_port, kafka_or_embedded, port_or_free
 from newsmon.render import labels_right, print_proposal
 from newsmon.standalone import announced
 from newsmon.schemas import ArticleEvent, LabelDecision, LabelProposal, ModeratorDecision, parse_event
-from newsmon.shared.scoring.records import effective_scoring
+from newsmon.shared.scoring.records import effective_scoring, record_id
 from newsmon.shared.classifier import BuildReport, Classifier
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Article, load_corpus
@@ -218,7 +218,7 @@ def _calibrate(clf: Classifier, validation: list[Article], corpus: str) -> None:
         f = cal.record.figures
         rules = params.model_dump(mode="json", exclude_defaults=True)
         fit = cal.record.fit_on
-        how = (f"reused the calibration of {lang} from {cal.record.created_at:%Y-%m-%d %H:%M} UTC (memory, model, "
+        how = (f"reused the calibration {record_id(cal.record)} (memory, model, "
                f"validation articles, settings and code unchanged) in {time.perf_counter() - t0:.1f} s" if cal.reused
                else f"calibrated {lang} in {time.perf_counter() - t0:.1f} s")
         print(f"{how} on {fit['memory_articles_leave_one_out']} "

@@ -67,7 +67,8 @@ def model_identity(settings: Settings) -> tuple[str, int]:
 def scoring_by_language(settings: Settings) -> dict[str, dict]:
     """The scoring each language memory of the production model version runs with, without loading a model or
     opening a memory (``newsmon settings``): per language its collection, where the parameters come from
-    (``calibration``, ``calibration+settings``, ``settings``, ``defaults``), the record's id and the parameters.
+    (``calibration``, ``calibration+settings``, ``settings``, ``defaults``), the record's id, the parameters and
+    the record's selection report (each lever tried: kept or not, why, its lift with its interval).
     A language too small to stand alone is scored with the record of the largest memory searched with it
     (:meth:`Classifier.resolved`), which this does not count."""
     from newsmon.shared.memory import stored_collections
@@ -91,7 +92,8 @@ def scoring_by_language(settings: Settings) -> dict[str, dict]:
             record = store.read(name)
             params, source = effective_scoring(settings, record)
             out[lang] = {"collection": name, "source": source, "calibration": record_id(record) if record else None,
-                         "scoring": params.model_dump(mode="json")}
+                         "scoring": params.model_dump(mode="json"),
+                         "selection": record.selection if record else None}
     finally:
         store.close()
     return out
@@ -274,8 +276,10 @@ class Classifier:
 
     def memory_articles(self, lang: str, limit: int | None = None) -> MemoryArticles:
         """The labelled articles of ``lang``'s memory, what the score components' per-memory models are fitted
-        on: one scroll (stored vectors, texts, labels, ids), stopped after ``limit`` articles (None: all), in the
-        engine's scroll order. A sample carries the memory's labelled count as ``total`` (an indexed count)."""
+        on: one scroll (stored vectors, texts, labels, ids), stopped after ``limit`` articles (None: all; the
+        sample is the first in the engine's scroll order), ordered by article id
+        (:meth:`~newsmon.shared.scoring.MemoryArticles.by_id`). A sample carries the memory's labelled count as
+        ``total`` (an indexed count)."""
         memory = self.memory(lang, create=False)
         vectors, texts, labels, ids = [], [], [], []
         for p in memory.scroll(SearchFilter(labelled=True), with_vectors=True):
@@ -287,7 +291,7 @@ class Classifier:
                 break
         vecs = np.stack(vectors).astype(np.float32) if vectors else np.zeros((0, self.encoder.dim), np.float32)
         total = memory.count(SearchFilter(labelled=True)) if limit is not None and len(ids) >= limit else None
-        return MemoryArticles(vecs, texts, labels, ids, total)
+        return MemoryArticles(vecs, texts, labels, ids, total).by_id()[1]
 
     def sampled_memory_articles(self, lang: str) -> MemoryArticles:
         """:meth:`memory_articles` bounded as the calibration job bounds them

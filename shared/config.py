@@ -284,6 +284,10 @@ class CalibrationSettings(BaseModel):
                                    "label set is right: a moderator only confirms).")
     macro_f1: float = Field(0.0, ge=0, le=10, description="Weight of macro-F1 (every label alike, over the labels "
                             "in the gold sets or proposed: the long tail of client topics).")
+    protect: list[Literal["micro_f1", "subset_accuracy", "macro_f1"]] = Field(
+        ["micro_f1", "subset_accuracy", "macro_f1"], description="Figures no lever may lower beyond the noise of "
+        "the calibration articles (the upper end of the paired bootstrap 90 % interval of its lift below 0), whatever "
+        "the weighted objective gains; a figure left out may be traded for the objective.")
     max_memory_articles: int = Field(20_000, ge=100, description="Memory articles per language scored "
                                      "leave-one-out (a sample of a larger memory; its bootstrap interval says what "
                                      "it implies).")

@@ -15,12 +15,12 @@ from newsmon.shared.config import Settings
 from newsmon.shared.predictors import get_predictor
 from newsmon.shared.scoring import LabelVocab, Retrieval, decide, explain
 from newsmon.shared.scoring.calibration import CalibrationSet, calibrate
-from newsmon.shared.scoring.calibration.thresholds import bootstrap_objective as bootstrap_interval
 from newsmon.shared.scoring.records import CalibrationRecord, CalibrationStore, effective_scoring, record_id
 from newsmon.shared.scoring.rules.label_count import predicted_label_count
 from newsmon.shared.scoring.rules.new_label_support import new_label_replay
 from newsmon.shared.scoring.rules.set_vote import set_vote
 from newsmon.shared.scoring.rules.tail_support import tail_support
+from newsmon.shared.scoring.rules.threshold_search import bootstrap_objective as bootstrap_interval
 
 RULES = registered("rule")
 

@@ -70,17 +70,19 @@ def test_eval_newsmon_row_has_an_ablation_row_per_calibration_step(cli_env, sent
     steps = [methods[k]["name"] for k in sorted(methods, key=lambda k: int(k[12:]) if "_step" in k else -1)
              if k.startswith("newsmon_step")]
     # one row per calibration step, in the calibration's order: the base grid, the lexical fusion (over the dense
-    # candidates), the lexical search (adding the lexical candidates), each registered
-    # score component, the thresholds, then each registered decision rule (the replayed ones last)
+    # candidates), the lexical search (adding the lexical candidates), each registered score component, then each
+    # registered decision rule's own step in the order of its CALIBRATE_AT (the threshold rule's: the bucket and the
+    # per-label thresholds; the replayed new-label rule last)
     from newsmon.shared.scoring.components import components
     from newsmon.shared.scoring.rules import DecisionRule, rules
-    tried = [r for r in sorted(rules(), key=lambda r: r.CALIBRATE_AT)  # rules with options to try
-             if r.GRID or type(r).grid is not DecisionRule.grid]
     expected = (["newsmon: base (k, tau, threshold)", "newsmon: + lexical fusion", "newsmon: + lexical search"]
-                + [f"newsmon: + {c.name}" for c in components()]
-                + ["newsmon: + bucket thresholds", "newsmon: + label thresholds"]
-                + [f"newsmon: + {r.name}" for r in tried if not getattr(r, "REPLAY", False)]
-                + [f"newsmon: + {r.name}" for r in tried if getattr(r, "REPLAY", False)])
+                + [f"newsmon: + {c.name}" for c in components()])
+    for r in sorted(rules(), key=lambda r: r.CALIBRATE_AT):
+        if r.name == "threshold":
+            expected += ["newsmon: + bucket thresholds", "newsmon: + label thresholds"]
+        elif r.GRID or type(r).grid is not DecisionRule.grid or type(r).calibrate is not DecisionRule.calibrate:
+            expected.append(f"newsmon: + {r.name}")
+    assert expected[-1] == "newsmon: + new_label_support"
     assert [x.removesuffix(" (kept)").removesuffix(" (not kept)") for x in steps] == expected
     assert {"newsmon: + head_model", "newsmon: + label_tree", "newsmon: + floor", "newsmon: + set_vote",
             "newsmon: + label_count", "newsmon: + tail_support", "newsmon: + far_from_memory",
@@ -93,13 +95,14 @@ def test_eval_newsmon_row_has_an_ablation_row_per_calibration_step(cli_env, sent
     assert "new_label_replay" in methods[f"newsmon_step{len(steps) - 1}"]["params"]
     plain = [x.removesuffix(" (kept)").removesuffix(" (not kept)") for x in steps]
     at = {name: i for i, name in enumerate(plain)}
-    assert {"cross_fitted_objective", "cross_fitted_lift"} <= set(  # the per-label thresholds' judge
-        methods[f"newsmon_step{at['newsmon: + label thresholds']}"]["params"])
-    for i, name in enumerate(plain):  # every other lever: the paired lift interval that decided it
-        if i == 0 or name in ("newsmon: + label thresholds", "newsmon: + new_label_support"):
+    assert "new_label_replay" in methods[f"newsmon_step{at['newsmon: + new_label_support']}"]["params"]
+    for i, name in enumerate(plain):  # every other lever: the paired lift interval that decided it, and why
+        if i == 0 or name == "newsmon: + new_label_support":
             continue
-        lo, hi = methods[f"newsmon_step{i}"]["params"]["lift_interval"]
-        assert lo <= hi
+        got = methods[f"newsmon_step{i}"]["params"]
+        lo, hi = got["lift_interval"]
+        assert lo <= hi and got["why"] and set(got["lift"]) == {"objective", "micro_f1", "subset_accuracy",
+                                                                 "macro_f1"}
         if steps[i].endswith("(kept)") and not steps[i].startswith(("newsmon: + tail_support",
                                                                    "newsmon: + far_from_memory")):  # kept unless lower
             assert lo > 0, steps[i]

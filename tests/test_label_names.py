@@ -14,8 +14,8 @@ from newsmon.shared.scoring.components.label_names import (
     LabelNamesComponent,
     LabelNamesOptions,
     fit_names,
-    held_out,
     name_stems,
+    out_of_fold,
     stems,
 )
 from newsmon.shared.scoring.components.label_tree import TopLabels
@@ -38,7 +38,7 @@ def test_names_match_inflected_words_namespaced_codes_and_short_words_whole():
     assert set(got.labels[2]) == {"stavka", "elektro primorska"}  # every word of a name, in any case and order
 
 
-def test_the_counts_and_their_leave_one_out_by_hand():
+def test_the_counts_and_their_out_of_fold_scores_by_hand():
     model = fit_names(TEXTS, LABELS)
     found = [model.matches(stems(t)) for t in TEXTS]
     j = {lb: i for i, lb in enumerate(model.labels)}
@@ -47,13 +47,14 @@ def test_the_counts_and_their_leave_one_out_by_hand():
     assert model.matched[j["sindikat"]] == 2 and model.hits[j["sindikat"]] == 2
     q = model.scores(["Nova stavka"])
     assert q.labels == [["stavka"]] and q.scores[0, 0] == pytest.approx((1 + 1) / (3 + 2))
-    loo = held_out(model, TEXTS, LABELS)
-    # article 0 without itself: stavka 0 of 2, elektro primorska 0 of 0
-    row = dict(zip(loo.labels[0], loo.scores[0], strict=False))
-    assert row == pytest.approx({"stavka": (0 + 1) / (2 + 2), "elektro primorska": 0.5})
-    row = dict(zip(loo.labels[2], loo.scores[2], strict=False))  # article 2: stavka 1 of 2, sindikat 1 of 1
+    oof = out_of_fold(TEXTS, LABELS)  # 5 folds of 5 articles: each scored by the names of the other four
+    # article 0: no other article carries stavka or elektro primorska, so neither is a label of the others' names
+    # (taking article 0 out of the counts instead gave its own labels scores of their own: a stacked model read
+    # them as "this is the article's label")
+    assert oof.labels[0] == []
+    row = dict(zip(oof.labels[2], oof.scores[2], strict=False))  # article 2: stavka 1 of 2, sindikat 1 of 1
     assert row == pytest.approx({"stavka": (1 + 1) / (2 + 2), "sindikat": (1 + 1) / (1 + 2)})
-    assert found[3] == [j["vreme"]] and loo.labels[3] == ["vreme"]
+    assert found[3] == [j["vreme"]] and oof.labels[3] == []  # vreme: article 3's label alone
 
 
 def test_the_mix_and_a_stored_model_read_back(tmp_path):
@@ -90,8 +91,8 @@ def test_the_calibration_judges_the_names_at_the_threshold_already_chosen():
 
     from newsmon.schemas.scoring import ScoringParams
     from newsmon.shared.scoring import Retrieval
-    from newsmon.shared.scoring.calibration import calibration_set
-    from newsmon.shared.scoring.calibration.levers import component_step, decide_on, gold_matrix
+    from newsmon.shared.scoring.calibration import CalibrationRun, calibration_set
+    from newsmon.shared.scoring.calibration.run import gold_matrix
 
     @dataclass
     class Hit:
@@ -109,9 +110,9 @@ def test_the_calibration_judges_the_names_at_the_threshold_already_chosen():
     vocab.extend(["stavka"])
     Yt = gold_matrix(cal.gold, vocab)
     params = ScoringParams(top_k=2, tau=0.1, threshold=0.6)
-    state = (params, cal.objective.parts(Yt, np.zeros_like(Yt)), decide_on(r, Yt, vocab.labels, params, {}, None))
-    steps: list = []
-    component_step(steps, LabelNamesComponent(), cal, r, Yt, vocab.labels, state, {})
+    run = CalibrationRun(cal, r, Yt, vocab.labels, params)
+    LabelNamesComponent().calibrate(run)
+    steps = run.steps
     assert steps[-1]["params"]["threshold"] == 0.6
     assert steps[-1]["kept"] and steps[-1]["micro_f1"] > 0  # stavka (named in every text) is proposed
 

@@ -177,7 +177,6 @@ def test_every_package_folder_is_installed():
 REPEATED_NAMES = {
     "main": "the entry point of each runnable module (python -m ...)",
     "out_of_fold": "each component's out-of-fold evidence (head_model, label_tree)",
-    "take": "calibration/levers.py (a lever's step) and workers/ahead.py (the prepared batch): to rename",
 }
 
 

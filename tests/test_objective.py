@@ -8,7 +8,7 @@ import pytest
 
 from newsmon.shared.metrics import classification_metrics
 from newsmon.shared.scoring.calibration import MICRO_AND_SUBSET, Objective
-from newsmon.shared.scoring.calibration.objective import Tally, macro_f1
+from newsmon.shared.scoring.objective import Tally, macro_f1
 
 
 def test_the_parts_by_hand_and_as_eval_reports_them():

@@ -10,8 +10,8 @@ import pytest
 
 from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.scoring import LabelVocab, MemoryArticles, Retrieval
-from newsmon.shared.scoring.calibration import calibration_set
-from newsmon.shared.scoring.calibration.levers import component_step, decide_on, gold_matrix
+from newsmon.shared.scoring.calibration import CalibrationRun, calibration_set
+from newsmon.shared.scoring.calibration.run import gold_matrix
 from newsmon.shared.scoring.components import MixContext
 from newsmon.shared.scoring.components.head_model import HeadModelComponent, HeadModelOptions, HeadScores
 from newsmon.shared.scoring.components.label_tree import LabelTreeComponent, LabelTreeOptions, TopLabels
@@ -143,12 +143,11 @@ def test_the_calibration_judges_stacking_cross_fitted_and_the_scorer_serves_the_
         {"name": "head_model", "options": {"weight": 0.5}}, {"name": "label_tree", "options": {"weight": 0.5}}])
     evidence = {"head_model": cal.evidence(HeadModelComponent(), HeadModelOptions(weight=0.5)),
                 "label_tree": cal.evidence(LabelTreeComponent(), LabelTreeOptions(weight=0.5))}
-    P = decide_on(r, Yt, vocab.labels, params, evidence, counts)
-    state = (params, cal.objective.parts(Yt, P), P)
-    steps: list = []
-    (chosen, parts, _P), kept_evidence = component_step(steps, StackingComponent(), cal, r, Yt, vocab.labels, state,
-                                                        evidence)
-    assert steps[-1]["kept"] and parts[0] > state[1][0] + 0.1
+    run = CalibrationRun(cal, r, Yt, vocab.labels, params, evidence)
+    before = run.parts
+    StackingComponent().calibrate(run)
+    chosen, parts, kept_evidence = run.params, run.parts, run.evidence
+    assert run.steps[-1]["kept"] and parts[0] > before[0] + 0.1
     assert [s.name for s in chosen.components] == ["head_model", "label_tree", "stacking"]
     spec = chosen.components[-1]
     key = ("stacking", StackingComponent().model_key(spec.parsed()))

@@ -27,7 +27,7 @@ def _memory() -> MemoryArticles:
 
 PARAMS = ScoringParams(components=[{"name": "label_keys", "options": {"weight": 0.5}},
                                    {"name": "head_model", "options": {"weight": 0.5, "c": 10.0}},
-                                   {"name": "label_tree", "options": {"weight": 0.5, "tree": "bonsai"}}])
+                                   {"name": "label_tree", "options": {"weight": 0.25}}])
 
 
 def _cache(memory: MemoryArticles) -> ModelCache:

@@ -27,6 +27,7 @@ from newsmon.shared.memory import SearchFilter
 from newsmon.shared.scoring import MemoryArticles, Queries, Retrieval, get_component
 from newsmon.shared.scoring.calibration import (GRID_K, LEXICAL_CANDIDATES, CalibrationResult, CalibrationSet,
                                                 Objective, calibrate, calibration_set)
+from newsmon.shared.scoring.calibration.selection import report_entry
 from newsmon.shared.scoring.models import ModelCache
 from newsmon.shared.scoring.records import CalibrationRecord, record_id
 
@@ -65,7 +66,8 @@ def _write_record(clf: Classifier, lang: str, result: CalibrationResult, cal: Ca
     record = CalibrationRecord(collection=clf.collection(lang), language=lang, model_version=clf.model_version,
                                params=result.params.model_dump(mode="json"), objective=cal.objective.name,
                                figures=result.figures,
-                               fit_on=fit_on, written_by=written_by, labels=result.known_labels, inputs=inputs)
+                               fit_on=fit_on, written_by=written_by, labels=result.known_labels, inputs=inputs,
+                               selection=[report_entry(s) for s in result.steps])
     cache = ModelCache(record_id(record))
     for spec in result.params.components:
         key = (spec.name, get_component(spec.name).model_key(spec.parsed()))
@@ -128,7 +130,8 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
         if val:
             queries = Queries([a.text for a in val], clf.encoder.encode([a.text for a in val], role="query"))
             val_r = clf.search(queries.vectors, [lang] * len(val), k, (), queries.texts, LEXICAL_CANDIDATES)[0]
-        cal = calibration_set(memory, loo, val_r, [a.labels for a in val], queries, held_out=not (adapted and val))
+        cal = calibration_set(memory, loo, val_r, [a.labels for a in val], queries, held_out=not (adapted and val),
+                              validation_ids=[a.id for a in val])
         cal.objective = Objective.from_settings(clf.settings)
         if max_memory_articles is not None and len(memory) >= max_memory_articles:
             cal.label_counts = label_counts(clf, lang)  # a sample of the memory: the buckets count the whole

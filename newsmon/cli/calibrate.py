@@ -56,11 +56,13 @@ def run_calibration(clf, validation, written_by: str, corpus: str | None, reuse:
 
 def print_calibration(done: dict) -> None:
     """Print each language's chosen parameters and its ablation table (figures on the calibration articles)."""
+    from newsmon.shared.scoring.records import record_id  # deferred: see the module docstring
+
     for lang, cal in done.items():
         r = cal.record
         f = r.figures
         if cal.reused:
-            console.print(f"{lang}: reused the calibration of {r.created_at:%Y-%m-%d %H:%M} UTC (by {r.written_by}): "
+            console.print(f"{lang}: reused the calibration {record_id(r)} (by {r.written_by}): "
                           f"memory, model, validation articles, settings and code unchanged (--recalibrate to "
                           "calibrate again)", soft_wrap=True, markup=False)
             if not cal.steps:
@@ -69,27 +71,24 @@ def print_calibration(done: dict) -> None:
         table = Table(title=f"calibration of {r.collection} ({r.fit_on['memory_articles_leave_one_out']} memory "
                             f"articles leave-one-out + {r.fit_on['validation_articles']} validation; "
                             f"{cal.seconds:.1f} s)")
-        for col in ("step", "micro-F1", "subset acc.", "objective", "kept"):
+        for col in ("step", "micro-F1", "subset acc.", "macro-F1", "objective", "kept", "why"):
             table.add_column(col)
         for st in cal.steps:
             table.add_row(st["step"] + _step_note(st), f"{100 * st['micro_f1']:.1f}",
-                          f"{100 * st['subset_accuracy']:.1f}",
-                          f"{st['objective']:.3f}", "yes" if st["kept"] else "no")
+                          f"{100 * st['subset_accuracy']:.1f}", f"{100 * st.get('macro_f1', 0.0):.1f}",
+                          f"{st['objective']:.3f}", "yes" if st["kept"] else "no", st.get("why", ""))
         console.print(table)
         console.print(f"{lang}: {r.params}; objective {f['objective']:.3f} (bootstrap 90 % "
                       f"{f['objective_lo']:.3f}-{f['objective_hi']:.3f})")
 
 
 def _step_note(step: dict) -> str:
-    """What a step is judged by besides the calibration articles' objective: a lever's paired lift interval, the
-    new-label step's replay, the label thresholds' cross-fitted objective."""
+    """What a step is judged by besides the calibration articles' objective: a lever's paired lift interval (on
+    its cross-fitted proposals where it fits parameters on the articles), the new-label step's replay."""
     if "lift_interval" in step:
         lo, hi = step["lift_interval"]
-        return f" (lift {lo:+.4f} to {hi:+.4f})"
-    if "cross_fitted_objective" in step:
-        lo, hi = step["cross_fitted_lift"]
-        return (f" ({step['labels']} labels; cross-fitted objective {step['cross_fitted_objective']:.3f}, lift "
-                f"{lo:+.4f} to {hi:+.4f})")
+        labels = f"{step['labels']} labels; " if "labels" in step else ""
+        return f" ({labels}lift {lo:+.4f} to {hi:+.4f})"
     replay = step.get("replay")
     if not replay:
         return ""

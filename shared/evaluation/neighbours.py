@@ -56,7 +56,7 @@ def search_by_language(router: MemoryRouter, vectors: np.ndarray, langs: Sequenc
     lex = lexical_k + extra if texts is not None and lexical_k else 0
     n = top_k + (lexical_k if lex else 0)
     parts: list[Retrieval] = []
-    shared: dict[str, tuple] = {}  # each memory article's payload held once across the chunks
+    shared: dict[tuple, tuple] = {}  # each memory article's payload held once across the chunks
     for start in range(0, max(len(vectors), 1), SEARCH_CHUNK):  # bounded: hits carry their articles' texts
         end = start + SEARCH_CHUNK
         rows, _searched = router.search_languages(vectors[start:end], langs[start:end], top_k + extra,

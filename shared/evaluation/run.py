@@ -59,9 +59,12 @@ def _resize(m, n_cols: int):
 
 
 def label_matrices(train: Sequence[Article], val: Sequence[Article], test: Sequence[Article]) -> Labels:
-    """Encode the splits' labels; labels seen only in validation / test get columns after the train labels."""
-    vocab = LabelVocab(lb for a in train for lb in a.labels)
+    """Encode the splits' labels (the train labels in sorted order, so that the figures do not depend on the order
+    the corpus lists its articles in); labels seen only in validation / test get columns after the train labels."""
+    vocab = LabelVocab(sorted({lb for a in train for lb in a.labels}))
     n_train_labels = len(vocab)
+    for split in (val, test):
+        vocab.extend(sorted({lb for a in split for lb in a.labels} - set(vocab.index)))
     Y_train = vocab.encode([a.labels for a in train])
     Y_val = vocab.encode([a.labels for a in val]) if val else None
     Y_test = vocab.encode([a.labels for a in test])
@@ -135,6 +138,7 @@ def run_eval(corpus: Corpus, methods: Sequence[str], settings: Settings, tune: i
     labels = label_matrices(train, val, test)
     report: dict = {"corpus": corpus.summary(), "methods": {}, "timings": {}}
     train_set = TrainingSet([a.text for a in train], labels.train, labels.vocab, validation_labels=labels.val,
+                            ids=[a.id for a in train], validation_ids=[a.id for a in val],
                             validation_texts=[a.text for a in val])
     test_q = QueryBatch([a.text for a in test], [a.lang for a in test])
     val_q = QueryBatch([a.text for a in val], [a.lang for a in val])
@@ -178,8 +182,7 @@ def ablation_rows(p: Predictor, test_q: QueryBatch, labels: Labels) -> dict[str,
         tag = "kept" if step["kept"] else "not kept"
         name = f"{p.display_name}: {step['step']}" + ("" if i == 0 else f" ({tag})")
         extra = {"new_label_replay": step["replay"]} if "replay" in step else {}
-        extra.update({k: step[k] for k in ("cross_fitted_objective", "cross_fitted_lift", "lift_interval")
-                      if k in step})
+        extra.update({k: step[k] for k in ("lift_interval", "why", "lift") if k in step})
         out[f"{p.name}_step{i}"] = _method_entry(name, labels, scores, proposed, time.perf_counter() - t0,
                                                  {**step["params"], "calibration_objective": step["objective"],
                                                   **extra})

@@ -42,6 +42,7 @@ class TrainingSet:
             ``(n_val, L)`` 0/1 labels and their texts, for methods with ``needs_validation_retrieval`` (newsmon calibrates on them); else None.
         vectors / validation_vectors: ``(n, d)`` / ``(n_val, d)`` float32 embeddings of the training (memory) and
             validation articles when the evaluation embedded them (newsmon's label keys); else None.
+        ids / validation_ids: the articles' ids (a calibration orders its articles by them); None when unknown.
     """
 
     texts: Sequence[str]
@@ -53,6 +54,8 @@ class TrainingSet:
     validation_texts: Sequence[str] | None = None
     vectors: np.ndarray | None = None
     validation_vectors: np.ndarray | None = None
+    ids: Sequence[str] | None = None
+    validation_ids: Sequence[str] | None = None
 
 
 @dataclass

@@ -54,16 +54,18 @@ class NewsmonPredictor(Predictor):
         self.vocab = train.vocab
         own = _label_sets(train.labels, train.vocab)
         texts = list(train.texts or [])
-        memory = MemoryArticles(train.vectors, texts if len(texts) == len(own) else [""] * len(own), own)
+        memory = MemoryArticles(train.vectors, texts if len(texts) == len(own) else [""] * len(own), own,
+                                list(train.ids) if train.ids is not None else None)
         params, judged = self.fixed, {}
         if params is None:
             val = train.validation
             val_gold = _label_sets(train.validation_labels, train.vocab) if val is not None else []
             queries = Queries(list(train.validation_texts or [""] * len(val_gold)), train.validation_vectors)
-            cal = calibration_set(memory, train.retrieval, val, val_gold, queries)
+            cal = calibration_set(memory, train.retrieval, val, val_gold, queries, validation_ids=train.validation_ids)
             cal.objective = self.objective
             self.calibration = calibrate(cal, self.terms)
             params, judged = self.calibration.params, cal.models  # the models the calibration judged run
+            memory = cal.memory or memory  # in id order: the models not judged are fitted as the calibration's were
         known = frozenset(lb for labels in own for lb in labels)
         self.resolved = Resolved(params, EVAL_RECORD, known, "calibration" if self.fixed is None else "settings")
         self.scorer = Scorer(FittedModels(memory, judged), lambda _lang: self.resolved, None, self.terms)

@@ -145,6 +145,15 @@ def decide(retrieval: Retrieval, vocab: LabelVocab, params: ScoringCore, evidenc
         ValueError: ``top_k < 1``, ``tau <= 0``, or a component without evidence.
     """
     scores = mixed_scores(retrieval, vocab, params, evidence, label_counts)
+    return decide_scores(retrieval, vocab, params, scores, label_counts, known_labels, texts, reasons)
+
+
+def decide_scores(retrieval: Retrieval, vocab: LabelVocab, params: ScoringCore, scores: np.ndarray,
+                  label_counts: Mapping[str, int] | None = None, known_labels: Collection[str] | None = None,
+                  texts: Sequence[str] | None = None, reasons: bool = False) -> Decision:
+    """The decision of the rules of ``params`` on ``(m, L)`` scores already mixed (:func:`mixed_scores` with the
+    same ``params``; ``vocab`` holds their ``L`` labels): what :func:`decide` does after mixing, for a caller that
+    tries several rule sets on the same scores (the calibration)."""
     m = retrieval.sims.shape[0]
     state = DecisionState.start(retrieval, vocab, scores, params, reasons, label_counts=label_counts,
                                 known_labels=known_labels, texts=texts)

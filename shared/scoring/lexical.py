@@ -75,21 +75,23 @@ def local_tfidf_cosine(query: sp.csr_matrix, candidates: sp.csr_matrix) -> np.nd
     CSR), both weighted by the local IDF ``log((1 + N) / (1 + df)) + 1`` with ``df`` counted over the candidates
     (a term no candidate has keeps weight 1); 0 where a side is empty.
 
-    Linear in the rows' stored terms but for one zero-filled ``(F,)`` count array per call (``df`` by one
-    ``bincount``, ``F = 2^20``): the weights are looked up for the terms present and the query's terms found by
-    binary search, with no sparse-by-dense products over the feature space."""
+    Linear in the rows' stored terms (an ``O(t log t)`` sort of the ``t`` stored terms to count ``df``): the weights
+    are looked up for the terms present and the query's terms found by binary search, with no sparse-by-dense
+    products over the feature space and no array of the feature space's size."""
     n = candidates.shape[0]
     out = np.zeros(n, dtype=np.float32)
     cand, q = candidates.tocsr(), query.tocsr()
     if n == 0 or cand.nnz == 0 or q.nnz == 0:
         return out
     c_idx = np.asarray(cand.indices, dtype=np.int64)
-    df = np.bincount(c_idx, minlength=N_FEATURES)
-    d_w = np.asarray(cand.data, dtype=np.float64) * (np.log((1.0 + n) / (1.0 + df[c_idx])) + 1.0)
+    terms, at_term, term_df = np.unique(c_idx, return_inverse=True, return_counts=True)
+    df = term_df[at_term]  # each stored term's document frequency among the candidates
+    d_w = np.asarray(cand.data, dtype=np.float64) * (np.log((1.0 + n) / (1.0 + df)) + 1.0)
     rows = np.repeat(np.arange(n), np.diff(cand.indptr))
     dn = np.sqrt(np.bincount(rows, weights=d_w * d_w, minlength=n))
     q_idx = np.asarray(q.indices, dtype=np.int64)
-    q_df = df[q_idx]
+    pos = np.minimum(np.searchsorted(terms, q_idx), len(terms) - 1)
+    q_df = np.where(terms[pos] == q_idx, term_df[pos], 0)
     q_w = np.asarray(q.data, dtype=np.float64) * np.where(q_df > 0, np.log((1.0 + n) / (1.0 + q_df)) + 1.0, 1.0)
     qn = float(np.sqrt(np.dot(q_w, q_w)))
     order = np.argsort(q_idx, kind="stable")
@@ -102,18 +104,40 @@ def local_tfidf_cosine(query: sp.csr_matrix, candidates: sp.csr_matrix) -> np.nd
     return out
 
 
+def lexical_cosines(retrieval: Retrieval, query_texts: Sequence[str], terms: TermVectors | None = None
+                    ) -> np.ndarray:
+    """``(m, K)`` float32 local TF-IDF cosine (:func:`local_tfidf_cosine`) of each query's candidates (0 where
+    a candidate is missing), the lexical half of :func:`fuse`: it depends on the candidates only, not on the
+    weight, so a search over weights computes it once.
+
+    Raises:
+        ValueError: no candidate texts or stored terms."""
+    if retrieval.texts is None and retrieval.terms is None:
+        raise ValueError("hybrid retrieval needs the candidates' texts or stored terms (search with payloads)")
+    terms = terms or TermVectors()
+    m, n = retrieval.sims.shape
+    Q = terms.rows(list(query_texts))
+    out = np.zeros((m, n), dtype=np.float32)
+    for i in range(m):
+        present = np.flatnonzero(np.isfinite(retrieval.sims[i]))
+        if len(present):
+            out[i, present] = local_tfidf_cosine(Q[i], _candidate_rows(retrieval, i, present, terms))
+    return out
+
+
 def fuse(retrieval: Retrieval, query_texts: Sequence[str], weight: float, k: int,
-         terms: TermVectors | None = None) -> Retrieval:
+         terms: TermVectors | None = None, lexical: np.ndarray | None = None) -> Retrieval:
     """Re-rank each query's dense candidates by ``(1 - weight) * dense + weight * lexical`` and keep the top ``k``.
 
     Args:
         retrieval: the dense top-N candidates with their stored term vectors (``retrieval.terms``) or texts.
         query_texts: the ``m`` query texts; weight: the lexical weight ``w`` in [0, 1] (0: the dense order, cut
-            to ``k``); k: neighbours kept; terms: the term-vector cache (a new one when None).
+            to ``k``); k: neighbours kept; terms: the term-vector cache (a new one when None); lexical: the
+            candidates' :func:`lexical_cosines` when already computed.
 
     Returns:
         a :class:`Retrieval` of ``k`` neighbours per query, ``sims`` holding the fused scores and ``cosines`` the
-        dense cosines.
+        dense cosines. Candidates of equal fused score keep their order in ``retrieval``.
 
     Raises:
         ValueError: ``weight`` outside [0, 1], or ``weight > 0`` without candidate texts.
@@ -122,20 +146,14 @@ def fuse(retrieval: Retrieval, query_texts: Sequence[str], weight: float, k: int
         raise ValueError(f"lexical weight must be in [0, 1], got {weight}")
     if weight == 0.0:
         return retrieval.head(k)
-    if retrieval.texts is None and retrieval.terms is None:
-        raise ValueError("hybrid retrieval needs the candidates' texts or stored terms (search with payloads)")
-    terms = terms or TermVectors()
+    lex = lexical if lexical is not None else lexical_cosines(retrieval, query_texts, terms)
     m, n = retrieval.sims.shape
-    Q = terms.rows(list(query_texts))
     ids, sims, cos, labels, titles, texts, stored = [], [], [], [], [], [], []
     dense = retrieval.cosine
     for i in range(m):
         present = np.flatnonzero(np.isfinite(retrieval.sims[i]))
         fused = np.full(n, -np.inf, dtype=np.float32)
-        if len(present):
-            D = _candidate_rows(retrieval, i, present, terms)
-            lex = local_tfidf_cosine(Q[i], D)
-            fused[present] = (1.0 - weight) * retrieval.sims[i, present] + weight * lex
+        fused[present] = (1.0 - weight) * retrieval.sims[i, present] + weight * lex[i, present]
         order = np.argsort(-fused, kind="stable")[:k]
         ids.append(retrieval.ids[i, order])
         sims.append(fused[order])

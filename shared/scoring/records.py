@@ -15,17 +15,20 @@ the calibration record, which beats the defaults.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import threading
 import time
 from functools import cached_property
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from newsmon.schemas.scoring import ScoringParams, legacy_params
+from newsmon.shared.scoring.rules import get_rule, rules
 from newsmon.shared.config import Settings
 from newsmon.shared.memory.engines import open_records
 
@@ -68,13 +71,18 @@ class CalibrationRecord(BaseModel):
             ``objective_hi``, and ``n`` articles.
         fit_on: what it was fitted on (``memory_articles`` scored leave-one-out, ``validation_articles``,
             ``corpus``), never the test split.
-        written_by: ``tune``, ``memory build``, ``nightly`` or ``demo``; created_at: UTC time.
+        written_by: ``tune``, ``memory build``, ``nightly`` or ``demo``; created_at: UTC time, in records written
+            before records were made reproducible (None since: the same inputs give the same record, byte for byte;
+            when a record was written is its file's or point's own time).
         models: the sha256 of the per-record models stored with it (:mod:`newsmon.shared.scoring.stored`: the score
             components' models it judged and the memory's label counts); None in records written before them (the
             workers then fit the models from the memory).
         labels: the labels of the memory it was fitted on, sorted; the new-label rule
             (:mod:`newsmon.shared.scoring.rules.new_label_support`) serves every other label (confirmed since). None in
             records written before this field: the rule is then off.
+        selection: the selection report: per lever tried, in order, ``step``, ``kept``, ``why`` and its ``lift``
+            (figure -> [lift, low, high] on the calibration articles:
+            :mod:`newsmon.shared.scoring.calibration.selection`); None in records written before it.
         inputs: the SHA-256 of everything the calibration depended on (memory articles, model version, validation
             articles, settings, code: :mod:`newsmon.training_jobs.calibration_cache`); a calibration of the same
             inputs is reused instead of repeated. None in records written before this field.
@@ -89,10 +97,11 @@ class CalibrationRecord(BaseModel):
     figures: dict[str, float] = Field(default_factory=dict)
     fit_on: dict[str, Any] = Field(default_factory=dict)
     written_by: str = "tune"
-    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    created_at: datetime | None = None
     labels: list[str] | None = None
     models: str | None = None
     inputs: str | None = None
+    selection: list[dict[str, Any]] | None = None
 
     @cached_property
     def known_labels(self) -> frozenset[str] | None:
@@ -112,8 +121,9 @@ class CalibrationRecord(BaseModel):
 def effective_scoring(settings: Settings, record: CalibrationRecord | None) -> tuple[ScoringParams, str]:
     """The parameters that run: the record's, with every field set explicitly in ``settings.scoring`` (environment,
     ``.env`` or a CLI override) taking precedence (an explicit ``threshold`` also replaces the record's
-    ``bucket_thresholds``, and an explicit ``threshold`` or ``bucket_thresholds`` its ``label_thresholds`` and its
-    ``label_count`` rule, which replaces the thresholds).
+    ``bucket_thresholds``, and an explicit ``threshold`` or ``bucket_thresholds`` its ``label_thresholds`` and a
+    rule of it that decides in place of the thresholds (``REPLACES_THRESHOLDS``), which gives way to the rule that
+    applies them (``APPLIES_THRESHOLDS``)).
     Returns (parameters, where they came from: ``"defaults"``, ``"settings"``, ``"calibration"`` or
     ``"calibration+settings"``)."""
     explicit = {k: getattr(settings.scoring, k) for k in settings.scoring.model_fields_set}
@@ -124,16 +134,22 @@ def effective_scoring(settings: Settings, record: CalibrationRecord | None) -> t
         explicit["bucket_thresholds"] = None  # an explicit threshold replaces the record's per-bucket ones too
     if {"threshold", "bucket_thresholds"} & set(explicit):
         explicit.setdefault("label_thresholds", None)  # ... and its per-label ones
-        if "rules" not in explicit and any(r.name == "label_count" for r in base.rules):
-            explicit["rules"] = [{"name": "threshold"}] + [r for r in base.rules if r.name not in ("label_count",
-                                                                                                  "threshold")]
+        replacing = {r.name for r in base.rules if get_rule(r.name).REPLACES_THRESHOLDS}
+        if "rules" not in explicit and replacing:
+            applying = [r.name for r in rules() if r.APPLIES_THRESHOLDS]
+            explicit["rules"] = [{"name": n} for n in applying] + [
+                r for r in base.rules if r.name not in replacing | set(applying)]
     merged = ScoringParams(**{**base.model_dump(), **{k: v for k, v in explicit.items()}})
     return merged, "calibration+settings" if explicit else "calibration"
 
 
 def record_id(record: CalibrationRecord) -> str:
-    """A short id of a record for proposals and logs: ``<collection>@<UTC time, seconds>``."""
-    return f"{record.collection}@{record.created_at.astimezone(UTC):%Y%m%dT%H%M%SZ}"
+    """A short id of a record for proposals, logs and its stored models: ``<collection>@<12 hex digits>``, the
+    SHA-256 of what it says (every field but its models' digest, which is named after the id, and the time of an
+    old record): the same calibration gives the same id on every run."""
+    said = record.model_dump(mode="json", exclude={"models", "created_at"})
+    digest = hashlib.sha256(json.dumps(said, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    return f"{record.collection}@{digest[:12]}"
 
 
 class CalibrationStore:
@@ -163,7 +179,7 @@ class CalibrationStore:
 
     def write(self, record: CalibrationRecord) -> None:
         """Store ``record`` under its collection name (replacing the previous one)."""
-        text = record.model_dump_json(indent=2)
+        text = record.model_dump_json(indent=2, exclude={"created_at"} if record.created_at is None else None)
         with self._lock:
             if self._mem is not None:
                 self._mem.upsert([record.collection], np.ones((1, 1), dtype=np.float32), [[]], [{"record": text}])

@@ -86,13 +86,13 @@ class Retrieval:
 
     @classmethod
     def from_neighbours(cls, neighbours: Sequence[Sequence], top_k: int | None = None,
-                        shared: dict[str, tuple] | None = None) -> Retrieval:
+                        shared: dict[tuple, tuple] | None = None) -> Retrieval:
         """Build from the memory's search result: ``m`` lists of objects with ``article_id``,
         ``similarity`` and ``labels`` (e.g. :class:`newsmon.shared.memory.Neighbour`), each sorted by
         similarity.
 
         A memory article retrieved by many queries is held once: its labels, title, text and stored terms are
-        taken from its first hit and shared by the others (``shared``: that cache, by article id, to pass to
+        taken from its first hit and shared by the others (``shared``: that cache, by article id and labels, to pass to
         every call of one search of an unchanged memory, e.g. an eval's leave-one-out search in chunks; a new one
         per call when None). Without it an eval of 9,508 queries x 400 neighbours held each neighbour's copies
         millions of times over (gigabytes)."""
@@ -112,10 +112,11 @@ class Retrieval:
             for j, nb in enumerate(row):
                 ids[i, j] = nb.article_id
                 sims[i, j] = nb.similarity
-                one = shared.get(nb.article_id)
+                key = (nb.article_id, tuple(nb.labels))  # the same point: the same id and labels
+                one = shared.get(key)
                 if one is None:
-                    one = shared[nb.article_id] = (tuple(nb.labels), display_title(getattr(nb, "payload", None)),
-                                                   _text(nb), getattr(nb, "terms", None))
+                    one = shared[key] = (key[1], display_title(getattr(nb, "payload", None)), _text(nb),
+                                         getattr(nb, "terms", None))
                 held.append(one)
             held += [none] * (k - len(row))
             labels.append([x[0] for x in held])

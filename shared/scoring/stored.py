@@ -1,7 +1,7 @@
 """The per-record models, stored: the calibration job writes the score components' models it judged (and the
 memory's label counts) beside each calibration record, and the workers load them instead of fitting them from the
 memory (nothing proportional to the memory at worker start or on the request path, and the model that runs is the
-one that was measured: Omikuji's label trees differ a little from training to training).
+one that was measured). The same models pack to the same bytes (:func:`pack`).
 
 One archive per record (a tar of ``manifest.json``, ``label_counts.json`` and one folder per model, as each
 component's ``save`` writes it). Embedded mode: ``<memory path>/calibration/models/<record id>.tar``, written
@@ -47,12 +47,21 @@ def pack(cache: ModelCache) -> bytes:
             entries.append({"component": name, "key": list(key), "folder": folder.name})
         (root / "manifest.json").write_text(json.dumps({"format": FORMAT, "record": cache.record,
                                                         "models": entries}), encoding="utf-8")
-        (root / "label_counts.json").write_text(json.dumps(cache.counts), encoding="utf-8")
+        (root / "label_counts.json").write_text(json.dumps(cache.counts, sort_keys=True), encoding="utf-8")
         buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for path in sorted(root.rglob("*")):
-                tar.add(path, arcname=str(path.relative_to(root)), recursive=False)
+                tar.add(path, arcname=str(path.relative_to(root)), recursive=False, filter=_timeless)
         return buf.getvalue()
+
+
+def _timeless(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """An archive entry without what the moment and the machine add (time, owner, permission bits): the same models
+    pack to the same bytes, so a calibration repeated on the same inputs names the same archive."""
+    info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+    info.mode = 0o755 if info.isdir() else 0o644
+    info.pax_headers = {}
+    return info
 
 
 def unpack(data: bytes) -> ModelCache:

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from newsmon.shared.scoring.calibration.objective import Objective
 from newsmon.shared.scoring.components import MemoryArticles, Queries, components
+from newsmon.shared.scoring.objective import Objective
 from newsmon.shared.scoring.retrieval import Retrieval
 
 
@@ -102,15 +102,29 @@ class CalibrationSet:
 
 def calibration_set(memory: MemoryArticles, loo: Retrieval | None, validation: Retrieval | None = None,
                     validation_gold: Sequence[Sequence[str]] = (), validation_queries: Queries | None = None,
-                    held_out: bool = True) -> CalibrationSet:
+                    held_out: bool = True, validation_ids: Sequence[str] | None = None) -> CalibrationSet:
     """The calibration articles of a memory: its own articles scored leave-one-out (``loo``: their neighbours
     among the others, in the order of ``memory``), then the validation articles (``validation``: their neighbours,
     with their gold labels and texts/vectors). ``held_out=False`` leaves the memory's own articles out (an adapted
     model, trained on them, would flatter itself there); its models are still fitted on the whole memory.
 
+    Both parts are put in the order of their article ids (``memory.ids``, ``validation_ids``; kept as given where
+    unknown), so the calibration (its folds, the order its models see the articles in) does not depend on the
+    order the memory was scrolled or the corpus read in.
+
     Raises:
         ValueError: no calibration article.
     """
+    order, memory = memory.by_id()
+    if loo is not None and len(order):
+        loo = loo.rows(order)
+    if validation is not None and validation_ids is not None and len(validation_gold):
+        v = sorted(range(len(validation_gold)), key=lambda i: validation_ids[i])
+        validation, validation_gold = validation.rows(v), [validation_gold[i] for i in v]
+        if validation_queries is not None:
+            q = validation_queries
+            validation_queries = Queries([q.texts[i] for i in v], q.vectors[v] if q.vectors is not None else None,
+                                         q.extra)
     parts, gold, texts = [], [], []
     if held_out and loo is not None and len(memory):
         parts.append(loo)

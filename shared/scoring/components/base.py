@@ -33,7 +33,7 @@ from newsmon.schemas.scoring import Options
 from newsmon.shared.scoring.retrieval import LabelVocab
 
 __all__ = ["COMPONENTS", "MemoryArticles", "MixContext", "Queries", "ScoreComponent", "components",
-           "get_component", "register_component"]
+           "get_component", "register_component", "unregister_component"]
 
 Relabel = Callable[[tuple[str, ...]], tuple[str, ...]]
 
@@ -56,6 +56,19 @@ class MemoryArticles:
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    def by_id(self) -> tuple[np.ndarray, MemoryArticles]:
+        """(the permutation ``(n,)`` that orders the articles by id, the articles in that order): the order every
+        model is fitted in, whatever order the memory or the corpus listed them in (a solver that visits the
+        articles in order, and the calibration's folds by position, then give the same result). Without ids: the
+        identity."""
+        if self.ids is None:
+            return np.arange(len(self)), self
+        ids = self.ids
+        order = np.array(sorted(range(len(self)), key=lambda i: ids[i]), dtype=np.int64)
+        return order, MemoryArticles(self.vectors[order] if self.vectors is not None else None,
+                                     [self.texts[i] for i in order], [self.labels[i] for i in order],
+                                     [ids[i] for i in order], self.total)
 
     def label_counts(self) -> dict[str, int]:
         """Memory articles per label (the frequency buckets of ``bucket_thresholds``); for a sample
@@ -195,6 +208,36 @@ class ScoreComponent(ABC):
         """The options the calibration tries."""
         return [self.Options(**g) for g in self.GRID]
 
+    def calibrate(self, run: Any) -> None:
+        """The calibration's step for this component (``run``: a
+        :class:`~newsmon.shared.scoring.calibration.run.CalibrationRun`): the best of its options (:meth:`grid`,
+        with every threshold of ``run.THRESHOLDS`` when it re-chooses the threshold, else at the threshold already
+        chosen) mixed in after the components kept before it, offered to the run (kept when it lifts beyond the
+        noise: :mod:`newsmon.shared.scoring.calibration.selection`). A component fitted by the calibration
+        (``FITTED_BY_CALIBRATION``) is cross-fitted on the calibration articles (:meth:`cross_fit`: each judged by a
+        model fitted without it) and its model fitted on all of them is the one the record stores. Override it for
+        a component calibrated another way; options the calibration tries are its :attr:`GRID`."""
+        cal = run.cal
+        before, context = run.scores_and_context()
+        best = None
+        for opt in self.grid():
+            if self.FITTED_BY_CALIBRATION:
+                ev, model = self.cross_fit(before, run.vocab(), context, opt, run.Y)
+                cal.cross_fitted(self, opt, ev, model)
+            else:
+                ev = cal.evidence(self, opt)
+            S = self.mix_in_context(before.copy(), run.vocab(), ev, opt, context) if self.READS_CONTEXT else \
+                self.mix(before.copy(), run.vocab(), ev, opt)
+            S = S[:, :run.L] if S.shape[1] >= run.L else np.pad(S, ((0, 0), (0, run.L - S.shape[1])))
+            for thr, value in run.sweep(S, run.THRESHOLDS if self.RECHOOSES_THRESHOLD else (run.params.threshold,)):
+                if best is None or value > best[0] + 1e-12:  # ties: the first option, the lowest threshold
+                    best = (value, opt, thr, ev)
+        if best is None:
+            return
+        _value, opt, thr, ev = best
+        trial, tried = run.with_component(self.name, opt, threshold=thr), {**run.evidence, self.name: ev}
+        run.offer(f"+ {self.name}", trial, run.decide(trial, tried), evidence=tried)
+
     @abstractmethod
     def save(self, model: Any, folder: Path) -> None:
         """Write ``model`` into the empty ``folder`` (the calibration stores the models it judged with its
@@ -213,8 +256,9 @@ class ScoreComponent(ABC):
 #: ``@register_component`` registers one (an instance of the class, under ``cls.name``; ValueError for no name,
 #: one that is not snake case or one taken by another class), ``get_component(name)`` finds it (KeyError for an
 #: unknown name, listing the registered ones), ``components()`` lists them in registration order (the order the
-#: calibration tries them in).
+#: calibration tries them in), ``unregister_component(name)`` forgets one (a test that registered its own).
 COMPONENTS: Registry[ScoreComponent] = scoring.COMPONENTS
 register_component = COMPONENTS.register
 get_component = COMPONENTS.get
 components = COMPONENTS.values
+unregister_component = COMPONENTS.remove

@@ -37,6 +37,7 @@ from pydantic import Field
 from sklearn.linear_model import LogisticRegression
 
 from newsmon.schemas.scoring import Options
+from newsmon.shared.scoring.arrays import save_arrays
 from newsmon.shared.scoring.components.base import MemoryArticles, Queries, ScoreComponent, register_component
 from newsmon.shared.scoring.retrieval import LabelVocab
 from newsmon.shared.terms import hashing_vectorizer, term_rows
@@ -264,7 +265,7 @@ class HeadModelComponent(ScoreComponent):
         return mix_head(scores, vocab, evidence, options.weight)
 
     def save(self, model: HeadModel, folder: Path) -> None:
-        np.savez(folder / "head_model.npz", labels=np.array(model.labels, dtype=str), columns=model.columns,
+        save_arrays(folder / "head_model.npz", labels=np.array(model.labels, dtype=str), columns=model.columns,
                  idf=model.idf, coef=model.coef, intercept=model.intercept,
                  c=np.array(model.c), min_articles=np.array(model.min_articles))
 

@@ -23,6 +23,7 @@ import numpy as np
 from pydantic import Field
 
 from newsmon.schemas.scoring import Options
+from newsmon.shared.scoring.arrays import save_arrays
 from newsmon.shared.scoring.components.base import MemoryArticles, Queries, ScoreComponent, register_component
 from newsmon.shared.scoring.rae_xmc import neighbour_weights
 from newsmon.shared.scoring.retrieval import LabelVocab
@@ -202,7 +203,7 @@ class LabelKeysComponent(ScoreComponent):
 
     def save(self, model: LabelKeys, folder: Path) -> None:
         sums = np.stack(model._sums) if model._sums else np.zeros((0, model.dim))
-        np.savez(folder / "label_keys.npz", labels=np.array(model.labels, dtype=str), sums=sums,
+        save_arrays(folder / "label_keys.npz", labels=np.array(model.labels, dtype=str), sums=sums,
                  counts=np.array(model.counts, dtype=np.int64), dim=np.array(model.dim))
 
     def load(self, folder: Path) -> LabelKeys:

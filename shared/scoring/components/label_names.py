@@ -40,8 +40,9 @@ import numpy as np
 from pydantic import Field
 
 from newsmon.schemas.scoring import Options
+from newsmon.shared.scoring.arrays import save_arrays
 from newsmon.shared.scoring.components.base import MemoryArticles, Queries, register_component
-from newsmon.shared.scoring.components.label_tree import TopLabels, TopLabelsComponent
+from newsmon.shared.scoring.components.label_tree import TopLabels, TopLabelsComponent, top_labels_out_of_fold
 from newsmon.shared.scoring.retrieval import LabelVocab
 from newsmon.shared.terms import index_terms
 
@@ -136,14 +137,11 @@ def fit_names(texts: Sequence[str], label_sets: Sequence[Iterable[str]]) -> Labe
     return model
 
 
-def held_out(model: LabelNames, texts: Sequence[str], label_sets: Sequence[Iterable[str]]) -> TopLabels:
-    """:meth:`LabelNames.scores` of ``n`` articles of the memory ``model`` was fitted on, each from the counts without
-    it (leave-one-out)."""
-    index = {lb: j for j, lb in enumerate(model.labels)}
-    found = [model.matches(stems(t)) for t in texts]
-    own = [np.isin(np.asarray(js, dtype=np.int64), [index[lb] for lb in set(ls) if lb in index])
-           for js, ls in zip(found, label_sets, strict=True)]
-    return model._top(found, lambda i, js: (model.hits[js] - own[i] + 1.0) / (model.matched[js] - 1 + 2.0))
+def out_of_fold(texts: Sequence[str], label_sets: Sequence[Sequence[str]]) -> TopLabels:
+    """:meth:`LabelNames.scores` of ``n`` memory articles, each fold's from the names fitted on the other folds
+    (:func:`~newsmon.shared.scoring.components.label_tree.top_labels_out_of_fold`): a label only the fold carries
+    is not there for it, as a label new to the memory is not for an article to come."""
+    return top_labels_out_of_fold(texts, label_sets, lambda t, ls, held: fit_names(t, ls).scores(held))
 
 
 class LabelNamesOptions(Options):
@@ -175,7 +173,7 @@ class LabelNamesComponent(TopLabelsComponent):
         return model.scores(queries.texts)
 
     def held_out_evidence(self, model: LabelNames, memory: MemoryArticles, options: Any) -> TopLabels:
-        return held_out(model, memory.texts, memory.labels)
+        return out_of_fold(memory.texts, memory.labels)
 
     def mix(self, scores: np.ndarray, vocab: LabelVocab, evidence: TopLabels, options: LabelNamesOptions
             ) -> np.ndarray:
@@ -189,7 +187,7 @@ class LabelNamesComponent(TopLabelsComponent):
         return np.maximum(before, w * q)
 
     def save(self, model: LabelNames, folder: Path) -> None:
-        np.savez(folder / "label_names.npz", labels=np.array(model.labels, dtype=str),
+        save_arrays(folder / "label_names.npz", labels=np.array(model.labels, dtype=str),
                  names=np.array([" ".join(n) for n in model.names], dtype=str), matched=model.matched,
                  hits=model.hits, key=np.array(model.key, dtype=str))
 

@@ -3,61 +3,39 @@ newsmon scores with weight ``weight``::
 
     s_l = (1 - weight) * s_l(before) + weight * P_tree(l | article)      for every label the tree returns
 
-It is Omikuji (a maintained Rust implementation of Parabel, Prabhu et al., "Parabel: Partitioned label trees for
-extreme classification with application to dynamic search advertising", WWW 2018, and of Bonsai, Khandagale et al.,
-"Bonsai: diverse and shallow trees for extreme multi-label classification", Machine Learning 2020), the label trees
-of Annif's ``omikuji`` backend: a balanced 2-means hierarchy of the labels (``parabel``) or a shallow 100-way one
-(``bonsai``) with linear classifiers at the nodes, trained in seconds to minutes on a CPU for thousands of labels. The
-retrieval part follows every moderator's decision at once; the tree is the model of the memory as the calibration saw
-it, refitted with each calibration.
+It is Parabel (Prabhu et al., "Parabel: Partitioned label trees for extreme classification with application to
+dynamic search advertising", WWW 2018), the label trees of Annif's ``omikuji`` backend, as
+:mod:`newsmon.shared.scoring.components.parabel` implements it: deterministic (Omikuji's own training draws from an
+unseeded generator, so two calibrations on the same data differed), and as accurate as Omikuji's on both corpora
+(the docs' measurements). The retrieval part follows every moderator's decision at once; the tree is the model of
+the memory as the calibration saw it, refitted with each calibration and stored with its record.
 
 Features: the memory's words (the lexical vectors' tokens, hashed: no vocabulary to keep in step), sublinear TF,
-smooth IDF of the memory, unit rows; only the columns in at least 2 memory articles. Omikuji's clustering is not
-seeded, so two trainings on the same data differ a little: the tree the calibration judged is the one that runs (a
-per-record model, stored with the calibration record and loaded by the workers).
+smooth IDF of the memory, unit rows; only the columns in at least 2 memory articles.
 """
 
 from __future__ import annotations
 
-import contextlib
-import itertools
-import os
-import sys
-import tempfile
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from pydantic import Field
 
 from newsmon.schemas.scoring import Options
+from newsmon.shared.scoring.arrays import load_arrays, save_arrays
 from newsmon.shared.scoring.components.base import MemoryArticles, Queries, ScoreComponent, register_component
+from newsmon.shared.scoring.components.parabel import BEAM, Forest, train_forest
 from newsmon.shared.scoring.retrieval import LabelVocab
 from newsmon.shared.terms import term_rows
 
 #: Labels the tree returns per article (beam search width of the tree's levels: ``BEAM``).
 TOP = 30
-BEAM = 10
 #: Folds of the out-of-fold scores of the memory's own articles in calibration.
 FOLDS = 5
-_TRAIN_LOCK = threading.Lock()
-
-
-def _hyper(tree: str) -> Any:
-    """Omikuji's hyper-parameters of Annif's ``parabel`` and ``bonsai`` configurations."""
-    import omikuji  # deferred: the native library loads on first use
-
-    h = omikuji.Model.default_hyper_param()
-    if tree == "bonsai":
-        h.cluster_balanced, h.cluster_k, h.max_depth = False, 100, 3
-    else:
-        h.cluster_balanced, h.cluster_k, h.max_depth = True, 2, 20
-    h.collapse_every_n_layers = 0
-    return h
 
 
 @dataclass
@@ -133,22 +111,14 @@ class LabelTree:
     def scores(self, texts: Sequence[str], top: int = TOP) -> TopLabels:
         """The ``top`` labels of each of ``m`` texts with their probabilities."""
         k = min(top, len(self.labels))
-        out, labels = np.zeros((len(texts), k), dtype=np.float32), []
         if self.model is None or not len(texts):
-            return TopLabels([[] for _ in texts], out)
-        Z = self.features(texts)
-        for i in range(Z.shape[0]):
-            row = Z.getrow(i)
-            got = self.model.predict(list(zip(row.indices.tolist(), row.data.tolist())), beam_size=BEAM, top_k=k)
-            labels.append([self.labels[j] for j, _p in got])
-            out[i, :len(got)] = [p for _j, p in got]
-        return TopLabels(labels, out)
+            return TopLabels([[] for _ in texts], np.zeros((len(texts), k), dtype=np.float32))
+        index, scores = self.model.predict(self.features(texts), k, BEAM)
+        return TopLabels([[self.labels[j] for j in row if j >= 0] for row in index], scores)
 
 
-def fit_tree(texts: Sequence[str], label_sets: Sequence[Sequence[str]], tree: str) -> LabelTree:
-    """Train a ``tree`` (``parabel`` or ``bonsai``) on ``n`` articles and their label sets."""
-    import omikuji  # deferred: the native library loads on first use
-
+def fit_tree(texts: Sequence[str], label_sets: Sequence[Sequence[str]]) -> LabelTree:
+    """Train the tree on ``n`` articles and their label sets (:func:`~.parabel.train_forest`)."""
     labels = sorted({lb for ls in label_sets for lb in ls})
     X = term_rows(list(texts))
     df = np.bincount(X.indices, minlength=X.shape[1])
@@ -158,54 +128,38 @@ def fit_tree(texts: Sequence[str], label_sets: Sequence[Sequence[str]], tree: st
     fitted = LabelTree(None, labels, columns, idf)
     if not labels or not len(columns):
         return fitted
-    Z = fitted.features(texts)
     index = {lb: j for j, lb in enumerate(labels)}
-    with tempfile.TemporaryDirectory(prefix="newsmon-tree-") as tmp:
-        path = Path(tmp) / "train.txt"
-        with path.open("w", encoding="ascii") as f:
-            f.write(f"{n} {len(columns)} {len(labels)}\n")
-            for i in range(n):
-                row = Z.getrow(i)
-                ls = ",".join(str(index[lb]) for lb in sorted(set(label_sets[i])))
-                f.write(ls + " " + " ".join(f"{c}:{v:.6f}" for c, v in zip(row.indices, row.data)) + "\n")
-        with _quiet_stderr():
-            fitted.model = omikuji.Model.train_on_data(str(path), _hyper(tree))
+    fitted.model = train_forest(fitted.features(texts), [sorted({index[lb] for lb in ls}) for ls in label_sets],
+                                len(labels))
     return fitted
 
 
-@contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
-    """Omikuji's trainer logs on file descriptor 1 and draws progress bars on 2 whatever the log level: send both
-    to /dev/null while it trains (one trainer at a time; other threads' lines of that moment go there too)."""
-    with _TRAIN_LOCK:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        saved = [os.dup(1), os.dup(2)]
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, 1)
-            os.dup2(devnull, 2)
-            yield
-        finally:
-            for fd, old in zip((1, 2), saved):
-                os.dup2(old, fd)
-                os.close(old)
-            os.close(devnull)
-
-
-def out_of_fold(texts: Sequence[str], label_sets: Sequence[Sequence[str]], tree: str, folds: int = FOLDS
-                ) -> TopLabels:
+def out_of_fold(texts: Sequence[str], label_sets: Sequence[Sequence[str]], folds: int = FOLDS) -> TopLabels:
     """The tree's best labels for ``n`` memory articles, each from a tree trained without its fold (by position
     modulo ``folds``)."""
+    return top_labels_out_of_fold(texts, label_sets, lambda t, ls, held: fit_tree(t, ls).scores(held), folds)
+
+
+def top_labels_out_of_fold(texts: Sequence[str], label_sets: Sequence[Sequence[str]],
+                           fit_and_score: Callable[[list[str], list[Sequence[str]], list[str]], TopLabels],
+                           folds: int = FOLDS) -> TopLabels:
+    """The :class:`TopLabels` of ``n`` memory articles, each fold's (by position modulo ``folds``) from
+    ``fit_and_score(the other folds' texts, their label sets, this fold's texts)``: a model that never saw the
+    article, so its scores for the article's own labels and for the others come from the same counts (a model
+    that takes the article out of its counts gives its own labels values of their own, which a stacked model
+    learns to read)."""
     labels: list[list[str]] = [[] for _ in texts]
-    scores = np.zeros((len(texts), TOP), dtype=np.float32)
+    got_fold: list[tuple[np.ndarray, TopLabels]] = []
     fold = np.arange(len(texts)) % folds
     for f in range(folds):
         held, rest = np.flatnonzero(fold == f), np.flatnonzero(fold != f)
         if not len(held) or not len(rest):
             continue
-        got = fit_tree([texts[i] for i in rest], [label_sets[i] for i in rest], tree).scores(
-            [texts[i] for i in held])
+        got_fold.append((held, fit_and_score([texts[i] for i in rest], [label_sets[i] for i in rest],
+                                             [texts[i] for i in held])))
+    width = max((got.scores.shape[1] for _h, got in got_fold), default=0)
+    scores = np.zeros((len(texts), width), dtype=np.float32)
+    for held, got in got_fold:
         for r, i in enumerate(held):
             labels[i] = got.labels[r]
             scores[i, :got.scores.shape[1]] = got.scores[r]
@@ -216,8 +170,6 @@ class LabelTreeOptions(Options):
     """The label tree's options."""
 
     weight: float = Field(0.5, gt=0, le=1, allow_inf_nan=False, description="The tree's weight in the mix.")
-    tree: Literal["parabel", "bonsai"] = Field("parabel", description="Parabel (balanced binary label tree) or "
-                                               "Bonsai (shallow, 100-way).")
 
 
 @register_component
@@ -228,19 +180,16 @@ class LabelTreeComponent(TopLabelsComponent):
     name = "label_tree"
     Options = LabelTreeOptions
     NEEDS = ("texts",)
-    GRID = tuple({"tree": t, "weight": w} for t, w in itertools.product(("parabel", "bonsai"), (0.25, 0.5, 0.75, 1.0)))
-
-    def model_key(self, options: LabelTreeOptions) -> tuple:
-        return (options.tree,)
+    GRID = tuple({"weight": w} for w in (0.25, 0.5, 0.75, 1.0))
 
     def fit(self, memory: MemoryArticles, options: LabelTreeOptions) -> LabelTree:
-        return fit_tree(memory.texts, memory.labels, options.tree)
+        return fit_tree(memory.texts, memory.labels)
 
     def evidence(self, model: LabelTree, queries: Queries, options: Any) -> TopLabels:
         return model.scores(queries.texts)
 
     def held_out_evidence(self, model: LabelTree, memory: MemoryArticles, options: LabelTreeOptions) -> TopLabels:
-        return out_of_fold(memory.texts, memory.labels, options.tree)
+        return out_of_fold(memory.texts, memory.labels)
 
     def mix(self, scores: np.ndarray, vocab: LabelVocab, evidence: TopLabels, options: LabelTreeOptions
             ) -> np.ndarray:
@@ -250,16 +199,16 @@ class LabelTreeComponent(TopLabelsComponent):
         return (1.0 - options.weight) * before + options.weight * tree
 
     def save(self, model: LabelTree, folder: Path) -> None:
-        np.savez(folder / "label_tree.npz", labels=np.array(model.labels, dtype=str), columns=model.columns,
-                 idf=model.idf)
-        if model.model is not None:
-            (folder / "omikuji").mkdir()
-            model.model.save(str(folder / "omikuji"))
+        forest = model.model.arrays() if model.model is not None else {}
+        save_arrays(folder / "label_tree.npz", labels=np.array(model.labels, dtype=str), columns=model.columns,
+                    idf=model.idf, **{f"forest_{k}": v for k, v in forest.items()})
 
     def load(self, folder: Path) -> LabelTree:
-        import omikuji  # deferred: the native library loads on first use
-
-        with np.load(folder / "label_tree.npz", allow_pickle=False) as z:
-            labels, columns, idf = [str(x) for x in z["labels"]], z["columns"], z["idf"]
-        model = omikuji.Model.load(str(folder / "omikuji")) if (folder / "omikuji").is_dir() else None
-        return LabelTree(model, labels, columns, idf)
+        """Raises:
+            ValueError: a tree stored by an earlier version (an Omikuji model): calibrate again."""
+        z = load_arrays(folder / "label_tree.npz")
+        if (folder / "omikuji").exists():
+            raise ValueError("the stored label tree is an Omikuji model of an earlier version: calibrate again")
+        forest = {k[len("forest_"):]: v for k, v in z.items() if k.startswith("forest_")}
+        return LabelTree(Forest.from_arrays(forest) if forest else None, [str(x) for x in z["labels"]],
+                         z["columns"], z["idf"])

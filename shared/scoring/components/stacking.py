@@ -40,6 +40,7 @@ import numpy as np
 import sklearn
 from pydantic import Field
 from sklearn.ensemble import HistGradientBoostingClassifier
+from threadpoolctl import threadpool_limits
 
 from newsmon.schemas.scoring import Options
 from newsmon.shared.scoring.components.base import (
@@ -71,16 +72,20 @@ class StackingModel:
         """``(p,)`` float32 probabilities of ``(p, f)`` features."""
         if self.classifier is None:
             return np.full(X.shape[0], self.constant, dtype=np.float32)
-        return self.classifier.predict_proba(X)[:, 1].astype(np.float32)
+        with one_thread():
+            return self.classifier.predict_proba(X)[:, 1].astype(np.float32)
 
 
 @dataclass
 class StackingEvidence:
     """The fusion models to apply: one for every article (``fold`` None), or, in calibration, article ``i`` scored
-    by ``models[fold[i]]`` (a model fitted without it)."""
+    by ``models[fold[i]]`` (a model fitted without it). ``scored``: the calibration's pairs ``(rows, cols)`` and
+    their ``(p,)`` float32 cross-fitted probabilities, computed once by :meth:`StackingComponent.cross_fit`; a
+    later mix of the same scores (every later calibration step) reads them instead of predicting again."""
 
     models: list[StackingModel]
     fold: np.ndarray | None = None
+    scored: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
 def fit_model(X: np.ndarray, y: np.ndarray, components: list[str], iterations: int) -> StackingModel:
@@ -90,7 +95,15 @@ def fit_model(X: np.ndarray, y: np.ndarray, components: list[str], iterations: i
     clf = HistGradientBoostingClassifier(max_iter=iterations, learning_rate=0.05, max_leaf_nodes=31,
                                          min_samples_leaf=20, l2_regularization=1.0, early_stopping=False,
                                          random_state=0)
-    return StackingModel(components, clf.fit(X, y))
+    with one_thread():
+        return StackingModel(components, clf.fit(X, y))
+
+
+def one_thread() -> Any:
+    """A context in which scikit-learn's trees use one OpenMP thread: the same model and probabilities whatever
+    the machine's thread count, and no team of threads spinning for each small tree on a busy machine (a batch of 16
+    at 12,000 labels: 24 ms on one thread, 230-650 ms with a team of two beside other work)."""
+    return threadpool_limits(limits=1, user_api="openmp")
 
 
 class StackingOptions(Options):
@@ -148,23 +161,40 @@ class StackingComponent(ScoreComponent):
             ValueError: always: stacking reads the other components (:meth:`mix_in_context`)."""
         raise ValueError("stacking needs the mix context (mix_in_context)")
 
-    def pairs(self, scores: np.ndarray, vocab: LabelVocab, context: MixContext, options: StackingOptions
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
-        """The ``p`` (article, label) pairs the model scores: (``rows``, ``cols``, ``(p, f)`` float32 features,
-        the earlier components' names). An article's candidates are its best ``candidates`` labels with a
-        score > 0."""
+    @staticmethod
+    def candidate_pairs(scores: np.ndarray, options: StackingOptions
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Each article's best ``candidates`` labels with a score > 0: (``rows``, ``cols``, their ``rank`` in the
+        article, the ``(m, c)`` best scores in order). Of labels with equal scores, the lower column comes first
+        (the stated rule for a tie at the cut: a full stable sort, never ``argpartition``'s order)."""
         m, L = scores.shape
         c = min(options.candidates, L)
         if not m or not c:
-            return (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, len(FEATURES) + 2 * len(context.steps)),
-                    np.float32), [s[0].name for s in context.steps])
-        top = np.argpartition(-scores, c - 1, axis=1)[:, :c] if c < L else np.tile(np.arange(L), (m, 1))
+            empty = np.zeros(0, np.int64)
+            return empty, empty, empty, np.zeros((m, 0), np.float32)
+        if c < L:
+            top = np.argpartition(-scores, c - 1, axis=1)[:, :c]
+            cut = np.take_along_axis(scores, top, axis=1).min(axis=1)  # each article's c-th best score
+            for i in np.flatnonzero(((scores >= cut[:, None]).sum(axis=1) > c) & (cut > 0)):  # a tie at the cut
+                top[i] = np.argsort(-scores[i], kind="stable")[:c]
+        else:
+            top = np.tile(np.arange(L), (m, 1))
         top_scores = np.take_along_axis(scores, top, axis=1)
-        order = np.argsort(-top_scores, axis=1, kind="stable")
+        order = np.lexsort((top, -top_scores), axis=1)  # best first, equal scores by column
         top, top_scores = np.take_along_axis(top, order, axis=1), np.take_along_axis(top_scores, order, axis=1)
-        keep = top_scores > 0
-        rows, rank = np.nonzero(keep)
-        cols = top[rows, rank]
+        rows, rank = np.nonzero(top_scores > 0)
+        return rows, top[rows, rank], rank, top_scores
+
+    def pairs(self, scores: np.ndarray, vocab: LabelVocab, context: MixContext, options: StackingOptions
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+        """The ``p`` (article, label) pairs the model scores (:meth:`candidate_pairs`): (``rows``, ``cols``,
+        ``(p, f)`` float32 features, the earlier components' names)."""
+        m, L = scores.shape
+        rows, cols, rank, top_scores = self.candidate_pairs(scores, options)
+        c = top_scores.shape[1]
+        if not m or not c:
+            return (rows, cols, np.zeros((0, len(FEATURES) + 2 * len(context.steps)), np.float32),
+                    [s[0].name for s in context.steps])
         best = top_scores[:, 0]
         second = top_scores[:, 1] if c > 1 else np.zeros(m, np.float32)
         counts = context.counts or {}
@@ -189,8 +219,13 @@ class StackingComponent(ScoreComponent):
         Raises:
             ValueError: the model read other components than those mixed in before it, or the folds do not match
                 the articles."""
-        rows, cols, X, names = self.pairs(scores, vocab, context, options)
         out = np.zeros_like(scores)
+        if evidence.scored is not None:  # the calibration's own pairs, scored once (cross_fit)
+            rows, cols, rank, _top = self.candidate_pairs(scores, options)
+            if np.array_equal(rows, evidence.scored[0]) and np.array_equal(cols, evidence.scored[1]):
+                out[rows, cols] = evidence.scored[2]
+                return out
+        rows, cols, X, names = self.pairs(scores, vocab, context, options)
         for model in evidence.models:
             if model.components != names:
                 raise ValueError(f"the stacking model read the components {model.components}, these scores mix "
@@ -217,11 +252,13 @@ class StackingComponent(ScoreComponent):
         rows, cols, X, names = self.pairs(scores, vocab, context, options)
         y = gold[rows, cols].astype(bool)
         fold = np.arange(scores.shape[0]) % folds
-        models = []
+        models, probs = [], np.zeros(len(rows), dtype=np.float32)
         for f in range(folds):
-            train = fold[rows] != f
+            train, held = fold[rows] != f, fold[rows] == f
             models.append(fit_model(X[train], y[train], names, options.iterations))
-        return StackingEvidence(models, fold), fit_model(X, y, names, options.iterations)
+            probs[held] = models[-1].probabilities(X[held])
+        return (StackingEvidence(models, fold, (rows, cols, probs)),
+                fit_model(X, y, names, options.iterations))
 
     def save(self, model: StackingModel, folder: Path) -> None:
         buf = io.BytesIO()

@@ -91,6 +91,7 @@ class FarFromMemory(DecisionRule):
     Options = DistanceOptions
     ORDER = 91
     CALIBRATE_AT = 70
+    KEEP = "not_worse"
 
     def apply(self, state: DecisionState, options: DistanceOptions) -> None:
         nearest = nearest_cosine(state.retrieval.cosine)
@@ -108,6 +109,3 @@ class FarFromMemory(DecisionRule):
         # rounded down to 3 decimals: an article at the quantile itself is not cut (float32 cosines)
         return [DistanceOptions(similarity=max(-1.0, math.floor(c * 1000) / 1000)) for c in sorted(set(cuts),
                                                                                                    reverse=True)]
-
-    def keeps(self, trial: float, current: float, lift: tuple[float, float]) -> bool:
-        return trial >= current - 1e-9

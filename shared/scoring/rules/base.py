@@ -25,7 +25,7 @@ from newsmon.schemas.registry import Registry
 from newsmon.schemas.scoring import Options, ScoringParams, registered
 from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
 
-__all__ = ["RULES", "DecisionRule", "DecisionState", "code_of", "get_rule", "lifts", "register_rule", "rules"]
+__all__ = ["RULES", "DecisionRule", "DecisionState", "code_of", "get_rule", "register_rule", "rules"]
 
 
 @dataclass
@@ -96,9 +96,22 @@ class DecisionRule(ABC):
     #: before the rules that add to them): threshold 0, label_count 10, set_vote 20, tail_support 30,
     #: new_label_support 40, floor 50, abstain 90; others 60 unless they say.
     ORDER: ClassVar[int] = 60
-    #: When the calibration tries the rule (ascending): floor 10, set_vote 20, label_count 30, tail_support 40,
-    #: others 50, new_label_support 60, abstain 70.
+    #: When the calibration tries the rule (ascending): threshold 0, floor 10, set_vote 20, label_count 30,
+    #: tail_support 40, others 50, abstain 70, new_label_support 80.
     CALIBRATE_AT: ClassVar[int] = 50
+    #: How the calibration keeps the rule (:mod:`newsmon.shared.scoring.calibration.selection`): ``"holds"``, it
+    #: must lift the objective beyond the noise; ``"not_worse"``, it may not lower it (a safety rule, one that
+    #: serves labels the calibration articles hardly hold). Neither may lower a protected figure beyond the noise.
+    KEEP: ClassVar[str] = "holds"
+    #: Whether the calibration judges the rule by a replay of its own instead of the calibration articles' figures
+    #: (left out of a calibration asked for no replay).
+    REPLAY: ClassVar[bool] = False
+    #: Whether the rule decides the proposals in place of the thresholds (an explicit threshold setting then
+    #: replaces it with the rule that applies the thresholds: :func:`newsmon.shared.scoring.records.effective_scoring`).
+    REPLACES_THRESHOLDS: ClassVar[bool] = False
+    #: Whether the rule is the one that applies the thresholds (``threshold``, ``bucket_thresholds``,
+    #: ``label_thresholds``).
+    APPLIES_THRESHOLDS: ClassVar[bool] = False
 
     @abstractmethod
     def apply(self, state: DecisionState, options: Any) -> None:
@@ -113,16 +126,23 @@ class DecisionRule(ABC):
         depend on the data)."""
         return [self.Options(**g) for g in self.GRID]
 
-    def keeps(self, trial: float, current: float, lift: tuple[float, float]) -> bool:
-        """Whether the calibration keeps the rule: by default when it lifts (:func:`lifts`)."""
-        return lifts(trial, current, lift)
-
-
-def lifts(trial: float, current: float, lift: tuple[float, float]) -> bool:
-    """Whether a lever is kept: it lifts the calibration objective and the paired bootstrap 90 % interval of the
-    lift lies above 0. A lift inside the noise of the calibration articles is not kept: re-embedding the same
-    articles (cosine 0.997) turned such levers on and off."""
-    return trial > current + 1e-9 and lift[0] > 0
+    def calibrate(self, run: Any) -> None:
+        """The calibration's step for this rule (``run``: a
+        :class:`~newsmon.shared.scoring.calibration.run.CalibrationRun`): the best of its options (:meth:`grid`,
+        ties to the first) on top of the rules kept before it, on the scores so far, offered to the run and kept as
+        :attr:`KEEP` says. Override it for a rule calibrated another way (a replay, thresholds of its own)."""
+        options = self.grid(run.cal)
+        if not options:
+            return
+        scores, best = run.scores(), None
+        for option in options:
+            trial = run.with_rule(self.name, option)
+            P = run.decide(trial, scores=scores)
+            value = run.value(P)
+            if best is None or value > best[0]:
+                best = (value, trial, P)
+        assert best is not None
+        run.offer(f"+ {self.name}", best[1], best[2], rule=self.KEEP)
 
 
 #: The registered rules (the wire's registry of rules, :data:`newsmon.schemas.scoring.RULES`): ``@register_rule``

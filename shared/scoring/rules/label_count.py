@@ -52,6 +52,7 @@ class LabelCount(DecisionRule):
     Options = LabelCountOptions
     ORDER = 10
     CALIBRATE_AT = 30
+    REPLACES_THRESHOLDS = True
     GRID = tuple({"minimum": c} for c in (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5))
 
     def apply(self, state: DecisionState, options: LabelCountOptions) -> None:

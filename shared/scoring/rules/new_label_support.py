@@ -95,8 +95,8 @@ class NewLabelSupport(DecisionRule):
     name = "new_label_support"
     Options = NewLabelOptions
     ORDER = 40
-    CALIBRATE_AT = 60
-    #: Judged by the replay (``calibration.new_labels``), not by a grid of the objective.
+    CALIBRATE_AT = 80
+    #: Judged by the replay (:func:`new_label_replay`), not by the calibration articles' figures.
     REPLAY = True
 
     def apply(self, state: DecisionState, options: NewLabelOptions) -> None:
@@ -114,3 +114,26 @@ class NewLabelSupport(DecisionRule):
 
     def grid(self, calibration: Any = None) -> list[Any]:
         return [NewLabelOptions(support=s, neighbours=n, similarity=c) for s, n, c in NEW_LABEL_GRID]
+
+    def calibrate(self, run: Any) -> None:
+        """The option with the best F1 (then precision) in the new-label replay (:func:`new_label_replay`) on the
+        calibration articles' neighbours, kept when its F1 beats the 1-NN rule's on the same replay; recorded with
+        the replay's figures (it changes nothing for the calibration articles themselves: every label of their
+        memory is known)."""
+        keyed = {(o.support, o.neighbours, o.similarity): o for o in self.grid()}
+        tallies, n_labels = new_label_replay(run.retrieval, run.cal.gold, tuple(keyed))
+        best = max(keyed, key=lambda o: (_f1(*tallies[o]), tallies[o][0] / max(1, tallies[o][0] + tallies[o][1])))
+        kept = n_labels > 0 and _f1(*tallies[best]) > _f1(*tallies[None])
+        trial = run.with_rule(self.name, keyed[best])
+        tp, fp, fn = tallies[best]
+        replay = {"labels": n_labels, "precision": tp / max(1, tp + fp), "recall": tp / max(1, tp + fn),
+                  "f1": _f1(tp, fp, fn), "one_nn_f1": _f1(*tallies[None])}
+        why = (f"new-label replay F1 {replay['f1']:.3f} against 1-NN's {replay['one_nn_f1']:.3f} over {n_labels} "
+               "labels") if n_labels else "no label for a new-label replay"
+        run.record(f"+ {self.name}", trial, run.parts, kept, why=why, replay=replay)
+        if kept:
+            run.params = trial
+
+
+def _f1(tp: int, fp: int, fn: int) -> float:
+    return 2.0 * tp / (2 * tp + fp + fn) if tp else 0.0

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from newsmon.schemas.scoring import Options
 from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
-from newsmon.shared.scoring.rules.base import DecisionRule, DecisionState, lifts, register_rule
+from newsmon.shared.scoring.rules.base import DecisionRule, DecisionState, register_rule
 
 
 def tail_support(retrieval: Retrieval, vocab: LabelVocab, support: int, neighbours: int,
@@ -44,6 +44,7 @@ class TailSupport(DecisionRule):
     Options = SupportOptions
     ORDER = 30
     CALIBRATE_AT = 40
+    KEEP = "not_worse"
     GRID = tuple({"support": s, "neighbours": n, "similarity": t}
                  for s, n, t in ((3, 10, 0.88), (3, 5, 0.85), (3, 5, 0.88), (3, 5, 0.9), (2, 3, 0.9), (3, 3, 0.9),
                                  (3, 3, 0.92), (3, 3, 0.94)))
@@ -54,6 +55,3 @@ class TailSupport(DecisionRule):
 
     def neighbours_needed(self, options: SupportOptions) -> int:
         return options.neighbours
-
-    def keeps(self, trial: float, current: float, lift: tuple[float, float]) -> bool:
-        return lifts(trial, current, lift) or trial >= current - 1e-9

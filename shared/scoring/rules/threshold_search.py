@@ -1,6 +1,7 @@
-"""Threshold search of the calibration: one threshold per label-frequency bucket, and a threshold of its own for
-each frequent label, both by coordinate ascent on the calibration objective
-(:class:`~newsmon.shared.scoring.calibration.objective.Objective`) over fixed ``(n, L)`` scores.
+"""Threshold search of the threshold rule's calibration step: one threshold per label-frequency bucket, and a
+threshold of its own for each frequent label, both by coordinate ascent on the calibration objective
+(:class:`~newsmon.shared.scoring.objective.Objective`) over fixed ``(n, L)`` scores, each judged on articles it was
+not fitted on (2-fold cross-fitting).
 
 A threshold per label is the classic SCut strategy of multi-label text categorisation (Yang, "A study of
 thresholding strategies for text categorization", SIGIR 2001, section 2.2): each category's threshold is the one
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from newsmon.shared.scoring.calibration.objective import Objective, Tally
+from newsmon.shared.scoring.objective import Objective, Tally
 
 #: A label carried by at least this many memory articles may get a threshold of its own (the two upper
 #: frequency buckets: :data:`newsmon.shared.scoring.rules.threshold.BUCKET_EDGES`).
@@ -53,12 +54,13 @@ def label_threshold_ascent(S: np.ndarray, Y: np.ndarray, base: np.ndarray, colum
         for j in columns:
             current = chosen.get(j, float(base[j]))
             best, best_t = tally.objective_if(j, tally.P[:, j]), current
+            col = S[:, j].astype(np.float64)  # compared in float64, as the decision compares (a float32 0.1 > 0.1)
             for t in grid:
-                got = tally.objective_if(j, S[:, j] > t)
+                got = tally.objective_if(j, col > t)
                 if got > best + 1e-12:
                     best, best_t = got, float(t)
             if best_t != current:
-                tally.set(j, S[:, j] > best_t)
+                tally.set(j, col > best_t)
                 chosen[j] = best_t
     return {j: t for j, t in chosen.items() if t != float(base[j])}
 
@@ -119,6 +121,7 @@ class LabelThresholdChoice:
     in_sample: tuple[float, float, float]
     crossed: tuple[float, float, float]
     lift: tuple[float, float]
+    crossed_proposals: np.ndarray | None = None
 
     @property
     def holds(self) -> bool:
@@ -139,7 +142,7 @@ def choose_label_thresholds(S: np.ndarray, Y: np.ndarray, base: np.ndarray, labe
     thr[list(own)] = list(own.values())
     return LabelThresholdChoice({labels[j]: t for j, t in sorted(own.items())}, len(columns),
                                 objective.parts(Y, S > thr[None, :]), objective.parts(Y, crossed),
-                                paired_lift_interval(Y, crossed, S > base[None, :], objective=objective))
+                                paired_lift_interval(Y, crossed, S > base[None, :], objective=objective), crossed)
 
 
 def bucket_ascent(S: np.ndarray, Y: np.ndarray, bucket: np.ndarray, start: float, grid: Sequence[float],
@@ -161,3 +164,18 @@ def bucket_ascent(S: np.ndarray, Y: np.ndarray, bucket: np.ndarray, start: float
                 if got > best + 1e-12:
                     best, chosen = got, trial
     return chosen, best
+
+
+def cross_fitted_buckets(S: np.ndarray, Y: np.ndarray, bucket: np.ndarray, start: float, grid: Sequence[float],
+                         judge: Objective = Objective(), seed: int = 13) -> np.ndarray:
+    """``(n, L)`` bool proposals of bucket thresholds judged on articles they were not fitted on: the ``n``
+    articles in two seeded halves, each half's proposals made with the thresholds :func:`bucket_ascent` fitted on
+    the other half (four parameters fitted on the articles they are judged on flatter themselves)."""
+    fold = np.random.default_rng(seed).permutation(len(Y)) % 2 == 0
+    P = S > np.float64(start)  # float64, as the decision compares
+    for fit, apply in ((fold, ~fold), (~fold, fold)):
+        if not fit.any() or not apply.any():
+            continue
+        chosen, _ = bucket_ascent(S[fit], Y[fit], bucket, start, grid, judge=judge)
+        P[apply] = S[apply] > np.asarray(chosen)[bucket][None, :]
+    return P
