@@ -303,7 +303,8 @@ class LabelSettings(BaseModel):
 
 
 class TrainingSettings(BaseModel):
-    """The nightly job: hard-negative mining, contrastive fine-tuning, tuning, rollout."""
+    """The nightly job: hard-negative mining, contrastive fine-tuning, the rollout gate (on the calibrated scorer);
+    and the offline Optuna study of the rae baseline (`train tune`)."""
 
     top: int = Field(500, ge=2, description="Neighbours searched per training article when mining.")
     n_neg: int = Field(15, ge=1, description="Hard negatives kept per query.")
@@ -318,12 +319,12 @@ class TrainingSettings(BaseModel):
                                      "because in classification data they often share the query's labels "
                                      "(false negatives).")
     seed: int = Field(13, description="Random seed of the trainer and the tuning sampler.")
-    tune_trials: int = Field(30, ge=0, description="Optuna trials of k / tau / lambda / threshold.")
-    optuna_storage: MaskedUrl | None = Field(None, description="Optuna storage URL; default "
+    optuna_storage: MaskedUrl | None = Field(None, description="Optuna storage URL of `train tune` (not a stage "
+                                             "of the nightly job); default "
                                              "sqlite:///<home>/optuna.db, e.g. postgresql+psycopg2://user@host/db. "
                                              "Shown with its password masked.")
-    tolerance: float = Field(0.005, ge=0, description="Promote a candidate unless its micro-F1 or subset accuracy "
-                             "is worse than the current model's by more than this.")
+    tolerance: float = Field(0.005, ge=0, description="Promote a candidate unless its calibrated newsmon row's "
+                             "micro-F1 or subset accuracy is worse than the current model's by more than this.")
     max_steps: int | None = Field(None, ge=1, description="Cap on optimiser steps (CPU budgets); unset = epochs.")
     cpu_budget: Literal["adapter", "finetune"] = Field(
         "adapter", description="What the nightly job trains where no CUDA is present. adapter: a linear map on "

@@ -1,8 +1,10 @@
 """Which encoder is in production: the promotion record written by the nightly job's rollout gate.
 
-``<home>/models/promoted.json`` holds the promoted model's path and version (and the figures that justified
-it). While ``encoder.follow_promoted`` is on (the default), encoders and workers use that model instead of
-``encoder.model``; workers check the record between batches and switch without losing a message.
+``<home>/models/promoted.json`` holds the promoted model's path and version, the calibration records the rollout
+gate judged it with (``calibration``: language -> record id, :func:`promoted_calibration`) and the figures that
+justified it. While ``encoder.follow_promoted`` is on (the default), encoders and workers use that model instead of
+``encoder.model`` (and its collections' calibration records); workers check the record between batches and switch
+without losing a message.
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ def read_promoted(settings: Settings) -> dict | None:
         return json.loads(promoted_file(settings).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+
+
+def promoted_calibration(record: dict | None) -> dict[str, str]:
+    """The calibration records a promotion names: language -> record id
+    (:func:`newsmon.shared.scoring.records.record_id`), the records the gate judged and the workers load with the
+    promoted model (they are stored under the promoted version's collections). Empty without a promotion, and for a
+    record written before the gate judged the calibrated scorer (it holds ``rae`` parameters, which nothing reads:
+    the workers then load whatever record the promoted version's collections have)."""
+    named = (record or {}).get("calibration")
+    return {str(k): str(v) for k, v in named.items()} if isinstance(named, dict) else {}
 
 
 def effective_encoder_settings(settings: Settings) -> EncoderSettings:

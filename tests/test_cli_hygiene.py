@@ -118,7 +118,7 @@ def test_tune_runs_on_other_data_do_not_share_an_optimum(shared_data, newsmon_ho
 
     from newsmon.shared.config import Settings, reveal
     from newsmon.shared.data import load_corpus
-    from newsmon.training_jobs.nightly import tune
+    from newsmon.training_jobs.rae_study import tune
 
     s = Settings(home=newsmon_home, _env_file=None)
     s.training.optuna_storage = f"sqlite:///{tmp_path / 'optuna.db'}"

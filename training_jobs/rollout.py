@@ -1,9 +1,14 @@
-"""Safe rollout of a fine-tuned encoder: evaluate, re-embed the memory into the new version's collections,
-promote only when not worse.
+"""Safe rollout of a fine-tuned encoder: carry the memory into the new version's collections, calibrate the candidate
+and production the same way, promote only when the candidate's calibrated ``newsmon`` row is not worse
+(:mod:`newsmon.training_jobs.gate`).
 
-The promoted model is recorded in ``<home>/models/promoted.json`` (model path, model version, figures, the
-previous record, and ``replaces``: the model version and dimension whose collections were re-embedded, from
-which a worker started after the promotion catches up); encoders built by :func:`effective_encoder_settings`
+The promoted model is recorded in ``<home>/models/promoted.json``: ``model_path``, ``model_version``,
+``calibration`` (language -> the id of the calibration record the gate judged, which the workers load with the
+model: :func:`newsmon.shared.promotion.promoted_calibration`), ``gate`` (``newsmon``), ``figures`` (both calibrated
+rows), ``vectors`` (``transformed`` or ``re-embedded``), the ``previous`` record, and ``replaces``: the model version
+and dimension whose collections were carried over, from which a worker started after the promotion catches up.
+A record written before the gate judged the calibrated scorer holds ``rae`` parameters instead of ``calibration``:
+its model is still followed, the ``rae`` parameters are not read. Encoders built by :func:`effective_encoder_settings`
 follow it while ``encoder.follow_promoted`` is on, and running workers switch to it between two batches
 (nothing is lost or committed twice: a batch is always finished and committed with one model). With a Qdrant
 server, the alias ``<prefix>_<lang>`` is also switched to the new collection. Every rollout, promoted or refused, is appended
@@ -21,17 +26,19 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import structlog
 
+from newsmon.shared.classifier import Classifier
 from newsmon.shared.encoder_adapter import read_adapter, transform_vectors
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Corpus
-from newsmon.shared.encoder import Encoder, resolve_model
-from newsmon.shared.evaluation import run_eval
+from newsmon.shared.encoder import Encoder
 from newsmon.shared.memory import MemoryRouter, copy_missing
 from newsmon.shared.promotion import (atomic_write_json, effective_encoder_settings, promoted_file,
                                       read_promoted, settings_with_model)
+from newsmon.training_jobs.gate import GATED, calibrated_row, judge
 
 log = structlog.get_logger(__name__)
 
@@ -41,26 +48,30 @@ def models_dir(settings: Settings) -> Path:
     return Path(settings.home) / "models"
 
 
-def evaluate_model(settings: Settings, model: str, corpus: Corpus, progress: bool = True,
-                   rae: dict | None = None) -> dict:
-    """RAE-XMC on the test split with ``model``; returns the ``all`` metrics (uF1, Acc, ...) and the ranking
-    metrics.
+def candidate_settings(settings: Settings, candidate_path: str) -> Settings:
+    """A copy of ``settings`` whose encoder is the candidate, not following ``promoted.json`` (which still names
+    production while the candidate is judged)."""
+    s = settings_with_model(settings, candidate_path)
+    s.encoder.follow_promoted = False
+    return s
 
-    Args:
-        rae: k / tau / lambda / threshold chosen for this model (``top_k``, ``tau``, ``lam``, ``threshold``;
-            e.g. from the nightly job's tuning on validation); None = ``settings.scoring``'s k, tau and threshold.
-            A model whose vectors changed needs its own: the softmax temperature and threshold depend on the
-            similarity scale.
-    """
-    s = settings_with_model(settings, model)
-    report = run_eval(corpus, ["rae"], s, progress=progress, rae=rae)
-    m = report["methods"]["rae"]["metrics"]
-    return {**m["all"], **m.get("ranking", {}), "model_version": report["encoder"]["model"]}
+
+def measure(settings: Settings, corpus: Corpus) -> dict:
+    """The calibrated ``newsmon`` row of the model ``settings`` name (:func:`newsmon.training_jobs.gate.calibrated_row`:
+    calibrated on its memory plus the corpus's validation split, measured on its test split)."""
+    validation = [a for a in corpus.split("validation") if a.labels]
+    test = [a for a in corpus.split("test") if a.labels]
+    clf = Classifier(settings)
+    try:
+        return calibrated_row(clf, validation, test, str(corpus.path))
+    finally:
+        clf.close()
 
 
 @dataclass
 class RolloutDecision:
-    """What the gate decided, with the figures it compared (test split, RAE-XMC)."""
+    """What the gate decided, with the calibrated ``newsmon`` rows it compared (test split; see
+    :func:`newsmon.training_jobs.gate.calibrated_row`: ``uF1``, ``Acc``, ..., ``model_version``, ``records``)."""
 
     promoted: bool
     reason: str
@@ -71,40 +82,35 @@ class RolloutDecision:
     decided_at: str
 
 
-def rollout(settings: Settings, candidate_path: str, corpus: Corpus, candidate_rae: dict | None = None,
-            current_rae: dict | None = None) -> RolloutDecision:
-    """Compare the candidate with the current model on the same test articles; when micro-F1 and subset
-    accuracy are not worse beyond ``training.tolerance``: carry the memory into the candidate's collections
-    (re-embedded, or for an adapter trained on the current version its stored vectors transformed by the
-    adapter's matrix), switch aliases (server), write ``promoted.json``. Otherwise production is left untouched.
-    Both outcomes are logged to ``rollouts.jsonl``; a refusal is not an error.
+def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutDecision:
+    """Carry the memory into the candidate's collections (re-embedded, or for an adapter trained on the current
+    version its stored vectors transformed by the adapter's matrix); calibrate the candidate and production the same
+    way (:func:`newsmon.training_jobs.calibration.calibrate_memory`, as ``memory build --calibrate``) and measure
+    both scorers on the same test articles; promote when the candidate's calibrated ``newsmon`` row is not worse
+    (micro-F1 and subset accuracy, within ``training.tolerance``: :func:`newsmon.training_jobs.gate.judge`):
+    switch aliases (server) and write ``promoted.json``, which names the candidate's calibration records. Otherwise
+    production is left untouched (its aliases, ``promoted.json``, its collections; the candidate's collections and
+    records stay unused). Both outcomes are logged to ``rollouts.jsonl``; a refusal is not an error.
 
-    Args:
-        candidate_rae, current_rae: RAE-XMC parameters tuned for each model (see :func:`evaluate_model`);
-            None = ``settings.scoring``'s for that side.
+    Raises:
+        ValueError: the corpus has no labelled test article, or the memory no labelled article.
     """
-    tol = settings.training.tolerance
+    if not any(a.labels for a in corpus.split("test")):
+        raise ValueError(f"the gate needs labelled test articles; {corpus.path} has none")
     current_enc = effective_encoder_settings(settings)
-    current_path = resolve_model(current_enc.model, settings.home)
-    cur = evaluate_model(settings, current_path, corpus, rae=current_rae)
-    cand = evaluate_model(settings, candidate_path, corpus, rae=candidate_rae)
-    worse = [m for m in ("uF1", "Acc") if cand[m] < cur[m] - tol]
+    reembedded, replaces, target, transform = _carry_memory(settings, current_enc, candidate_path)
+    cur = measure(settings, corpus)
+    cand = measure(candidate_settings(settings, candidate_path), corpus)
+    promoted, reason = judge({GATED: cur}, {GATED: cand}, settings.training.tolerance)
     now = datetime.now(UTC).isoformat()
-    reembedded: dict = {}
-    if worse:
-        reason = "refused: " + ", ".join(f"{m} {100 * cand[m]:.1f} < current {100 * cur[m]:.1f} - tolerance "
-                                         f"{100 * tol:.1f}" for m in worse)
-        promoted = False
-    else:
-        reembedded, replaces, transform = _carry_memory(settings, current_enc, candidate_path)
-        previous = read_promoted(settings)
+    if promoted:
+        if settings.memory.url:
+            _switch_aliases(settings, target)
         atomic_write_json(promoted_file(settings), {
             "model_path": str(candidate_path), "model_version": cand["model_version"], "promoted_at": now,
-            "replaces": replaces, "previous": previous, "figures": {"candidate": cand, "current": cur},
-            "rae": candidate_rae or {}, "vectors": "transformed" if transform else "re-embedded"})
-        reason = (f"promoted: uF1 {100 * cand['uF1']:.1f} vs {100 * cur['uF1']:.1f}, Acc {100 * cand['Acc']:.1f} "
-                  f"vs {100 * cur['Acc']:.1f} (tolerance {100 * tol:.1f})")
-        promoted = True
+            "replaces": replaces, "previous": read_promoted(settings), "gate": GATED,
+            "calibration": cand["records"], "figures": {"candidate": cand, "current": cur},
+            "vectors": "transformed" if transform else "re-embedded"})
     decision = RolloutDecision(promoted, reason, cur, cand, str(candidate_path), reembedded, now)
     models_dir(settings).mkdir(parents=True, exist_ok=True)
     with (models_dir(settings) / "rollouts.jsonl").open("a") as fh:
@@ -112,41 +118,51 @@ def rollout(settings: Settings, candidate_path: str, corpus: Corpus, candidate_r
     manifest = Path(candidate_path) / "newsmon_model.json"
     if manifest.exists():
         info = json.loads(manifest.read_text())
-        info["evaluation"] = {"candidate": cand, "current": cur, "promoted": promoted, "reason": reason}
+        info["evaluation"] = {"gate": GATED, "candidate": cand, "current": cur, "promoted": promoted,
+                              "reason": reason}
         manifest.write_text(json.dumps(info, indent=2, default=float))
-    log.info("rollout decided", promoted=promoted, reason=reason)
+    log.info("rollout decided", promoted=promoted, reason=reason, calibration=cand["records"])
     return decision
 
 
-def _carry_memory(settings: Settings, current_enc, candidate_path: str) -> tuple[dict, dict, bool]:
-    """Fill the candidate's collections from the current version's: an adapter trained on the current version
-    maps the stored vectors (``normalize(v @ step.T)``, no re-encoding), any other candidate re-embeds the
-    stored text; switch the aliases (server). Returns (counts, ``replaces`` record, whether transformed)."""
+def _carry_memory(settings: Settings, current_enc, candidate_path: str) -> tuple[dict, dict, dict, bool]:
+    """Fill the candidate's collections from the current version's (nothing is switched: production reads its own
+    collections until the promotion): an adapter trained on the current version maps the stored vectors
+    (``normalize(v @ step.T)``, no re-encoding), any other candidate re-embeds the stored text. Returns (counts,
+    ``replaces`` record, the candidate's ``{"model_version", "dim"}``, whether transformed)."""
     old_enc = Encoder(current_enc, settings.home)
     new_enc = Encoder(settings.encoder.model_copy(update={"model": candidate_path}), settings.home)
     old_router = MemoryRouter(settings, old_enc.model_id, old_enc.dim)
     new_router = MemoryRouter(settings, new_enc.model_id, new_enc.dim)
     replaces = {"model_version": old_enc.model_id, "dim": old_enc.dim}
+    target = {"model_version": new_enc.model_id, "dim": new_enc.dim}
     adapter = read_adapter(candidate_path)
     transform = None
     if adapter is not None and adapter.trained_on == old_enc.model_id:
         transform = partial(transform_vectors, adapter.step)
     try:
         counts = copy_missing(old_router, new_router, new_enc, progress=True, transform=transform)
-        if settings.memory.url:
-            _switch_aliases(settings, new_router)
     finally:
         old_router.close()
         new_router.close()
         old_enc.close()
         new_enc.close()
-    return counts, replaces, transform is not None
+    return counts, replaces, target, transform is not None
 
 
-def _switch_aliases(settings: Settings, router: MemoryRouter) -> None:
-    """Point ``<prefix>_<lang>`` at the new version's collection of each language (Qdrant server)."""
+def _switch_aliases(settings: Settings, target: dict) -> None:
+    """Point ``<prefix>_<lang>`` at the new version's collection of each language (Qdrant server); ``target``:
+    its ``{"model_version", "dim"}``."""
     from qdrant_client import models  # deferred: a slow import, server mode only
 
+    router = MemoryRouter(settings, target["model_version"], target["dim"])
+    try:
+        _update_aliases(settings, router, models)
+    finally:
+        router.close()
+
+
+def _update_aliases(settings: Settings, router: MemoryRouter, models: Any) -> None:
     ops = []
     for lang in router.languages(refresh=True):
         alias = f"{settings.memory.collection_prefix}_{lang}"
@@ -175,4 +191,5 @@ def degrade(model_path: str, out_dir: Path, noise: float = 0.5, seed: int = 0) -
     return out_dir
 
 
-__all__ = ["RolloutDecision", "degrade", "evaluate_model", "models_dir", "promoted_file", "read_promoted", "rollout"]
+__all__ = ["RolloutDecision", "candidate_settings", "degrade", "measure", "models_dir", "promoted_file", "read_promoted",
+           "rollout"]

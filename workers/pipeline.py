@@ -32,11 +32,12 @@ from confluent_kafka import Message
 from newsmon.schemas import (ArticleEvent, DeadLetterReason, DeadLetterStage, InvalidEvent, LabelProposal,
                              ProposedLabel, ScoringInfo, Timings, parse_event)
 from newsmon.shared.classifier import Classifier
+from newsmon.shared.scoring.records import CalibrationUnreadable
 from newsmon.shared.scoring.wire import proposal_fields
 from newsmon.shared.config import Settings
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.memory import SearchFilter, UnknownLanguageError, catch_up, replaced_router
-from newsmon.shared.promotion import read_promoted
+from newsmon.shared.promotion import promoted_calibration, read_promoted
 from newsmon.shared.text import article_text
 from newsmon.workers.copies import Duplicate, duplicate_labels, inherited_labels, link_copies
 from newsmon.workers.pending import recheck_originals, write_pending
@@ -151,8 +152,27 @@ class ArticlePipeline:
             old.encoder.close()
         self._promotion_seen = version
         log.info("switched to the promoted model", old=old.model_version, new=new.model_version,
-                 caught_up=copied, seconds=round(time.perf_counter() - started, 1))
+                 caught_up=copied, seconds=round(time.perf_counter() - started, 1),
+                 calibration=self._promoted_records(rec))
         return True
+
+    def _promoted_records(self, rec: dict | None) -> dict[str, str | None]:
+        """Language -> the calibration record the new model is scored with (:meth:`Classifier.resolved
+        <newsmon.shared.classifier.Classifier.resolved>`: the one stored under its collection); a warning names
+        each language whose record is not the one the promotion named (a later ``newsmon tune`` replaced it,
+        say)."""
+        named = promoted_calibration(rec)
+        loaded: dict[str, str | None] = {}
+        for lang in self.classifier.languages():
+            try:
+                loaded[lang] = self.classifier.resolved(lang).record
+            except CalibrationUnreadable as exc:  # the batch that reads it pauses the worker and says so
+                loaded[lang] = f"unreadable: {exc.path}"
+        for lang, rid in named.items():
+            if loaded.get(lang) != rid:
+                log.warning("the promoted model's calibration record is not the one the promotion named",
+                            language=lang, named=rid, loaded=loaded.get(lang))
+        return loaded
 
     def _catch_up_replaced(self, rec: dict | None) -> None:
         old = replaced_router(self.settings, rec, self.classifier.model_version)

@@ -54,9 +54,10 @@ def train_tune(
     resume: Annotated[Optional[str], typer.Option(help="Continue this earlier study (same model and data) "
                                                        "instead of starting a new one.")] = None,
 ) -> None:
-    """Optuna search of k / tau / lambda / threshold on validation (subset accuracy); study in SQLite or
-    PostgreSQL (NEWSMON_TRAINING__OPTUNA_STORAGE), a new one per run unless --resume names one."""
-    from newsmon.training_jobs.nightly import tune  # deferred: see the module docstring
+    """Optuna study of the rae baseline's k / tau / lambda / threshold on validation (subset accuracy); study in
+    SQLite or PostgreSQL (NEWSMON_TRAINING__OPTUNA_STORAGE), a new one per run unless --resume names one. Not a
+    stage of `train nightly`, and nothing it finds is served (the calibration chooses what serves)."""
+    from newsmon.training_jobs.rae_study import tune  # deferred: see the module docstring
 
     s = settings_from_env(data=data)
     try:
@@ -70,28 +71,29 @@ def train_rollout(
     model: Annotated[str, typer.Argument(help="Candidate model directory.")],
     data: Annotated[Optional[Path], typer.Option(help="Corpus (default: NEWSMON_DATA).")] = None,
 ) -> None:
-    """Evaluate the candidate against the current model on the test split; promote it (re-embed the memory,
-    switch) only when micro-F1 and subset accuracy are not worse beyond the tolerance."""
+    """Carry the memory into the candidate's collections, calibrate the candidate and the current model (as
+    `memory build --calibrate`), compare their calibrated newsmon rows on the test split; promote the candidate
+    (switch, promoted.json naming its calibration records) only when micro-F1 and subset accuracy are not worse
+    beyond the tolerance."""
     from newsmon.training_jobs.rollout import rollout  # deferred: see the module docstring
 
     s = settings_from_env(data=data)
     d = rollout(s, model, corpus_or_fail(s))
-    print(json.dumps({"promoted": d.promoted, "reason": d.reason, "reembedded": d.reembedded}, indent=2))
+    print(json.dumps({"promoted": d.promoted, "reason": d.reason, "reembedded": d.reembedded,
+                      "calibration": d.candidate["records"]}, indent=2))
 
 
 def train_nightly(
     data: Annotated[Optional[Path], typer.Option(help="Corpus (default: NEWSMON_DATA).")] = None,
     max_steps: Annotated[Optional[int], typer.Option(
         min=1, help="Cap on fine-tuning steps (the finetune budget).")] = None,
-    trials: Annotated[Optional[int], typer.Option(
-        min=0, help="Optuna trials (default NEWSMON_TRAINING__TUNE_TRIALS).")] = None,
     source: Annotated[str, typer.Option(help="Training articles: corpus (train split) or memory.")] = "corpus",
 ) -> None:
-    """Mine -> train (the encoder on CUDA; on CPU NEWSMON_TRAINING__CPU_BUDGET: adapter by default) -> tune ->
-    rollout -> re-calibrate. Exits 0 when the candidate is promoted or refused; non-zero only when a stage
-    fails."""
+    """Mine -> train (the encoder on CUDA; on CPU NEWSMON_TRAINING__CPU_BUDGET: adapter by default) -> calibrate
+    the candidate and the current model -> compare their calibrated newsmon rows on the test split -> promote or
+    refuse. Exits 0 when the candidate is promoted or refused; non-zero only when a stage fails."""
     from newsmon.training_jobs.nightly import run_nightly  # deferred: see the module docstring
 
     s = settings_from_env(data=data)
-    rep = run_nightly(s, corpus_or_fail(s), max_steps=max_steps, trials=trials, source=source)
+    rep = run_nightly(s, corpus_or_fail(s), max_steps=max_steps, source=source)
     print(json.dumps(asdict(rep), indent=2, default=float))
