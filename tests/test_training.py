@@ -1,5 +1,6 @@
-"""The nightly job on a real slice of reuters21578_en, on CPU: real hard negatives, a few fine-tuning steps,
-Optuna studies in SQLite and in the real PostgreSQL, and the rollout gate both ways."""
+"""The nightly job on a real slice of reuters21578_en, on CPU: real hard negatives, a few fine-tuning steps, the
+rollout gate both ways (on the calibrated newsmon rows), and the offline Optuna study of the rae baseline (`train
+tune`, not a stage of the chain) in SQLite and in the real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -55,10 +56,27 @@ def test_hard_negatives_are_real(train_settings, reuters_slice, tmp_path):
     assert report["negatives_max"] <= 7 and len(report["data_sha256"]) == 64
 
 
-def test_finetune_tune_and_rollout_gate_both_ways(train_settings, reuters_slice, tmp_path):
+def test_rae_study_in_sqlite_and_postgresql(train_settings, reuters_slice):
+    from newsmon.training_jobs.rae_study import optuna_storage, tune
+
+    s = train_settings
+    best = tune(s, reuters_slice, s.encoder.model, trials=4)  # SQLite (default)
+    assert 1 <= best["top_k"] <= 100 and best["trials"] == 4
+    assert len(optuna.load_study(study_name=best["study"], storage=optuna_storage(s)).trials) == 4
+    s_pg = s.model_copy(deep=True)  # the real PostgreSQL on loopback
+    s_pg.training.optuna_storage = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
+    best_pg = tune(s_pg, reuters_slice, s.encoder.model, trials=3)
+    name, pg = best_pg["study"], optuna_storage(s_pg)
+    assert name.startswith(f"newsmon-rae-{Path(s.encoder.model).name}-")
+    assert len(optuna.load_study(study_name=name, storage=pg).trials) == 3
+    optuna.delete_study(study_name=name, storage=pg)
+    assert best_pg["storage"].endswith("/test")
+
+
+def test_finetune_and_rollout_gate_both_ways(train_settings, reuters_slice, tmp_path):
     from newsmon.shared.classifier import Classifier
     from newsmon.training_jobs.finetune import finetune
-    from newsmon.training_jobs.nightly import mine, optuna_storage, tune
+    from newsmon.training_jobs.nightly import mine
     from newsmon.training_jobs.rollout import degrade, read_promoted, rollout
 
     s = train_settings
@@ -85,39 +103,29 @@ def test_finetune_tune_and_rollout_gate_both_ways(train_settings, reuters_slice,
     assert manifest["hyperparameters"]["in_batch_negatives"] is False
     assert manifest["hyperparameters"]["max_steps"] == 3
 
-    # Optuna study in SQLite (default) and in the real PostgreSQL on loopback
-    best = tune(s, reuters_slice, str(cand), trials=4)
-    assert 1 <= best["top_k"] <= 100 and best["trials"] == 4
-    assert len(optuna.load_study(study_name=best["study"], storage=optuna_storage(s)).trials) == 4
-    s_pg = s.model_copy(deep=True)
-    s_pg.training.optuna_storage = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
-    best_pg = tune(s_pg, reuters_slice, str(cand), trials=3)
-    name, pg = best_pg["study"], optuna_storage(s_pg)
-    assert name.startswith(f"newsmon-rae-{cand.name}-")
-    assert len(optuna.load_study(study_name=name, storage=pg).trials) == 3
-    optuna.delete_study(study_name=name, storage=pg)
-    assert best_pg["storage"].endswith("/test")
-
-    # gate, refused: a deliberately degraded model; production untouched
+    # gate, refused: a deliberately degraded model (its calibrated newsmon row falls); production untouched
     bad = degrade(str(cand), tmp_path / "degraded", noise=3.0)  # clearly worse, not within the tolerance
     d = rollout(s, str(bad), reuters_slice)
-    assert not d.promoted and d.reason.startswith("refused")
+    assert not d.promoted and d.reason.startswith("refused: calibrated newsmon")
     assert d.candidate["uF1"] < d.current["uF1"]
     assert read_promoted(s) is None
     after = Classifier(s)
     assert after.model_version == current_version and after.memory("en").count() == 50
     after.close()
 
-    # gate, promoted: the fine-tuned candidate (a few CPU steps: not worse within the tolerance)
+    # gate, promoted: the fine-tuned candidate (a few CPU steps: not worse within the tolerance), named with the
+    # calibration record its row was measured with
     s.training.tolerance = 0.05
     d = rollout(s, str(cand), reuters_slice)
     assert d.promoted, d.reason
     rec = read_promoted(s)
     assert rec["model_path"] == str(cand) and rec["model_version"] == d.candidate["model_version"]
-    assert d.reembedded == {"en": 50}
-    promoted = Classifier(s)  # new encoders follow the promotion, and its collection is filled
+    assert d.reembedded == {"en": 50} and rec["vectors"] == "re-embedded"
+    assert rec["calibration"] == d.candidate["records"] == {"en": d.candidate["scored_with"][0]}
+    promoted = Classifier(s)  # new encoders follow the promotion, and its collection is filled and calibrated
     assert promoted.model_version == rec["model_version"] != current_version
     assert promoted.memory("en").count(SearchFilter(labelled=True)) == 50
+    assert promoted.resolved("en").record == rec["calibration"]["en"]
     promoted.close()
     log = [json.loads(x) for x in (Path(s.home) / "models" / "rollouts.jsonl").read_text().splitlines()]
     assert [x["promoted"] for x in log] == [False, True]
