@@ -6,7 +6,8 @@ language's memory scored leave-one-out (its neighbours among the *other* memory 
 production routing), plus the corpus's validation split when one is given. Never the test split. An adapted model
 (:mod:`newsmon.shared.encoder_adapter`) is calibrated on the validation split alone when there is one: its adapter was
 trained on the memory's own articles, so their leave-one-out neighbourhoods flatter it. Run by ``newsmon tune``,
-``newsmon memory build --calibrate``, the nightly job after a promotion, and the demo before it streams.
+``newsmon memory build --calibrate``, the nightly job (the candidate and the current model, before its gate
+compares them: :mod:`newsmon.training_jobs.gate`), and the demo before it streams.
 """
 
 from __future__ import annotations

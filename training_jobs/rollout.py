@@ -56,7 +56,7 @@ def candidate_settings(settings: Settings, candidate_path: str) -> Settings:
     return s
 
 
-def measure(settings: Settings, corpus: Corpus) -> dict:
+def measure_calibrated(settings: Settings, corpus: Corpus) -> dict:
     """The calibrated ``newsmon`` row of the model ``settings`` name (:func:`newsmon.training_jobs.gate.calibrated_row`:
     calibrated on its memory plus the corpus's validation split, measured on its test split)."""
     validation = [a for a in corpus.split("validation") if a.labels]
@@ -99,8 +99,8 @@ def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutD
         raise ValueError(f"the gate needs labelled test articles; {corpus.path} has none")
     current_enc = effective_encoder_settings(settings)
     reembedded, replaces, target, transform = _carry_memory(settings, current_enc, candidate_path)
-    cur = measure(settings, corpus)
-    cand = measure(candidate_settings(settings, candidate_path), corpus)
+    cur = measure_calibrated(settings, corpus)
+    cand = measure_calibrated(candidate_settings(settings, candidate_path), corpus)
     promoted, reason = judge({GATED: cur}, {GATED: cand}, settings.training.tolerance)
     now = datetime.now(UTC).isoformat()
     if promoted:
@@ -191,5 +191,5 @@ def degrade(model_path: str, out_dir: Path, noise: float = 0.5, seed: int = 0) -
     return out_dir
 
 
-__all__ = ["RolloutDecision", "candidate_settings", "degrade", "measure", "models_dir", "promoted_file", "read_promoted",
-           "rollout"]
+__all__ = ["RolloutDecision", "candidate_settings", "degrade", "measure_calibrated", "models_dir", "promoted_file",
+           "read_promoted", "rollout"]
