@@ -69,9 +69,15 @@ def open_near_duplicates(settings: Settings) -> NearDuplicateIndex:
 def open_pipeline(settings: Settings, classifier: Classifier | None = None) -> ArticlePipeline:
     """The classifier worker's article pipeline for ``settings``: ``classifier`` (default: the production model
     and memory), the workers' label registry and near-duplicate index; dependency calls made once
-    (:func:`~newsmon.workers.pipeline.call_directly`)."""
-    return ArticlePipeline(settings, classifier or Classifier(settings), open_near_duplicates(settings),
-                           open_label_registry(settings))
+    (:func:`~newsmon.workers.pipeline.call_directly`). The registry is opened first: a registry file that does
+    not parse fails before the model is loaded.
+
+    Raises:
+        ValueError: the registry file does not parse (:func:`open_label_registry`).
+    """
+    registry = open_label_registry(settings)
+    dedup = open_near_duplicates(settings)
+    return ArticlePipeline(settings, classifier or Classifier(settings), dedup, registry)
 
 
 def article_messages(articles: list[dict], now_ms: int | None = None) -> list[Message]:
