@@ -1,11 +1,16 @@
 """One assembly: for the same memory and articles, what the classifier worker proposes (its article pipeline,
 the stages the worker runs per batch) and what ``eval``'s ``newsmon`` row measures are the same scores and the same
-decisions: both are the scorer (:class:`newsmon.shared.scoring.Scorer`) with the same parameters. Real Slovene
-news, the real e5-small weights, the real embedded Qdrant engine."""
+decisions: both are the scorer (:class:`newsmon.shared.scoring.Scorer`) with the same parameters. And ``newsmon
+suggest``, ``POST /v1/suggest`` (the API's service) and the worker give the same proposal for the same article under
+the same label registry (a KwE rule, a rename): all three run the worker's stages. Real Slovene news, the real
+e5-small weights, the real embedded Qdrant engine."""
 
 from __future__ import annotations
 
+import json
+import re
 import time
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -22,6 +27,8 @@ from newsmon.shared.scoring.models import ModelCache
 from newsmon.shared.scoring.records import CalibrationRecord, record_id
 from newsmon.workers.labels import LabelRegistry
 from newsmon.workers.pipeline import ArticlePipeline
+
+RULE = "client:one-scorer-rule"
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +91,73 @@ def test_the_worker_proposes_what_the_eval_row_measures(memory_classifier, split
             assert x.score == float(S[i, col[x.label]]), (a.id, x.label)
         compared += 1
     assert compared >= 20
+    _suggest_api_and_worker_alike(clf, train, test, newsmon_home)
+
+
+def _matching_word(texts: list[str]) -> str:
+    """A word (6 letters or more) that 2 to 6 of ``texts`` hold, the most frequent such, ties by the word."""
+    counts = Counter(w for t in texts for w in set(re.findall(r"[^\W\d_]{6,}", t.lower())))
+    return min((w for w, n in counts.items() if 2 <= n <= 6), key=lambda w: (-counts[w], w))
+
+
+def _wire(proposal) -> dict:
+    """A proposal as compared across paths: all but its revision (each kept proposal of an article is the next
+    one), its timings and when it was produced."""
+    return proposal.model_dump(mode="json", exclude={"revision", "timings", "produced_at"})
+
+
+def _suggest_api_and_worker_alike(clf, train, test, newsmon_home):
+    """The same articles through the worker's pipeline, the API's suggest and ``newsmon suggest`` (its typer app,
+    reading the registry the embedded memory updater keeps in ``<home>/state/labels.json`` and the memory, the
+    calibration record and its stored models from disk): the same proposals, the registry's rule and rename
+    applied by all three."""
+    from typer.testing import CliRunner
+
+    from newsmon.api.service import build_service
+    from newsmon.cli import app
+    from newsmon.schemas import LabelDefinition, LabelProposal, parse_event
+    from newsmon.shared.encoder import resolve_model
+    from newsmon.workers.proposing import open_label_registry
+
+    word = _matching_word([a.text for a in test])
+    old = Counter(lb for a in train for lb in a.labels).most_common(1)[0][0]
+    registry = open_label_registry(clf.settings)  # the file registry of the home: what `newsmon suggest` reads
+    registry.define(RULE, LabelDefinition(kwes=[word]))
+    registry.rename(old, f"{old}-renamed")
+    events = [json.loads(article_event(a).to_bytes()) for a in test]
+    pipeline = ArticlePipeline(clf.settings, clf, NearDuplicateIndex(), registry)
+    now = int(time.time() * 1000)
+    batch, rejected = pipeline.validate([Message(topic="articles", partition=0, offset=i, value=json.dumps(e).encode(),
+                                                 timestamp=(1, now)) for i, e in enumerate(events)])
+    assert not rejected
+    pipeline.propose(batch)
+    worker = {lp.article_id: lp for _m, lp in pipeline.emit(batch)}
+    svc = build_service(clf.settings, clf, registry, NearDuplicateIndex())
+    try:
+        api = {lp.article_id: lp for lp in svc.suggest(events)}
+    finally:
+        svc.producer.flush(0)
+    assert [_wire(api[a.id]) for a in test] == [_wire(worker[a.id]) for a in test]
+    ruled = [a for a in test if any(x.label == RULE for x in worker[a.id].labels)]
+    assert ruled and all(x.source == "rule" and word in x.rule.matched[0].lower() for a in ruled
+                         for x in worker[a.id].labels if x.label == RULE)
+    named = {x.label for lp in worker.values() for x in [*lp.labels, *lp.candidates]}
+    assert old not in named and f"{old}-renamed" in named
+    # newsmon suggest: its own process's settings from the environment, the same home, memory and model
+    home = clf.settings.home
+    (home / "models").mkdir(parents=True, exist_ok=True)
+    (newsmon_home / "models" / "onnx").mkdir(parents=True, exist_ok=True)
+    if not (home / "models" / "onnx").exists():
+        (home / "models" / "onnx").symlink_to(newsmon_home / "models" / "onnx", target_is_directory=True)
+    env = {"NEWSMON_HOME": str(home), "NEWSMON_MEMORY__PATH": str(clf.settings.memory.path),
+           "NEWSMON_ENCODER__MODEL": resolve_model(clf.settings.encoder.model, newsmon_home)}
+    renamed = next(a for a in test if any(x.label == f"{old}-renamed" for x in [*worker[a.id].labels,
+                                                                             *worker[a.id].candidates]))
+    picked = list(dict.fromkeys([*ruled[:2], renamed, test[0]]))
+    clf.router.close()  # the embedded engine: one open handle per memory; the CLI opens its own
+    for a in picked:
+        res = CliRunner().invoke(app, ["suggest", a.text, "--lang", a.lang, "--id", a.id, "--json"], env=env)
+        assert res.exit_code == 0, res.output
+        (got,) = json.loads(res.stdout)
+        cli = parse_event(LabelProposal, json.dumps(got).encode("utf-8"))
+        assert _wire(cli) == _wire(worker[a.id]), a.id

@@ -1,7 +1,8 @@
 """The article path, one method per stage, in order:
 
 ``validate`` -> ``near_duplicates`` -> ``embed`` -> ``retrieve_and_score`` -> ``match_rules`` -> ``store_pending``
--> ``emit`` (:meth:`ArticlePipeline.propose` runs the middle five; the worker and ``POST /v1/suggest`` share it)
+-> ``emit`` (:meth:`ArticlePipeline.propose` runs the middle five; the worker, ``POST /v1/suggest`` and
+``newsmon suggest`` share it, the last two through :mod:`newsmon.workers.proposing`)
 
 :class:`ArticlePipeline` is the classifier worker's service object; the worker
 (:mod:`newsmon.workers.classifier`) only moves messages, offsets and errors. Every dependency call goes through
@@ -100,6 +101,9 @@ class ArticleBatch:
                                                                "rules": 0.0})
     registry: RegistryState | None = None  # the label registry's snapshot the batch was scored with
     hits: dict | None = None  # id(item) -> (original id, Jaccard) from the near-duplicate index, once checked
+    #: whether its articles are kept: indexed as near-duplicate originals and stored as pending points (the worker,
+    #: ``POST /v1/suggest``); False for ``newsmon suggest``, which reads the index and writes nothing
+    keep: bool = True
 
     @property
     def fresh(self) -> list[ArticleItem]:
@@ -190,15 +194,17 @@ class ArticlePipeline:
 
     # -- the stages -------------------------------------------------------------------------------
     def propose(self, batch: ArticleBatch, stage: Callable[..., AbstractContextManager] | None = None) -> None:
-        """The stages between ``validate`` and ``emit``, in order, for a batch with valid articles; each runs
-        inside ``stage(<its DeadLetterStage>)`` when given (the worker's: it names the stage of a failure and
-        holds the stage to its time budget)."""
+        """The stages between ``validate`` and ``emit``, in order, for a batch with valid articles (``store_pending``
+        only when the batch is kept, :attr:`ArticleBatch.keep`); each runs inside ``stage(<its DeadLetterStage>)``
+        when given (the worker's: it names the stage of a failure and holds the stage to its time budget)."""
         for name, run in ((DeadLetterStage.NEAR_DUPLICATES, self.near_duplicates),
                           (DeadLetterStage.EMBED, self.embed),
                           (DeadLetterStage.RETRIEVE_AND_SCORE, self.retrieve_and_score),
                           (DeadLetterStage.LABEL_RULES, self.match_rules),
                           # before the proposals: a moderator can only decide on a produced proposal
                           (DeadLetterStage.STORE_PENDING, self.store_pending)):
+            if name is DeadLetterStage.STORE_PENDING and not batch.keep:
+                continue
             with (stage(name) if stage is not None else nullcontext()):
                 run(batch)
 
@@ -258,12 +264,16 @@ class ArticlePipeline:
         batch.seconds["dedup"] += time.perf_counter() - t0
 
     def index_near_copies(self, batch: ArticleBatch) -> None:
-        """The index part of :meth:`near_duplicates` into ``batch.hits``; no memory call, so it may run ahead,
-        while the previous batch is finished. The language collections are listed again, once per batch."""
+        """The index part of :meth:`near_duplicates` into ``batch.hits`` (a batch not kept is only looked up:
+        its articles are not indexed); no memory call, so it may run ahead, while the previous batch is finished.
+        The language collections are listed again, once per batch."""
         self.classifier.router.new_batch()
         batch.hits = {}
         for it in batch.items:
-            hit = self.call("near-duplicate index", self.dedup.check_and_add, it.event.article_id, it.text)
+            if batch.keep:
+                hit = self.call("near-duplicate index", self.dedup.check_and_add, it.event.article_id, it.text)
+            else:
+                hit = self.call("near-duplicate index", self.dedup.find, it.text, it.event.article_id)
             if hit is not None:
                 batch.hits[id(it)] = hit
 

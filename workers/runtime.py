@@ -18,16 +18,17 @@ from http.server import ThreadingHTTPServer
 import structlog
 
 from newsmon.shared.classifier import Classifier, model_identity
-from newsmon.shared.config import Settings, redact_url, reveal
+from newsmon.shared.config import Settings, redact_url
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.memory import MemoryLockedError, MemoryRouter, close_all_routers, shared_router
 from newsmon.shared.memory.maintain import IndexMaintainer
 from newsmon.workers.base import BatchWorker
 from newsmon.workers.classifier import ClassifierWorker
-from newsmon.workers.labels import LabelRegistry, open_registry
-from newsmon.workers.local_state import FileLabelRegistry, SqliteDecisionPark
+from newsmon.workers.labels import LabelRegistry
+from newsmon.workers.local_state import SqliteDecisionPark
 from newsmon.workers.memory_updater import MemoryUpdaterWorker
 from newsmon.workers.observability import HEALTH, serve_http
+from newsmon.workers.proposing import open_label_registry, open_near_duplicates
 from newsmon.workers.startup import wait_for_dependencies
 from newsmon.workers.topics import prepare_topics
 
@@ -129,14 +130,11 @@ def build_runtime(settings: Settings, roles: Sequence[str] = ROLES, classifier: 
     w = settings.worker
     rt = Runtime(settings)
     state = settings.home / "state"  # without Redis: the registry and the park on local disk
-    rt.registry = (open_registry(reveal(w.redis_url), f"{w.redis_namespace}:labels") if w.redis_url else
-                   FileLabelRegistry(state / "labels.json"))
+    rt.registry = open_label_registry(settings)
     if "classifier" in roles:
         rt.classifier = classifier or Classifier(settings)
         rt.router = rt.classifier.router
-        rt.dedup = NearDuplicateIndex(threshold=w.dedup_threshold, redis_url=reveal(w.redis_url),
-                                      boilerplate_min_docs=w.dedup_boilerplate_min_docs,
-                                      namespace=f"{w.redis_namespace}:dedup")
+        rt.dedup = open_near_duplicates(settings)
         rt.workers.append(ClassifierWorker(settings, rt.classifier, rt.dedup, rt.registry))
     else:
         version, dim = model_identity(settings)

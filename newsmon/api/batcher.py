@@ -14,7 +14,6 @@ last result of :class:`Readiness`, refreshed every :data:`READY_EVERY_S` seconds
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import threading
 import time
@@ -24,12 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from confluent_kafka import Message
 
 from newsmon.api.service import ApiError, ApiService
 from newsmon.schemas import DeadLetterReason, LabelProposal
 from newsmon.shared.scoring.records import CalibrationUnreadable
 from newsmon.workers.pipeline import ArticleBatch
+from newsmon.workers.proposing import proposals_of, validated
 
 log = structlog.get_logger(__name__)
 
@@ -145,10 +144,10 @@ def suggest_many(service: ApiService, requests: list[list[dict]]) -> list[list[L
     """:meth:`ApiService.suggest` for several requests at once, as one batch through ``service``'s pipeline (the
     micro-batch of :class:`SuggestQueue`): each request validated on its own (its :class:`ApiError` in
     its place: 413, or 422 for an invalid article or one in a language the memory has no collection for), the valid
-    ones' articles proposed together, their proposals split back in order. An error of the batch is every valid
+    ones' articles proposed together through the worker's stages (:mod:`newsmon.workers.proposing`, as ``newsmon
+    suggest``), their proposals split back in order. An error of the batch is every valid
     request's. Publishing (``?publish=true``) is the route's, after the batch (:meth:`ApiService.publish_proposals`)."""
     api = service.settings.api
-    now_ms = int(time.time() * 1000)
     out: list[list[LabelProposal] | Exception] = []
     parts: list[tuple[int, ArticleBatch]] = []
     with service._lock:
@@ -157,16 +156,10 @@ def suggest_many(service: ApiService, requests: list[list[dict]]) -> list[list[L
                 out.append(ApiError(413, f"{len(articles)} articles in one request; at most api.max_articles = "
                                          f"{api.max_articles}"))
                 continue
-            # ASCII JSON (\u escapes): a lone surrogate in the request reaches validation (422) instead of
-            # failing to encode (500)
-            msgs = [Message(topic="api", partition=0, offset=i, value=json.dumps(a).encode(),
-                            timestamp=(1, now_ms)) for i, a in enumerate(articles)]
-            batch, rejected = service.pipeline.validate(msgs)
-            rejected = sorted([*rejected, *service.pipeline.refuse_unknown_languages(batch)],
-                              key=lambda r: r[0].offset() or 0)  # a language without a collection: 422, none created
+            batch, rejected = validated(service.pipeline, articles)  # a language without a collection: 422
             if rejected:
-                errors = [{"index": m.offset(), "reason": exc.reason} for m, exc in rejected]
-                status = 413 if all(exc.code is DeadLetterReason.TOO_LARGE for _m, exc in rejected) else 422
+                errors = [{"index": i, "reason": exc.reason} for i, exc in rejected]
+                status = 413 if all(exc.code is DeadLetterReason.TOO_LARGE for _i, exc in rejected) else 422
                 out.append(ApiError(status, "; ".join(f"article {e['index']}: {e['reason']}" for e in errors),
                                     errors))
                 continue
@@ -176,8 +169,7 @@ def suggest_many(service: ApiService, requests: list[list[dict]]) -> list[list[L
             whole = ArticleBatch(size=sum(b.size for _r, b in parts), items=[it for _r, b in parts
                                                                             for it in b.items])
             try:
-                service.pipeline.propose(whole)
-                proposals = [p for _m, p in service.pipeline.emit(whole)]
+                proposals = proposals_of(service.pipeline, whole)
             except CalibrationUnreadable as exc:
                 for r, _b in parts:
                     out[r] = ApiError(503, str(exc), [{"record": exc.path, "recover": exc.recover}])

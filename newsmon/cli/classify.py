@@ -165,8 +165,9 @@ def suggest(
         "--json", help="Print the proposal as JSON, in the shape POST /v1/suggest answers: a list holding the "
         "LabelProposal (as on the label-proposals topic).")] = False,
 ) -> None:
-    """Propose labels for one article: each label with its score, source and evidence (the neighbours with
-    their titles and similarity), and the best labels below the threshold."""
+    """Propose labels for one article, as the classifier worker does (the label registry's renames and retired
+    labels, the label rules' KwEs): each label with its score, source and evidence (the neighbours with their
+    titles and similarity, the words a rule matched), and the best labels below the threshold."""
     from newsmon.schemas.base import check_article_id, check_language_code  # deferred: see the module docstring
 
     text = _article_text(text, file)
@@ -192,17 +193,27 @@ def suggest(
     if as_json:  # the body POST /v1/suggest answers: a list of LabelProposals, here of one
         print(json.dumps([proposal.model_dump(mode="json")], indent=2, ensure_ascii=False))
         return
-    from newsmon.render import print_proposal, thresholds_in_words  # deferred: see the module docstring
+    from newsmon.render import print_proposal  # deferred: see the module docstring
 
-    r, t = proposal.scoring, proposal.timings
-    source = f"calibration {r.calibration}" if r.calibration else f"{r.source}: {r.note}" if r.note else r.source
-    print_proposal(console, proposal, neighbours=3, candidates=5, header=(
-        f"{proposal.article_id}: k={r.top_k}, tau={r.tau}, labels above {thresholds_in_words(proposal)} "
-        f"({source}); {t.total_ms:.0f} ms; searched {proposal.memory_version}"))
+    print_proposal(console, proposal, neighbours=3, candidates=5, header=_header(proposal))
     if proposal.abstained:
         console.print(f"(no label proposed: {proposal.abstained})", markup=False)
     if not proposal.labels and proposal.candidates:
         console.print("(lower the threshold with --threshold to propose the labels below it)")
+
+
+def _header(proposal: LabelProposal) -> str:
+    """The first line of a proposal in the readable form: the parameters and where they come from, or the
+    original of a near-copy that takes its decided labels."""
+    from newsmon.render import thresholds_in_words  # deferred: see the module docstring
+
+    r, t = proposal.scoring, proposal.timings
+    if r is None:  # a near-copy of a decided article (found in the shared near-duplicate index): its labels
+        return (f"{proposal.article_id}: a near-copy of {proposal.duplicate_of}, whose decided labels it takes; "
+                f"{t.total_ms:.0f} ms")
+    source = f"calibration {r.calibration}" if r.calibration else f"{r.source}: {r.note}" if r.note else r.source
+    return (f"{proposal.article_id}: k={r.top_k}, tau={r.tau}, labels above {thresholds_in_words(proposal)} "
+            f"({source}); {t.total_ms:.0f} ms; searched {proposal.memory_version}")
 
 
 def _article_text(text: str | None, file: Path | None) -> str:
@@ -227,39 +238,39 @@ def _article_text(text: str | None, file: Path | None) -> str:
 
 
 def _propose_one(s: Settings, text: str, lang: str | None, article_id: str) -> LabelProposal:
-    """The :class:`~newsmon.schemas.LabelProposal` of one article, exactly as the classifier worker produces it
-    on the topic: labels, up to 20 candidates below the threshold, the neighbours with titles, the parameters,
-    model and memory version, and the latency (embed, search and score, total)."""
-    from datetime import datetime, timezone
-
-    from newsmon.schemas import LabelProposal, Timings  # deferred: see the module docstring
-    from newsmon.shared.classifier import Classifier
+    """The :class:`~newsmon.schemas.LabelProposal` of one article through the classifier worker's stages
+    (:mod:`newsmon.workers.proposing`, as ``POST /v1/suggest`` with a text): the text read as the worker reads an
+    article (cleaned, cut to ``worker.max_text_chars``), looked up in the near-duplicate index, embedded, scored with
+    the neighbours' labels through the label registry (renames, retired labels), then the registry's label rules
+    (KwEs); nothing is written (no pending point, nothing indexed). The article is the event ``POST /v1/suggest``
+    makes of a text (:class:`~newsmon.api.models.SuggestText`: outlet ``api``, country ``ZZ``, so a rule with a
+    country, outlet or section filter does not match it). Exits with a clear message when the memory is empty, the
+    language has no collection, or the article is refused as the worker would refuse it."""
+    from newsmon.api.models import SuggestText  # deferred: see the module docstring
     from newsmon.shared.memory import UnknownLanguageError
-    from newsmon.shared.scoring.wire import proposal_fields
+    from newsmon.workers.proposing import open_pipeline, proposals_of, validated
 
-    clf = Classifier(s)
+    try:
+        pipeline = open_pipeline(s)
+    except ValueError as exc:  # the label registry's file does not parse: it names the file
+        fail(str(exc), 1)
+    clf = pipeline.classifier
     try:
         known = clf.languages()
         if not known:
             fail("the knowledge memory is empty for this model: run `newsmon memory build --data PATH --calibrate` "
                  "first")
-        lang = clf.language_of([text], [lang])[0]
-        if lang and lang not in known:  # never a new empty collection: the languages there are
+        lang = clf.language_of([text], [lang])[0] or known[0]
+        if lang not in known:  # never a new empty collection: the languages there are
             fail(f"--lang: {UnknownLanguageError(lang, known)}")
-        elif lang and clf.router.labelled_count(lang) < s.memory.min_language_articles:
+        elif clf.router.labelled_count(lang) < s.memory.min_language_articles:
             err.print(f"[yellow]note:[/yellow] the {lang!r} memory is small; searching it with "
                       f"{', '.join(known)} (cross-lingual)")
-        t0 = time.perf_counter()
-        vectors = clf.encoder.encode([text], role="query")
-        t1 = time.perf_counter()
-        p = clf.propose([text], [lang], vectors=vectors)[0][0]
-        t2 = time.perf_counter()
-        memory_version = "+".join(p.searched) or clf.collection(lang or known[0])
-        model_version = clf.model_version
+        event = SuggestText(text=text, lang=lang, article_id=article_id).event(lang)
+        batch, rejected = validated(pipeline, [event], keep=False)
+        if rejected:
+            fail(f"the article is refused, as the classifier worker would refuse it: {rejected[0][1].reason}")
+        return proposals_of(pipeline, batch)[0]
     finally:
+        pipeline.dedup.close()
         clf.close()
-    return LabelProposal(
-        article_id=article_id, **proposal_fields(p), model_version=model_version, memory_version=memory_version,
-        timings=Timings(batch_size=1, embed_ms=1000 * (t1 - t0), search_ms=1000 * (t2 - t1),
-                        total_ms=1000 * (t2 - t0)),
-        produced_at=datetime.now(timezone.utc))

@@ -89,11 +89,13 @@ class NearDuplicateIndex:
 
     # -- public API -------------------------------------------------------------------------------------------
 
-    def find(self, text: str) -> tuple[str, float] | None:
-        """The indexed article this text is a near-copy of.
+    def find(self, text: str, exclude: str | None = None) -> tuple[str, float] | None:
+        """The indexed article this text is a near-copy of; the index is left unchanged.
 
         Args:
             text: the article text (title + body).
+            exclude: an article id never returned (the article's own id: a text indexed before under the same id
+                is not its own original, as in :meth:`check_and_add`).
 
         Returns:
             ``(original_id, estimated_jaccard)`` of the best match with ``estimated_jaccard >= threshold``
@@ -103,7 +105,7 @@ class NearDuplicateIndex:
         if sig is None:
             return None
         with self._lock:
-            return self._find_sig(sig)
+            return self._find_sig(sig, exclude=exclude)
 
     def add(self, article_id: str, text: str) -> None:
         """Index an article as a possible original.
