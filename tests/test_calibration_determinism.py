@@ -1,7 +1,9 @@
 """Same inputs, same record (issue 38): calibrating the same memory on the same validation articles twice, once
 with one and once with two OpenMP / BLAS threads, in two processes, gives byte-identical calibration folders (the
 record, its ablation and selection report, every stored model archive). Real weights, the real embedded engine, a
-real slice of sentinews_sl; the home's calibration cache is not used (``reuse=False``), so both are computed."""
+real slice of sentinews_sl; the home's calibration cache is not used (``reuse=False``), so both are computed, and
+the runs get a home of their own (the session home's encoder artefacts and embedding cache linked in, not its
+calibration cache, which the other modules' calibrations read)."""
 
 from __future__ import annotations
 
@@ -41,13 +43,18 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow  # two processes, each builds a memory with the real encoder and calibrates it
-def test_one_and_two_threads_give_byte_identical_calibrations(newsmon_home, sentinews_slice, tmp_path):
+def test_one_and_two_threads_give_byte_identical_calibrations(newsmon_home, encoder, sentinews_slice, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    for entry in Path(newsmon_home).iterdir():  # the encoder (built by the fixture) and the embeddings, shared
+        if entry.name != "calibrations":
+            (home / entry.name).symlink_to(entry)
     got = {}
     for threads in (1, 2):
         env = dict(os.environ, **{v: str(threads) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                                             "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")})
         memory = tmp_path / f"memory-{threads}"
-        subprocess.run([sys.executable, "-c", SCRIPT, str(newsmon_home), str(memory), str(sentinews_slice)],
+        subprocess.run([sys.executable, "-c", SCRIPT, str(home), str(memory), str(sentinews_slice)],
                        env=env, check=True, timeout=900)
         got[threads] = _files(memory / "calibration")
     one, two = got[1], got[2]

@@ -36,20 +36,20 @@ class LabelVocab:
     def encode(self, label_sets: Sequence[Iterable[str]], grow: bool = True) -> sp.csr_matrix:
         """Label sets -> ``(n, L)`` 0/1 CSR matrix (float32). Unknown labels are added when ``grow``,
         ignored otherwise."""
-        rows, cols = [], []
-        for i, labels in enumerate(label_sets):
-            for lb in labels:
-                if lb not in self.index:
-                    if not grow:
-                        continue
-                    self.extend([lb])
-                rows.append(i)
-                cols.append(self.index[lb])
-        data = np.ones(len(rows), dtype=np.float32)
-        m = sp.csr_matrix((data, (rows, cols)), shape=(len(label_sets), len(self)), dtype=np.float32)
-        m.sum_duplicates()
-        m.data[:] = 1.0
-        return m
+        known: dict[Any, list[int]] = {}  # each distinct label set's sorted columns, once (neighbours repeat them)
+        indptr, indices = [0], []
+        for labels in label_sets:
+            key = labels if isinstance(labels, tuple) else tuple(labels)
+            cols = known.get(key)
+            if cols is None:
+                if grow:
+                    self.extend(key)
+                cols = known[key] = sorted({self.index[lb] for lb in key if lb in self.index})
+            indices.extend(cols)
+            indptr.append(len(indices))
+        return sp.csr_matrix((np.ones(len(indices), dtype=np.float32), np.asarray(indices, dtype=np.int64),
+                              np.asarray(indptr, dtype=np.int64)), shape=(len(label_sets), len(self)),
+                             dtype=np.float32)
 
 
 @dataclass
@@ -78,6 +78,8 @@ class Retrieval:
     texts: list[list[str]] | None = None
     cosines: np.ndarray | None = None
     terms: list[list[Any]] | None = None
+    #: label_matrix's last matrices, by the vocabulary's labels before it (the calibration asks again and again).
+    _label_rows: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def cosine(self) -> np.ndarray:
@@ -145,9 +147,19 @@ class Retrieval:
         return self.sims.shape[1]
 
     def label_matrix(self, vocab: LabelVocab) -> sp.csr_matrix:
-        """``(m * K, L)`` CSR 0/1 label rows of the neighbours (row ``i * K + j`` = neighbour j of query i)."""
-        flat = [labels for row in self.labels for labels in row]
-        return vocab.encode(flat)
+        """``(m * K, L)`` CSR 0/1 label rows of the neighbours (row ``i * K + j`` = neighbour j of query i); the
+        labels ``vocab`` lacks are added to it. Computed once per vocabulary (its labels, in order) while
+        ``labels`` is the same list; callers must not change the matrix."""
+        key = tuple(vocab.labels)
+        got = self._label_rows.get(key)
+        if got is not None and got[0] is self.labels:
+            vocab.extend(got[1])
+            return got[2]
+        m = vocab.encode([labels for row in self.labels for labels in row])
+        if len(self._label_rows) >= 4:
+            self._label_rows.clear()
+        self._label_rows[key] = (self.labels, vocab.labels[len(key):], m)
+        return m
 
     def rows(self, idx: Sequence[int]) -> Retrieval:
         """The queries ``idx`` (positions), in that order."""
