@@ -46,7 +46,7 @@ def main() -> None:
         for seed in range(args.seeds):
             report = run_eval(resplit(corpus, seed), ["newsmon"], Settings(), progress=False)
             methods = report["methods"]
-            m, metrics = methods["newsmon"], methods["newsmon"]["metrics"]
+            m, metrics = methods["newsmon"], methods["newsmon"]["metrics"]["all"]
             kept = [e["name"].split(": ", 1)[1].removesuffix(" (kept)") for k, e in sorted(
                 methods.items(), key=lambda kv: int(kv[0].rsplit("step", 1)[1]) if "_step" in kv[0] else -1)
                 if k.startswith("newsmon_step") and e["name"].endswith("(kept)")]

@@ -218,7 +218,7 @@ def _calibrate(clf: Classifier, validation: list[Article], corpus: str) -> None:
         f = cal.record.figures
         rules = params.model_dump(mode="json", exclude_defaults=True)
         fit = cal.record.fit_on
-        how = (f"reused the calibration {record_id(cal.record)} (memory, model, "
+        how = (f"reused the calibration of {lang} ({record_id(cal.record)}; memory, model, "
                f"validation articles, settings and code unchanged) in {time.perf_counter() - t0:.1f} s" if cal.reused
                else f"calibrated {lang} in {time.perf_counter() - t0:.1f} s")
         print(f"{how} on {fit['memory_articles_leave_one_out']} "

@@ -108,8 +108,8 @@ def test_a_warm_demo_reuses_the_calibration(sentinews_slice, newsmon_home, tmp_p
                                     env, timeout=900)
         text = "\n".join(screen_lines(raw))
         assert code == 0, text[-3000:]
-    assert re.search(r"^reused the calibration of sl from .* \(memory, model, validation articles, settings and "
-                     r"code unchanged\)", text, re.M), text[-3000:]
+    assert re.search(r"^reused the calibration of sl \(newsmon_sl_\S+@[0-9a-f]{12}; memory, model, validation "
+                     r"articles, settings and code unchanged\)", text, re.M), text[-3000:]
 
 
 def test_the_demo_can_leave_the_console_open_with_proposals_to_decide(sentinews_slice, newsmon_home, tmp_path):

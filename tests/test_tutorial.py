@@ -120,7 +120,7 @@ def test_tutorial_runs_as_written(small_corpus, newsmon_home, tmp_path):
     # 2: built and calibrated
     assert '"upserted": {"sl": 40}' in build and "calibration of newsmon_sl_" in build, build
     # 3: the command line scores with the calibration record
-    assert re.search(r"calibration newsmon_sl_\S+@\d{8}T\d{6}Z", " ".join(cli_suggest.split())), cli_suggest
+    assert re.search(r"calibration newsmon_sl_\S+@[0-9a-f]{12}\)", " ".join(cli_suggest.split())), cli_suggest
     # 4: the embedded broker, said in the log; ready
     assert "embedded Kafka broker (Tansu)" in log and "journal.sqlite" in log, log[-3000:]
     # 5: the minimal call, scored with the calibration
