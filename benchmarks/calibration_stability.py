@@ -11,7 +11,6 @@ micro-F1, macro-F1, subset accuracy and what the calibration kept, and the sprea
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 import numpy as np
 from record import BenchmarkRecord, run_name
@@ -30,7 +29,8 @@ def resplit(corpus: Corpus, seed: int) -> Corpus:
     n_val = sum(1 for i in pool if corpus.articles[i].split == "validation")
     picked = set(np.random.default_rng(seed).permutation(len(pool))[:n_val].tolist())
     val = {pool[j] for j in picked}
-    articles = [dataclasses.replace(a, split="validation" if i in val else "train") if i in set(pool) else a
+    in_pool = set(pool)
+    articles = [a.model_copy(update={"split": "validation" if i in val else "train"}) if i in in_pool else a
                 for i, a in enumerate(corpus.articles)]
     return Corpus(corpus.path, articles, corpus.bad_lines)
 
