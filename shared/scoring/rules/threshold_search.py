@@ -113,7 +113,8 @@ class LabelThresholdChoice:
         thresholds: {label: threshold} fitted on all ``n`` articles; labels: how many labels were eligible;
         in_sample / crossed: (micro-F1, subset accuracy, macro-F1) with them on the articles they were fitted on /
         cross-fitted (:func:`cross_fitted_label_thresholds`); lift: the paired bootstrap 90 % interval of the
-        cross-fitted objective's lift over ``base`` (:func:`paired_lift_interval`).
+        cross-fitted objective's lift over ``base`` (:func:`paired_lift_interval`); crossed_proposals: the
+        ``(n, L)`` bool cross-fitted proposals the threshold rule's step is judged on (the run's selection rule).
     """
 
     thresholds: dict[str, float]
@@ -122,12 +123,6 @@ class LabelThresholdChoice:
     crossed: tuple[float, float, float]
     lift: tuple[float, float]
     crossed_proposals: np.ndarray | None = None
-
-    @property
-    def holds(self) -> bool:
-        """Whether to keep them: some label has one and the lift's interval lies above 0 (hundreds of parameters
-        must lift clearly on articles they were not fitted on, not by noise)."""
-        return bool(self.thresholds) and self.lift[0] > 0.0
 
 
 def choose_label_thresholds(S: np.ndarray, Y: np.ndarray, base: np.ndarray, labels: Sequence[str],
