@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from test_api import wait_for  # the suite's one wait loop (fails on time-out)
 
 from newsmon.broker import free_port
 from newsmon.demo import article_event
@@ -34,16 +35,6 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
-
-
-def wait_for(pred, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 @pytest.fixture

@@ -13,27 +13,17 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import httpx
+from test_api import wait_for  # the suite's one wait loop (fails on time-out)
 
 from newsmon.broker import free_port
 from newsmon.schemas import LabelProposal, parse_event
 
 REPO = Path(__file__).resolve().parents[1]
 RULE = "client:suggest-rule"
-
-
-def wait_for(pred, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def _wire(proposal: LabelProposal) -> dict:
