@@ -35,6 +35,19 @@ def resplit(corpus: Corpus, seed: int) -> Corpus:
     return Corpus(corpus.path, articles, corpus.bad_lines)
 
 
+def _levers(methods: dict) -> list[dict]:
+    """Each calibration step of a run's ``newsmon`` row: its name, kept or not, why, its lift on the calibration
+    articles (objective: [lift, low, high], fractions) and its test micro-F1 / subset accuracy (points)."""
+    out = []
+    for key, e in sorted(((k, e) for k, e in methods.items() if k.startswith("newsmon_step")),
+                         key=lambda kv: int(kv[0].rsplit("step", 1)[1])):
+        params, m = e.get("params", {}), e["metrics"]["all"]
+        out.append({"step": e["name"].split(": ", 1)[1], "why": params.get("why"),
+                    "lift": (params.get("lift") or {}).get("objective"),
+                    "test_micro_f1": round(100 * m["uF1"], 2), "test_subset_accuracy": round(100 * m["Acc"], 2)})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="../shared/data/sentinews_sl")
@@ -42,7 +55,7 @@ def main() -> None:
     args = ap.parse_args()
     corpus = load_corpus(args.data)
     with BenchmarkRecord(run_name("calibration_stability", args.data)) as rec:
-        rows, figures = [], []
+        rows, figures, levers = [], [], []
         for seed in range(args.seeds):
             report = run_eval(resplit(corpus, seed), ["newsmon"], Settings(), progress=False)
             methods = report["methods"]
@@ -50,6 +63,7 @@ def main() -> None:
             kept = [e["name"].split(": ", 1)[1].removesuffix(" (kept)") for k, e in sorted(
                 methods.items(), key=lambda kv: int(kv[0].rsplit("step", 1)[1]) if "_step" in kv[0] else -1)
                 if k.startswith("newsmon_step") and e["name"].endswith("(kept)")]
+            levers.append(_levers(methods))
             f = (100 * metrics["uF1"], 100 * metrics["F1"], 100 * metrics["Acc"])
             figures.append(f)
             rows.append([seed, *(round(x, 1) for x in f), round(m.get("wall_s", 0.0)), ", ".join(kept)])
@@ -57,7 +71,8 @@ def main() -> None:
         spread = [round(max(f[j] for f in figures) - min(f[j] for f in figures), 2) for j in range(3)]
         rows.append(["spread (max - min)", *spread, "", ""])
         rec.data["spread"] = dict(zip(("micro_f1", "macro_f1", "subset_accuracy"), spread, strict=True))
-        rec.data["seeds"] = [dict(zip(("micro_f1", "macro_f1", "subset_accuracy"), f, strict=True)) for f in figures]
+        rec.data["seeds"] = [{**dict(zip(("micro_f1", "macro_f1", "subset_accuracy"), f, strict=True)),
+                              "levers": lv} for f, lv in zip(figures, levers, strict=True)]
         rec.table(f"Calibration stability: {args.seeds} re-splits of train + validation ({args.data})",
                   ["seed", "test micro-F1", "macro-F1", "subset accuracy", "newsmon row wall s", "levers kept"], rows,
                   note="Seed 0 is the corpus's own split; the test split is the same in every run. Issue 38's bar: "

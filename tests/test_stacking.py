@@ -215,3 +215,35 @@ def test_the_workers_serve_the_stored_model_and_refuse_a_record_without_it():
                                   stored=lambda rec: unpack(pack(empty))), lambda _l: res)
     with pytest.raises(ValueError, match="calibrate again"):
         without.score(["t"] * m, ["sl"] * m, None, retrieval=r, resolved=res)
+
+
+def test_the_grid_options_share_one_cross_fit_and_score_exactly_as_their_own_models(monkeypatch):
+    """The calibration tries stacking with 200 and 500 trees: each fold's model is fitted once with 500 and read at
+    200 (its first 200 trees). That must give bit for bit what a fold model of 200 trees gives, for the cross-fitted
+    probabilities and for the fold models a later mix falls back on, and fit five fold models, not ten."""
+    from newsmon.shared.scoring.components import stacking
+
+    labels, counts, gold, first, second = _sources(m=300)
+    average = 0.5 * first + 0.5 * second
+    ctx = _context(labels, counts, first, second)
+    fits = []
+    real_fit = stacking.fit_model
+    monkeypatch.setattr(stacking, "fit_model", lambda *a: fits.append(a[3]) or real_fit(*a))
+    comp = StackingComponent()
+    monkeypatch.setattr(StackingComponent, "GRID", ({"candidates": 6, "iterations": 20},
+                                                    {"candidates": 6, "iterations": 50}))
+    few, many = StackingOptions(candidates=6, iterations=20), StackingOptions(candidates=6, iterations=50)
+    ev_few, model_few = comp.cross_fit(average, LabelVocab(labels), ctx, few, gold)
+    ev_many, _model_many = comp.cross_fit(average, LabelVocab(labels), ctx, many, gold)
+    assert fits == [50] * 5 + [20] + [50]  # the folds once (with the most trees), then each option's full model
+    assert model_few.classifier.n_iter_ == 20 and model_few.iterations is None
+
+    alone = StackingComponent()  # the same option cross-fitted on its own: fold models of 20 trees
+    monkeypatch.setattr(StackingComponent, "GRID", ({"candidates": 6, "iterations": 20},))
+    ev_alone, _ = alone.cross_fit(average, LabelVocab(labels), ctx, few, gold)
+    assert np.array_equal(ev_few.scored[2], ev_alone.scored[2])
+    assert not np.array_equal(ev_few.scored[2], ev_many.scored[2])
+    _rows, _cols, X, _names = comp.pairs(average, LabelVocab(labels), ctx, few)
+    for shared_model, own_model in zip(ev_few.models, ev_alone.models, strict=True):
+        assert own_model.classifier.n_iter_ == 20 and shared_model.classifier.n_iter_ == 50
+        assert np.array_equal(shared_model.probabilities(X), own_model.probabilities(X))

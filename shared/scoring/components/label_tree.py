@@ -17,7 +17,7 @@ smooth IDF of the memory, unit rows; only the columns in at least 2 memory artic
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ class TopLabels:
 
     labels: list[list[str]]
     scores: np.ndarray
+    _dense: tuple[tuple[str, ...], np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @staticmethod
     def concat(parts: Sequence[TopLabels]) -> TopLabels:
@@ -70,10 +71,15 @@ class TopLabels:
         """``(before, these)``: the ``(m, L)`` float32 ``scores`` widened to the vocabulary grown by these labels,
         and these labels' scores over the same columns (0 where a row does not have a label)."""
         vocab.extend(lb for row in self.labels for lb in row)
-        these = np.zeros((scores.shape[0], len(vocab)), dtype=np.float32)
-        for i, row in enumerate(self.labels):
-            these[i, [vocab.index[lb] for lb in row]] = self.scores[i, :len(row)]
-        before = np.zeros_like(these)
+        key = tuple(vocab.labels)
+        if self._dense is None or self._dense[0] != key:  # a calibration mixes the same evidence per option
+            these = np.zeros((len(self.labels), len(vocab)), dtype=np.float32)
+            for i, row in enumerate(self.labels):
+                these[i, [vocab.index[lb] for lb in row]] = self.scores[i, :len(row)]
+            these.setflags(write=False)  # shared by every caller with this vocabulary
+            self._dense = (key, these)
+        these = self._dense[1]
+        before = np.zeros((scores.shape[0], len(vocab)), dtype=np.float32)
         before[:, :scores.shape[1]] = scores
         return before, these
 

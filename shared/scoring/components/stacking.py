@@ -29,6 +29,7 @@ memory's size.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import pickle
 from collections.abc import Callable, Sequence
@@ -67,13 +68,34 @@ class StackingModel:
     components: list[str]
     classifier: Any
     constant: float = 0.0
+    #: Read only the classifier's first ``iterations`` trees (None: all): a calibration fold's model fitted once for
+    #: the grid's most iterations stands for the options with fewer (boosting without early stopping or sampling
+    #: fits its first ``n`` trees exactly as a model of ``n`` trees; tested).
+    iterations: int | None = None
 
     def probabilities(self, X: np.ndarray) -> np.ndarray:
         """``(p,)`` float32 probabilities of ``(p, f)`` features."""
         if self.classifier is None:
             return np.full(X.shape[0], self.constant, dtype=np.float32)
         with one_thread():
+            if self.iterations is not None and self.iterations < self.classifier.n_iter_:
+                return staged(self.classifier, X, (self.iterations,))[0]
             return self.classifier.predict_proba(X)[:, 1].astype(np.float32)
+
+
+def staged(classifier: Any, X: np.ndarray, iterations: Sequence[int]) -> list[np.ndarray]:
+    """``(p,)`` float32 probabilities of ``(p, f)`` features by the classifier's first ``n`` trees, for each ``n`` of
+    ``iterations`` (each <= its trees), from one pass over its trees (scikit-learn's ``staged_predict_proba``)."""
+    want, out = {int(n): i for i, n in enumerate(iterations)}, [np.zeros(0, np.float32)] * len(iterations)
+    if not want or X.shape[0] == 0:
+        return [np.zeros(X.shape[0], np.float32) for _ in iterations]
+    for n, proba in enumerate(classifier.staged_predict_proba(X), start=1):
+        if n in want:
+            for i in (i for i, m in enumerate(iterations) if m == n):
+                out[i] = proba[:, 1].astype(np.float32)
+        if n >= max(want):
+            break
+    return out
 
 
 @dataclass
@@ -97,6 +119,13 @@ def fit_model(X: np.ndarray, y: np.ndarray, components: list[str], iterations: i
                                          random_state=0)
     with one_thread():
         return StackingModel(components, clf.fit(X, y))
+
+
+def _digest(a: np.ndarray) -> str:
+    """A content hash of an array (its dtype, shape and bytes)."""
+    h = hashlib.sha256(f"{a.dtype}{a.shape}".encode())
+    h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
 
 
 def one_thread() -> Any:
@@ -252,13 +281,39 @@ class StackingComponent(ScoreComponent):
         rows, cols, X, names = self.pairs(scores, vocab, context, options)
         y = gold[rows, cols].astype(bool)
         fold = np.arange(scores.shape[0]) % folds
+        folded = self._folds(X, y, fold[rows], names, options, folds)
         models, probs = [], np.zeros(len(rows), dtype=np.float32)
-        for f in range(folds):
-            train, held = fold[rows] != f, fold[rows] == f
-            models.append(fit_model(X[train], y[train], names, options.iterations))
-            probs[held] = models[-1].probabilities(X[held])
+        for f, (model, held_probs) in enumerate(folded):
+            models.append(StackingModel(model.components, model.classifier, model.constant, options.iterations))
+            probs[fold[rows] == f] = held_probs[options.iterations]
         return (StackingEvidence(models, fold, (rows, cols, probs)),
                 fit_model(X, y, names, options.iterations))
+
+    def _folds(self, X: np.ndarray, y: np.ndarray, fold: np.ndarray, names: list[str], options: StackingOptions,
+               folds: int) -> list[tuple[StackingModel, dict[int, np.ndarray]]]:
+        """Per fold, its model fitted on the other folds' pairs with the most iterations :attr:`GRID` tries for
+        these candidates, and its held-out pairs' probabilities at each of the grid's iteration counts: the
+        calibration's options that differ only in iterations cost one cross-fit, not one each. The last pairs'
+        folds are kept (one entry: the options of one calibration step are tried one after the other)."""
+        counts = sorted({int(g["iterations"]) for g in self.GRID if g.get("candidates") == options.candidates}
+                        | {options.iterations})
+        key = (options.candidates, tuple(counts), folds, X.shape, _digest(X), _digest(y), _digest(fold),
+               tuple(names))
+        cached = getattr(self, "_folded", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        out = []
+        for f in range(folds):
+            train, held = fold != f, fold == f
+            model = fit_model(X[train], y[train], names, counts[-1])
+            if model.classifier is None:
+                probs = {n: model.probabilities(X[held]) for n in counts}
+            else:
+                with one_thread():
+                    probs = dict(zip(counts, staged(model.classifier, X[held], counts), strict=True))
+            out.append((model, probs))
+        self._folded = (key, out)
+        return out
 
     def save(self, model: StackingModel, folder: Path) -> None:
         buf = io.BytesIO()
