@@ -532,7 +532,7 @@ def run_import(files: list[str], workdir: Path, size: int, timeout_s: float) -> 
 
 def calibration_record(clf, params: dict, counts: dict[str, int], written_by: str = "scale"):
     """Write a calibration record of ``params`` for the ``sl`` collection as the calibration job does (its
-    models, here the label counts, stored first; :func:`newsmon.training_jobs.calibration._write_record`),
+    models, here the label counts, stored first; :func:`newsmon.training_jobs.calibrate_memory._write_record`),
     through stores of its own (another process' view: the classifier's cache is not told). Returns its id."""
     from newsmon.shared.scoring.models import ModelCache
     from newsmon.shared.scoring.records import CalibrationRecord, CalibrationStore, record_id

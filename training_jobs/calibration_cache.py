@@ -1,6 +1,6 @@
 """Calibrations cached by what they depend on, so an unchanged memory is not calibrated again.
 
-A calibration (:func:`newsmon.training_jobs.calibration.calibrate_memory`) is a function of: the language memory's
+A calibration (:func:`newsmon.training_jobs.calibrate_memory.calibrate_memory`) is a function of: the language memory's
 labelled articles (ids, labels, texts), the model version (encoder, runtime, adapter), the validation articles of
 the language, the settings it reads (``calibration``, ``memory.min_language_articles``, ``labels``) and the code
 (the package version, the source of ``shared/scoring`` and of the calibration job). :func:`calibration_inputs` is

@@ -56,7 +56,7 @@ from newsmon.shared.memory import MemoryRouter, copy_missing, decision_time, rep
 from newsmon.shared.promotion import read_promoted
 from newsmon.workers.copies import inherited_labels, revise_copies
 from newsmon.workers.labels import LabelConflict, LabelRegistry, apply_event
-from newsmon.workers.rules import kwe_errors
+from newsmon.workers.kwe_stage import kwe_errors
 from newsmon.workers.observability import DECISIONS, LABEL_EVENTS
 
 log = structlog.get_logger(__name__)

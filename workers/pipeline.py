@@ -44,7 +44,7 @@ from newsmon.workers.copies import Duplicate, duplicate_labels, inherited_labels
 from newsmon.workers.pending import recheck_originals, write_pending
 from newsmon.workers.labels import LabelRegistry, RegistryState
 from newsmon.workers.observability import BATCH_SECONDS, BATCH_SIZE
-from newsmon.workers.rules import (RuleBook, RuleOutcome, admitted_candidates, article_meta, count_examples,
+from newsmon.workers.kwe_stage import (RuleBook, RuleOutcome, admitted_candidates, article_meta, count_examples,
                                    match_rules, with_rule_candidates)
 
 log = structlog.get_logger(__name__)
@@ -319,7 +319,7 @@ class ArticlePipeline:
 
     def match_rules(self, batch: ArticleBatch) -> None:
         """Apply the label rules of the registry snapshot the batch is scored with to the articles that are not
-        near-copies (:func:`newsmon.workers.rules.match_rules`): evidence on the labels whose KwE matched,
+        near-copies (:func:`newsmon.workers.kwe_stage.match_rules`): evidence on the labels whose KwE matched,
         retrieval proposals the definition refuses dropped, rule-only proposals for labels with fewer than
         ``labels.min_examples`` confirmed examples, the other matched labels among the candidates."""
         fresh, state = batch.fresh, batch.registry
