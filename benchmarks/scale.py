@@ -646,7 +646,7 @@ def measure_scoring(clf: Any, queries: Rows, warm: Rows, batch: int, min_batches
     batches, cycled when they make fewer than ``min_batches``."""
     timed = TimedSource(clf)
     scorer = clf.scorer
-    scorer.neighbours = timed
+    source, scorer.neighbours = scorer.neighbours, timed
     starts = list(range(0, len(queries.ids) - batch + 1, batch))
     starts = (starts * math.ceil(min_batches / max(1, len(starts))))[: max(min_batches, len(starts))]
     walls, retrieve, labels = [], [], []
@@ -663,7 +663,7 @@ def measure_scoring(clf: Any, queries: Rows, warm: Rows, batch: int, min_batches
             retrieve.append(timed.seconds)
             labels.append(float(np.mean([len(p.labels) for p in props])))
     finally:
-        scorer.neighbours = clf
+        scorer.neighbours = source
     score = [a - b for a, b in zip(walls, retrieve, strict=True)]
     return {"batches": len(walls), "first_ms": ms(first), "p50_ms": ms(pct(walls, 50)), "p99_ms": ms(pct(walls, 99)),
             "max_ms": ms(max(walls)), "retrieve_p50_ms": ms(pct(retrieve, 50)),
