@@ -52,7 +52,7 @@ def code_digest() -> str:
     root = Path(scoring.__file__).parent
     files = [(f"scoring/{p.relative_to(root)}", p) for p in sorted(root.rglob("*.py"))]
     here = Path(__file__).parent
-    files += [(p.name, p) for p in (here / "calibration.py", here / "calibration_cache.py")]
+    files += [(p.name, p) for p in (here / "calibrate_memory.py", here / "calibration_cache.py")]
     for name, path in files:
         h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
