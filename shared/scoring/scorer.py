@@ -44,8 +44,10 @@ class Resolved:
         params: the parameters; record: the id of the calibration record they came from (None: none);
         known_labels: the labels that record saw (None: no record; the new-label rule is then off);
         source: ``calibration``, ``calibration+settings``, ``settings`` or ``defaults``; note: why, when it is not
-        a calibration record alone (e.g. no record for the language's collection); memory: the language whose
-        memory the record calibrates (the score components' models are that memory's; None: the article's own).
+        a calibration record alone (e.g. no record for the language's collection); memory_language: the ISO 639-1
+        code of the language memory the record calibrates (the score components' models are that memory's; it
+        differs from the article's language when a language without a record of its own borrows the record of
+        the largest memory searched with it; None: the article's own).
     """
 
     params: ScoringParams
@@ -53,7 +55,7 @@ class Resolved:
     known_labels: frozenset[str] | None = None
     source: str = "defaults"
     note: str | None = None
-    memory: str | None = None
+    memory_language: str | None = None
 
     def wire(self) -> ScoringInfo:
         """The wire form (``LabelProposal.scoring``)."""
@@ -248,7 +250,7 @@ class Scorer:
         r = fuse(r, gtexts, params.lexical_weight, k, self.terms)
         if relabel is not None:
             known, params = relabelled(r, known, params, relabel)
-        models, counts = self.records.models(res.memory or lang, res.record, params, needs_counts(params))
+        models, counts = self.records.models(res.memory_language or lang, res.record, params, needs_counts(params))
         evidence = {}
         for spec in params.components:
             comp, opts = get_component(spec.name), spec.parsed()
