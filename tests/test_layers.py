@@ -113,7 +113,7 @@ def test_layers_only_import_downwards():
 @pytest.mark.parametrize("module, source", [
     ("newsmon.shared.memory.router", "from newsmon.training_jobs.rollout import rollout\n"),
     ("newsmon.shared.classifier", "def f():\n    import newsmon.workers.base\n"),
-    ("newsmon.workers.classifier", "from newsmon.training_jobs import rollout\n"),
+    ("newsmon.workers.classifier_worker", "from newsmon.training_jobs import rollout\n"),
     ("newsmon.training_jobs.nightly", "def f():\n    from newsmon.workers.runtime import build_runtime\n"),
     ("newsmon.schemas.events", "from newsmon.shared.config import Settings\n"),
     ("newsmon.shared.memory.edge", "from ...cli import app\n"),

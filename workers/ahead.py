@@ -4,7 +4,7 @@ The encoder is the stream's limit on a CPU, so it should never wait for the rest
 batch N is searched, scored, stored and produced and its offsets committed, batch N+1 is already consumed,
 validated, checked against the near-duplicate index, and embedded by a thread of its own (ONNX Runtime and
 torch release the GIL in their kernels). :class:`Ahead` holds such a batch; the worker finishes it at its next
-step (:meth:`newsmon.workers.classifier.ClassifierWorker.step`).
+step (:meth:`newsmon.workers.classifier_worker.ClassifierWorker.step`).
 
 What stays as without the overlap:
 

@@ -5,7 +5,7 @@
 ``newsmon suggest`` share it, the last two through :mod:`newsmon.workers.proposing`)
 
 :class:`ArticlePipeline` is the classifier worker's service object; the worker
-(:mod:`newsmon.workers.classifier`) only moves messages, offsets and errors. Every dependency call goes through
+(:mod:`newsmon.workers.classifier_worker`) only moves messages, offsets and errors. Every dependency call goes through
 the ``call`` it is given (the worker's error policy, :meth:`newsmon.workers.policy.DependencyCalls.call`).
 
 Per batch the knowledge memory is hit by: one ``get`` per language for the originals of the near-copies found,
