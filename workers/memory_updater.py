@@ -84,7 +84,7 @@ class MemoryUpdaterWorker(BatchWorker):
                         continue
             else:
                 with self.stage(DeadLetterStage.DECISION):
-                    outcome = self._apply(m, ev, outbox)
+                    outcome = self.settle(m, ev, outbox)
                     if outcome == "unknown":
                         self.outcomes[outcome] += 1
                         refused = self._park(m, ev)
@@ -102,10 +102,11 @@ class MemoryUpdaterWorker(BatchWorker):
                     self.latencies_s = self.latencies_s[-9999:] + [latency]
             outbox.done(m)
 
-    def _apply(self, m: Message, ev: ModeratorDecision, outbox: Outbox) -> Outcome:
-        """Apply the decision ``ev`` (of message ``m``, consumed or parked), then produce the revised proposals of
-        the near-copies it changed through ``outbox`` (keyed to ``m``: its offset waits for them); the outcome
-        is counted unless ``unknown`` (the caller parks or waits)."""
+    def settle(self, m: Message, ev: ModeratorDecision, outbox: Outbox) -> Outcome:
+        """Settle one decision, the one way for a consumed and a parked one (:meth:`handle_batch`,
+        :meth:`settle_parked`): apply ``ev`` (of message ``m``), then produce the revised proposals of the
+        near-copies it changed through ``outbox`` (keyed to ``m``: its offset waits for them). Returns the outcome,
+        counted unless ``unknown`` (the caller parks the decision or leaves it parked)."""
         outcome = self.call("memory", self.service.apply_decision, ev)
         if outcome == "unknown":
             return outcome
@@ -163,7 +164,7 @@ class MemoryUpdaterWorker(BatchWorker):
         outbox, settled, dead = Outbox(self._producer), [], 0
         for pm in self.call("decision park", self.park.get, claim):
             ev = cast(ModeratorDecision, parse_event(ModeratorDecision, pm.value()))  # valid when it was parked
-            outcome = self._apply(pm, ev, outbox)
+            outcome = self.settle(pm, ev, outbox)
             if outcome == "unknown":  # gone again (a replaced model version): it waits on
                 continue
             outbox.done(pm)
