@@ -15,8 +15,8 @@ from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.config import Settings
 from newsmon.shared.data import load_corpus
 from newsmon.shared.encoder import Encoder
-from newsmon.shared.scoring import (FittedModels, LabelVocab, MemoryArticles, Queries, Resolved, Retrieval, Scorer,
-                                    decide, get_component)
+from newsmon.shared.scoring import (FittedModels, LabelVocab, MemoryArticles, OneRecord, Queries, Resolved, Retrieval,
+                                    Scorer, decide, get_component)
 from newsmon.shared.scoring.calibration import (GRID_K, LEXICAL_CANDIDATES, CalibrationResult, CalibrationSet,
                                                 calibrate, calibration_set)
 from newsmon.shared.scoring.lexical import TermVectors, fuse
@@ -58,7 +58,7 @@ class EvalInputs:
         evidence = {s.name: self.cal.evidence(get_component(s.name), s.parsed()) for s in p.components}
         P_cal = decide(r_cal, LabelVocab(vocab.labels), p, evidence, self.cal.label_counts).proposed
         res = Resolved(p, "eval", frozenset(self.known), "calibration")
-        _, P_te = Scorer(FittedModels(self.memory, self.cal.models), lambda _lang: res, terms=self.terms).matrix(
+        _, P_te = Scorer(OneRecord(res, FittedModels(self.memory, self.cal.models)), terms=self.terms).matrix(
             self.test_texts, [None] * len(self.test_texts), self.test_vectors, self.test_retrieval, res, vocab)
         return pad(P_cal, L), P_te
 

@@ -532,7 +532,7 @@ def run_import(files: list[str], workdir: Path, size: int, timeout_s: float) -> 
 
 def calibration_record(clf, params: dict, counts: dict[str, int], written_by: str = "scale"):
     """Write a calibration record of ``params`` for the ``sl`` collection as the calibration job does (its
-    models, here the label counts, stored first; :func:`newsmon.training_jobs.calibration._write_record`),
+    models, here the label counts, stored first; :func:`newsmon.training_jobs.calibrate_memory._write_record`),
     through stores of its own (another process' view: the classifier's cache is not told). Returns its id."""
     from newsmon.shared.scoring.models import ModelCache
     from newsmon.shared.scoring.records import CalibrationRecord, CalibrationStore, record_id
@@ -646,7 +646,7 @@ def measure_scoring(clf: Any, queries: Rows, warm: Rows, batch: int, min_batches
     batches, cycled when they make fewer than ``min_batches``."""
     timed = TimedSource(clf)
     scorer = clf.scorer
-    scorer.neighbours = timed
+    source, scorer.neighbours = scorer.neighbours, timed
     starts = list(range(0, len(queries.ids) - batch + 1, batch))
     starts = (starts * math.ceil(min_batches / max(1, len(starts))))[: max(min_batches, len(starts))]
     walls, retrieve, labels = [], [], []
@@ -663,7 +663,7 @@ def measure_scoring(clf: Any, queries: Rows, warm: Rows, batch: int, min_batches
             retrieve.append(timed.seconds)
             labels.append(float(np.mean([len(p.labels) for p in props])))
     finally:
-        scorer.neighbours = clf
+        scorer.neighbours = source
     score = [a - b for a, b in zip(walls, retrieve, strict=True)]
     return {"batches": len(walls), "first_ms": ms(first), "p50_ms": ms(pct(walls, 50)), "p99_ms": ms(pct(walls, 99)),
             "max_ms": ms(max(walls)), "retrieve_p50_ms": ms(pct(retrieve, 50)),

@@ -157,7 +157,7 @@ def main() -> None:
     args = p.parse_args()
     if args.sequential:
         from newsmon.workers.base import BatchWorker
-        from newsmon.workers.classifier import ClassifierWorker
+        from newsmon.workers.classifier_worker import ClassifierWorker
 
         ClassifierWorker.step = BatchWorker.step  # each batch finished before the next is consumed
 

@@ -43,7 +43,7 @@ from newsmon.shared.data import Article, load_corpus
 from newsmon.shared.logs import RateLimitedLogBridge
 from newsmon.shared.metrics import classification_metrics, ranking_metrics
 from newsmon.shared.scoring import LabelVocab
-from newsmon.training_jobs.calibration import calibrate_memory
+from newsmon.training_jobs.calibrate_memory import calibrate_memory
 from newsmon.workers.runtime import Runtime, build_runtime
 
 log = structlog.get_logger(__name__)

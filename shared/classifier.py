@@ -10,12 +10,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import structlog
 from tqdm import tqdm
 
 from newsmon.shared.encoder_adapter import read_adapter
+from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Article
 from newsmon.shared.encoder import Encoder, encoder_identity, resolve_model
@@ -99,10 +101,108 @@ def scoring_by_language(settings: Settings) -> dict[str, dict]:
     return out
 
 
+class MemoryNeighbours:
+    """The scorer's neighbour source (:class:`~newsmon.shared.scoring.scorer.NeighbourSource`): the language
+    memories of one model version, searched routed by language.
+
+    Args:
+        settings: ``memory.min_language_articles`` (read at each call); router: the memories.
+    """
+
+    def __init__(self, settings: Settings, router: MemoryRouter) -> None:
+        self.settings = settings
+        self.router = router
+
+    def search(self, vectors: np.ndarray, langs: Sequence[str | None], top_k: int, exclude: Sequence[str] = (),
+               texts: Sequence[str] | None = None, lexical_k: int = 0) -> tuple[Retrieval, list[tuple[str, ...]]]:
+        """Top-``top_k`` labelled neighbours of ``(m, d)`` float32 query vectors, routed by language
+        (:meth:`MemoryRouter.search_languages`: a language's own memory, merged with the other languages' while it
+        holds fewer than ``memory.min_language_articles`` labelled articles), and per query the names of the
+        collections searched; with ``texts`` and ``lexical_k`` hybrid (``top_k + lexical_k`` candidates). The
+        scorer's neighbour source."""
+        flt = SearchFilter(labelled=True, exclude_ids=tuple(exclude))
+        rows, searched = self.router.search_languages(vectors, langs, top_k, flt,
+                                                      self.settings.memory.min_language_articles, texts, lexical_k)
+        return Retrieval.from_neighbours(rows, top_k + (lexical_k if texts is not None else 0)), searched
+
+    def carriers(self, vectors: np.ndarray, langs: Sequence[str | None], label: str, n: int,
+                 exclude: Sequence[str] = ()) -> list[list]:
+        """Per ``(m, d)`` query vector, the ``n`` closest labelled memory articles that carry ``label``
+        (:class:`~newsmon.shared.memory.Neighbour`, most similar first), routed by language as :meth:`search`: the
+        evidence of a label no neighbour carries (the scorer's :data:`~newsmon.shared.scoring.scorer.CARRIERS`)."""
+        flt = SearchFilter(labelled=True, labels=(label,), exclude_ids=tuple(exclude))
+        return self.router.search_languages(vectors, langs, n, flt, self.settings.memory.min_language_articles)[0]
+
+
+class MemoryRecords:
+    """The scorer's record source (:class:`~newsmon.shared.scoring.scorer.RecordSource`): each language's
+    calibration record (the one stored under its collection), the settings over it, and the score components'
+    models of the memory it calibrates.
+
+    Args:
+        settings: ``scoring`` (fields set explicitly replace the record's), ``memory.min_language_articles``;
+        router: the language memories (their collections and sizes); calibrations: the records;
+        models: the components' models per memory and record.
+    """
+
+    def __init__(self, settings: Settings, router: MemoryRouter, calibrations: CalibrationStore,
+                 models: MemoryModels) -> None:
+        self.settings = settings
+        self.router = router
+        self.calibrations = calibrations
+        self.memory_models = models
+
+    def models(self, lang: str | None, record: str | None, params: ScoringParams, counts: bool
+               ) -> tuple[dict[str, Any], dict[str, int] | None]:
+        """:meth:`MemoryModels.get <newsmon.shared.scoring.models.MemoryModels.get>`."""
+        return self.memory_models.get(lang, record, params, counts)
+
+    def resolved(self, lang: str | None) -> Resolved:
+        """The scoring parameters of articles in ``lang``: the calibration record of that language's collection
+        (``newsmon tune``), every field set explicitly in ``settings.scoring`` taking precedence
+        (:func:`newsmon.shared.scoring.records.effective_scoring`). A language searched cross-lingually (no memory
+        of its own, or one below ``memory.min_language_articles``) without a record takes the record of the
+        largest memory searched with it, and says so; otherwise, without a record, the defaults and why."""
+        if lang is None:
+            return Resolved(self.settings.scoring, None, None, "defaults", "the article has no language and the "
+                            "knowledge memory none to detect it from")
+        collection = self.router.collection(lang)
+        record, note = self.calibrations.read(collection), None
+        if record is None and len(self.router.languages()) > 1 and self._cross_lingual(lang):
+            record = self._largest_record(lang)
+            if record is not None:
+                note = (f"no calibration record for {collection} (searched cross-lingually): the record of "
+                        f"{record.collection}, the largest memory searched")
+        params, source = effective_scoring(self.settings, record)
+        if record is None:
+            return Resolved(params, None, None, source, f"no calibration record for {collection}: run `newsmon "
+                            "tune` or `newsmon memory build --calibrate`")
+        if source == "calibration+settings":
+            note = "; ".join(x for x in (note, "fields set in the settings replace the record's") if x)
+        return Resolved(params, record_id(record), record.known_labels, source, note, record.language)
+
+    def _cross_lingual(self, lang: str) -> bool:
+        """Whether ``lang``'s articles are searched in the other languages' memories too."""
+        if lang not in self.router.languages():
+            return True
+        return self.router.labelled_count(lang) < self.settings.memory.min_language_articles
+
+    def _largest_record(self, lang: str) -> CalibrationRecord | None:
+        """The calibration record of the language memory (other than ``lang``) with the most labelled articles,
+        among those that have one."""
+        sizes = sorted(((self.router.labelled_count(x), x) for x in self.router.languages() if x != lang), reverse=True)
+        for _n, other in sizes:
+            record = self.calibrations.read(self.router.collection(other))
+            if record is not None:
+                return record
+        return None
+
+
 class Classifier:
-    """Proposes labels for articles from the knowledge memory: its :attr:`scorer` searches the language memories
-    (:meth:`search`), fits the score components' models on them under each calibration record
-    (:attr:`models`) and scores with each language's parameters (:meth:`resolved`).
+    """Proposes labels for articles from the knowledge memory: its :attr:`scorer` is given the language memories'
+    search (:attr:`neighbours`, a :class:`MemoryNeighbours`) and each language's parameters and models (:attr:`records`,
+    a :class:`MemoryRecords`: the calibration records; the components' models fitted or loaded under each,
+    :attr:`models`).
 
     Args:
         settings: encoder, memory and scoring settings.
@@ -126,7 +226,9 @@ class Classifier:
         self.calibrations = CalibrationStore(settings, self.router.client())
         self.model_store = ModelStore(settings, self.router.client())
         self.models = MemoryModels(self.sampled_memory_articles, self.collection, self.stored_models)
-        self.scorer = Scorer(self.models, self.resolved, self, self.terms)
+        self.records = MemoryRecords(settings, self.router, self.calibrations, self.models)
+        self.neighbours = MemoryNeighbours(settings, self.router)
+        self.scorer = Scorer(self.records, self.neighbours, self.terms)
 
     # -- memory -------------------------------------------------------------------------------------
     def collection(self, lang: str) -> str:
@@ -170,23 +272,13 @@ class Classifier:
     # -- proposals ----------------------------------------------------------------------------------
     def search(self, vectors: np.ndarray, langs: Sequence[str | None], top_k: int, exclude: Sequence[str] = (),
                texts: Sequence[str] | None = None, lexical_k: int = 0) -> tuple[Retrieval, list[tuple[str, ...]]]:
-        """Top-``top_k`` labelled neighbours of ``(m, d)`` float32 query vectors, routed by language
-        (:meth:`MemoryRouter.search_languages`: a language's own memory, merged with the other languages' while it
-        holds fewer than ``memory.min_language_articles`` labelled articles), and per query the names of the
-        collections searched; with ``texts`` and ``lexical_k`` hybrid (``top_k + lexical_k`` candidates). The
-        scorer's neighbour source."""
-        flt = SearchFilter(labelled=True, exclude_ids=tuple(exclude))
-        rows, searched = self.router.search_languages(vectors, langs, top_k, flt,
-                                                      self.settings.memory.min_language_articles, texts, lexical_k)
-        return Retrieval.from_neighbours(rows, top_k + (lexical_k if texts is not None else 0)), searched
+        """:meth:`MemoryNeighbours.search` (the scorer's neighbour source)."""
+        return self.neighbours.search(vectors, langs, top_k, exclude, texts, lexical_k)
 
     def carriers(self, vectors: np.ndarray, langs: Sequence[str | None], label: str, n: int,
                  exclude: Sequence[str] = ()) -> list[list]:
-        """Per ``(m, d)`` query vector, the ``n`` closest labelled memory articles that carry ``label``
-        (:class:`~newsmon.shared.memory.Neighbour`, most similar first), routed by language as :meth:`search`: the
-        evidence of a label no neighbour carries (the scorer's :data:`~newsmon.shared.scoring.scorer.CARRIERS`)."""
-        flt = SearchFilter(labelled=True, labels=(label,), exclude_ids=tuple(exclude))
-        return self.router.search_languages(vectors, langs, n, flt, self.settings.memory.min_language_articles)[0]
+        """:meth:`MemoryNeighbours.carriers`."""
+        return self.neighbours.carriers(vectors, langs, label, n, exclude)
 
     def retrieve(self, vectors: np.ndarray, langs: Sequence[str | None], top_k: int,
                  exclude: Sequence[str] = ()) -> Retrieval:
@@ -194,44 +286,8 @@ class Classifier:
         return self.search(vectors, langs, top_k, exclude)[0]
 
     def resolved(self, lang: str | None) -> Resolved:
-        """The scoring parameters of articles in ``lang``: the calibration record of that language's collection
-        (``newsmon tune``), every field set explicitly in ``settings.scoring`` taking precedence
-        (:func:`newsmon.shared.scoring.records.effective_scoring`). A language searched cross-lingually (no memory
-        of its own, or one below ``memory.min_language_articles``) without a record takes the record of the
-        largest memory searched with it, and says so; otherwise, without a record, the defaults and why."""
-        if lang is None:
-            return Resolved(self.settings.scoring, None, None, "defaults", "the article has no language and the "
-                            "knowledge memory none to detect it from")
-        collection = self.collection(lang)
-        record, note = self.calibrations.read(collection), None
-        if record is None and len(self.languages()) > 1 and self._cross_lingual(lang):
-            record = self._largest_record(lang)
-            if record is not None:
-                note = (f"no calibration record for {collection} (searched cross-lingually): the record of "
-                        f"{record.collection}, the largest memory searched")
-        params, source = effective_scoring(self.settings, record)
-        if record is None:
-            return Resolved(params, None, None, source, f"no calibration record for {collection}: run `newsmon "
-                            "tune` or `newsmon memory build --calibrate`")
-        if source == "calibration+settings":
-            note = "; ".join(x for x in (note, "fields set in the settings replace the record's") if x)
-        return Resolved(params, record_id(record), record.known_labels, source, note, record.language)
-
-    def _cross_lingual(self, lang: str) -> bool:
-        """Whether ``lang``'s articles are searched in the other languages' memories too."""
-        if lang not in self.languages():
-            return True
-        return self.router.labelled_count(lang) < self.settings.memory.min_language_articles
-
-    def _largest_record(self, lang: str) -> CalibrationRecord | None:
-        """The calibration record of the language memory (other than ``lang``) with the most labelled articles,
-        among those that have one."""
-        sizes = sorted(((self.router.labelled_count(x), x) for x in self.languages() if x != lang), reverse=True)
-        for _n, other in sizes:
-            record = self.calibrations.read(self.collection(other))
-            if record is not None:
-                return record
-        return None
+        """The scoring parameters of articles in ``lang`` (:meth:`MemoryRecords.resolved`)."""
+        return self.records.resolved(lang)
 
     def language_of(self, texts: Sequence[str], langs: Sequence[str | None] | None = None) -> list[str | None]:
         """Each article's language: the given one, else the memory's only language, else the language detected

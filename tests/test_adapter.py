@@ -134,7 +134,7 @@ def test_adapter_model_version_promotion_and_gate(settings, reuters_slice, tmp_p
     # the workers load that record with the promoted model: a classifier worker started now scores with it
     _workers_score_with(s, reuters_slice.split("test")[:4], rec["calibration"]["en"])
     # an adapted model is calibrated on validation alone (its adapter learnt from the memory's own articles)
-    from newsmon.training_jobs.calibration import calibrate_memory
+    from newsmon.training_jobs.calibrate_memory import calibrate_memory
 
     clf = Classifier(s)
     again = calibrate_memory(clf, reuters_slice.split("validation"), written_by="nightly")["en"]

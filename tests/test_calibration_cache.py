@@ -16,7 +16,7 @@ from newsmon.shared.data import load_corpus
 from newsmon.shared.memory import MemoryRouter
 from newsmon.shared.scoring.records import record_id
 from newsmon.training_jobs import calibration_cache
-from newsmon.training_jobs.calibration import calibrate_memory
+from newsmon.training_jobs.calibrate_memory import calibrate_memory
 from newsmon.training_jobs.calibration_cache import calibration_inputs
 
 

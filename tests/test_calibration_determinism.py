@@ -22,7 +22,7 @@ from newsmon.shared.config import EncoderSettings, Settings
 from newsmon.shared.data import load_corpus
 from newsmon.shared.encoder import Encoder
 from newsmon.shared.memory import MemoryRouter
-from newsmon.training_jobs.calibration import calibrate_memory
+from newsmon.training_jobs.calibrate_memory import calibrate_memory
 
 home, memory, data = (Path(a) for a in sys.argv[1:4])
 s = Settings(home=home)

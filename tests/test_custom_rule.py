@@ -16,8 +16,8 @@ from pydantic import Field
 from newsmon.schemas import LabelProposal, parse_event
 from newsmon.schemas.scoring import Options, ScoringParams, registered
 from newsmon.shared.config import Settings
-from newsmon.shared.scoring import (DecisionRule, DecisionState, FittedModels, MemoryArticles, Resolved, Retrieval,
-                                    Scorer, register_component, register_rule)
+from newsmon.shared.scoring import (DecisionRule, DecisionState, FittedModels, MemoryArticles, OneRecord, Resolved,
+                                    Retrieval, Scorer, register_component, register_rule)
 from newsmon.shared.scoring.components import Queries, unregister_component
 from newsmon.shared.scoring.components.label_tree import TopLabels, TopLabelsComponent
 from newsmon.shared.scoring.calibration import CalibrationSet, calibrate
@@ -105,8 +105,8 @@ def test_a_rule_from_outside_the_package_is_calibrated_applied_stored_and_writte
     # applied by the scorer, and on the wire
     res = Resolved(params, "newsmon_sl_m@1", None, "calibration")
     memory = MemoryArticles(None, [], [])
-    props = Scorer(FittedModels(memory), lambda _lang: res).propose(["Vlada sprejela proračun"] * 4, ["sl"] * 4, None,
-                                                                     retrieval=r.rows(range(4)), resolved=res)
+    props = Scorer(OneRecord(res, FittedModels(memory))).propose(["Vlada sprejela proračun"] * 4, ["sl"] * 4, None,
+                                                                  retrieval=r.rows(range(4)), resolved=res)
     assert [[x.label for x in p.labels] for p in props] == [[g[0]] for g in gold[:4]]
     assert {x.decided_by for p in props for x in p.labels} == {"top_one"}
     lp = LabelProposal(article_id="a1", **proposal_fields(props[1]), model_version="m", memory_version="newsmon_sl_m",
@@ -187,8 +187,8 @@ def test_a_component_from_outside_the_package_is_calibrated_applied_stored_and_w
                                                     params=params.model_dump(mode="json"), objective="o"))
         assert CalibrationStore(Settings(home=tmp_path)).read("newsmon_sl_m").scoring() == params
         res = Resolved(params, "newsmon_sl_m@1", None, "calibration")
-        props = Scorer(FittedModels(memory), lambda _lang: res).propose(texts[:5], ["sl"] * 5, None,
-                                                                         retrieval=r.rows(range(5)), resolved=res)
+        props = Scorer(OneRecord(res, FittedModels(memory))).propose(texts[:5], ["sl"] * 5, None,
+                                                                      retrieval=r.rows(range(5)), resolved=res)
         assert [[x.label for x in p.labels] for p in props] == [list(g) for g in gold[:5]]
         lp = LabelProposal(article_id="a1", **proposal_fields(props[1]), model_version="m",
                            memory_version="newsmon_sl_m", produced_at="2024-05-01T08:00:00Z")

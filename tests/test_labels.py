@@ -18,9 +18,9 @@ from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.kwe import ArticleMeta
 from newsmon.shared.memory import SearchFilter
 from newsmon.workers.decisions import DecisionService
+from newsmon.workers.kwe_stage import RuleBook, match_rules
 from newsmon.workers.labels import LabelConflict, LabelRegistry, RedisLabelRegistry
 from newsmon.workers.pipeline import ArticlePipeline
-from newsmon.workers.rules import RuleBook, match_rules
 
 KRKA = 'krka OR krke OR krki OR krko -"reka krk*" -"reki krk*"'
 NOW = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)
@@ -132,7 +132,7 @@ def test_candidates_below_the_threshold_follow_the_rules():
     """A candidate promoted rule-only leaves the candidates (a proposal holds each label once, or the worker
     could not produce it), and a candidate its definition refuses is not offered; the rest stay."""
     from newsmon.schemas import LabelProposal
-    from newsmon.workers.rules import admitted_candidates
+    from newsmon.workers.kwe_stage import admitted_candidates
 
     reg = LabelRegistry()
     reg.define("client:krka", definition(KRKA))

@@ -34,6 +34,9 @@ BARE_NAMES = {"schemas", "shared", "training_jobs", "workers"}
 #: Size limits of the package's code (lines, docstrings and comments included).
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
+#: How a module that is longer than MAX_MODULE_LINES says why, in its docstring (the rule is judged on cohesion:
+#: a module may grow past the limit when splitting it would cut one idea in two).
+LONG_MODULE_REASON = "Longer than 400 lines:"
 
 
 def layer_of(module: str) -> str | None:
@@ -110,7 +113,7 @@ def test_layers_only_import_downwards():
 @pytest.mark.parametrize("module, source", [
     ("newsmon.shared.memory.router", "from newsmon.training_jobs.rollout import rollout\n"),
     ("newsmon.shared.classifier", "def f():\n    import newsmon.workers.base\n"),
-    ("newsmon.workers.classifier", "from newsmon.training_jobs import rollout\n"),
+    ("newsmon.workers.classifier_worker", "from newsmon.training_jobs import rollout\n"),
     ("newsmon.training_jobs.nightly", "def f():\n    from newsmon.workers.runtime import build_runtime\n"),
     ("newsmon.schemas.events", "from newsmon.shared.config import Settings\n"),
     ("newsmon.shared.memory.edge", "from ...cli import app\n"),
@@ -131,10 +134,27 @@ def test_modules_and_functions_are_small():
     for module, path in module_files():
         source = path.read_text(encoding="utf-8")
         n = len(source.splitlines())
-        if n > MAX_MODULE_LINES:
-            too_long.append(f"{module}: {n} lines > {MAX_MODULE_LINES}")
+        if n > MAX_MODULE_LINES and not says_why_long(source):
+            too_long.append(f"{module}: {n} lines > {MAX_MODULE_LINES}, and its docstring does not say why "
+                            f"({LONG_MODULE_REASON!r} and the reason)")
         too_long += [f"{module}.{f} > {MAX_FUNCTION_LINES}" for f in long_functions(source)]
     assert not too_long, "\n".join(too_long)
+
+
+def says_why_long(source: str) -> bool:
+    """Whether the module docstring of ``source`` says why the module is past :data:`MAX_MODULE_LINES`: a line
+    with :data:`LONG_MODULE_REASON` followed by the reason (one idea that splitting would cut in two)."""
+    doc = ast.get_docstring(ast.parse(source)) or ""
+    return any(line.strip().startswith(LONG_MODULE_REASON) and len(line.strip()) > len(LONG_MODULE_REASON) + 10
+               for line in doc.splitlines())
+
+
+def test_a_long_module_passes_only_when_its_docstring_says_why():
+    body = "x = 1\n" * MAX_MODULE_LINES
+    assert not says_why_long(f'"""A module."""\n{body}')
+    assert not says_why_long(f'"""A module.\n\n{LONG_MODULE_REASON}\n"""\n{body}')  # a reason, not the words
+    assert says_why_long(f'"""A module.\n\n{LONG_MODULE_REASON} the loop and its error policy are one state '
+                         f'machine.\n"""\n{body}')
 
 
 def test_the_size_check_catches_a_long_function():

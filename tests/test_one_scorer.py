@@ -63,9 +63,9 @@ def test_the_worker_proposes_what_the_eval_row_measures(memory_classifier, split
     record = CalibrationRecord(collection=clf.collection("sl"), language="sl", model_version=clf.model_version,
                                params=params.model_dump(mode="json"), objective="micro_f1 + subset_accuracy",
                                labels=sorted(p.resolved.known_labels))
-    judged = p.scorer.models.cache
+    judged = p.models.cache
     stored = ModelCache(record_id(record))
-    stored.models, stored.counts = dict(judged.models), p.scorer.models.memory.label_counts()
+    stored.models, stored.counts = dict(judged.models), p.models.memory.label_counts()
     record.models = clf.model_store.write(stored)
     clf.calibrations.write(record)
     clf.models.articles = lambda lang: pytest.fail("the worker fitted a model from the memory instead of loading it")

@@ -15,7 +15,7 @@ import pytest
 from test_head_model import house_style_corpus
 
 from newsmon.schemas.scoring import ScoringParams, options_model, registered
-from newsmon.shared.scoring import FittedModels, MemoryArticles, Resolved, Retrieval, Scorer
+from newsmon.shared.scoring import FittedModels, MemoryArticles, OneRecord, Resolved, Retrieval, Scorer
 
 D = 16
 
@@ -98,7 +98,7 @@ OPTIONS = {
 def _outcome(fixture, params: dict) -> tuple:
     memory, texts, q, r = fixture
     res = Resolved(ScoringParams(**params), "r@1", frozenset({"agency", "economy", "local"}), "calibration")
-    scorer = Scorer(FittedModels(memory), lambda _lang: res)
+    scorer = Scorer(OneRecord(res, FittedModels(memory)))
     (g,) = scorer.score(texts, ["sl"] * len(texts), q, retrieval=r, resolved=res)
     d, v = g.decision, g.vocab
     order = np.argsort(v.labels)
@@ -164,7 +164,7 @@ def test_lexical_candidates_set_what_the_memory_is_asked_for(fixture):
 
     for n, search in ((200, True), (50, True), (200, False)):
         res = Resolved(ScoringParams(**{**BASE, "lexical_candidates": n, "lexical_search": search}))
-        Scorer(FittedModels(memory), lambda _lang: res, Memory()).score(texts, ["sl"] * len(texts), q)
+        Scorer(OneRecord(res, FittedModels(memory)), Memory()).score(texts, ["sl"] * len(texts), q)
     assert asked == [(200, 200), (50, 50), (200, 0)]
 
 

@@ -175,7 +175,7 @@ def test_the_workers_serve_the_stored_model_and_refuse_a_record_without_it():
     """The worker path: the stacking model travels in the record's archive (``shared/scoring/stored.py``), the
     scorer of the workers loads it and proposes what the calibration's model proposes; a record stored without it
     is refused (its ``fit`` raises), not served with other parameters."""
-    from newsmon.shared.scoring import Resolved, Scorer
+    from newsmon.shared.scoring import OneRecord, Resolved, Scorer
     from newsmon.shared.scoring.models import MemoryModels, ModelCache
     from newsmon.shared.scoring.stored import pack, unpack
 
@@ -205,14 +205,14 @@ def test_the_workers_serve_the_stored_model_and_refuse_a_record_without_it():
         raise AssertionError("the workers must not read the memory for a stored model")
 
     res = Resolved(params, record, frozenset(labels), "calibration")
-    scorer = Scorer(MemoryModels(articles, stored=lambda rec: stored if rec == record else None), lambda _l: res)
+    scorer = Scorer(OneRecord(res, MemoryModels(articles, stored=lambda rec: stored if rec == record else None)))
     (g,) = scorer.score(["t"] * m, ["sl"] * m, None, retrieval=r, resolved=res, vocab=LabelVocab(labels))
     want = decide(r, LabelVocab(labels), params, {"stacking": StackingEvidence([model])}, cache.counts)
     assert np.array_equal(g.decision.proposed[:, :3], want.proposed[:, :3]) and g.decision.proposed.any()
     empty = ModelCache(record)
     empty.counts = cache.counts
-    without = Scorer(MemoryModels(lambda _l: MemoryArticles(None, ["x"], [("a",)]),
-                                  stored=lambda rec: unpack(pack(empty))), lambda _l: res)
+    without = Scorer(OneRecord(res, MemoryModels(lambda _l: MemoryArticles(None, ["x"], [("a",)]),
+                                                stored=lambda rec: unpack(pack(empty)))))
     with pytest.raises(ValueError, match="calibrate again"):
         without.score(["t"] * m, ["sl"] * m, None, retrieval=r, resolved=res)
 

@@ -170,7 +170,7 @@ def runtime_factory(tansu, newsmon_home, tmp_path, redis_url, encoder, corpus):
         clf = Classifier(s, encoder=encoder)
         clf.add_articles(memory_articles if memory_articles is not None else corpus.split("train")[:150])
         if calibrate:  # as `newsmon memory build --calibrate` does: the workers read the record
-            from newsmon.training_jobs.calibration import calibrate_memory
+            from newsmon.training_jobs.calibrate_memory import calibrate_memory
 
             calibrate_memory(clf, written_by="memory build")
         rt = build_runtime(s, classifier=clf)

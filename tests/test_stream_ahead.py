@@ -15,7 +15,8 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from newsmon.shared.memory import MemoryUnavailableError
-from newsmon.workers.ahead import Ahead, send_back
+from newsmon.workers.ahead import Ahead
+from newsmon.workers.checkpoint import send_back
 from test_stream import (Collector, corpus, publish_articles, runtime_factory,  # noqa: F401 (fixtures)
                          wait_all_committed)
 
@@ -48,15 +49,15 @@ def test_a_batch_in_flight_is_sent_back_on_every_partition_its_predecessor_did_n
     consumer = RecordingConsumer()
     ahead = Ahead([Msg("a", 0, 12), Msg("a", 0, 13), Msg("a", 1, 40), Msg("a", 1, 41), Msg("a", 2, 7)], consumer)
     # the batch before it paused on partition 0 (sent back to its own first unfinished message, before 12)
-    send_back(consumer, ahead, {("a", 0)})
+    send_back(consumer, ahead.msgs, {("a", 0)}, read_by=ahead.consumer)
     assert sorted(consumer.seeks) == [("a", 1, 40), ("a", 2, 7)]
     # a failed commit sends nothing back: every partition of the batch in flight goes back to its first message
     consumer.seeks.clear()
-    send_back(consumer, ahead, set())
+    send_back(consumer, ahead.msgs, set(), read_by=ahead.consumer)
     assert sorted(consumer.seeks) == [("a", 0, 12), ("a", 1, 40), ("a", 2, 7)]
     # read by a consumer since replaced: dropped, the new consumer starts from the committed offsets
     other = RecordingConsumer()
-    send_back(other, ahead, set())
+    send_back(other, ahead.msgs, set(), read_by=ahead.consumer)
     assert other.seeks == []
 
 

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 from newsmon.broker import free_port
-from newsmon.workers.classifier import ClassifierWorker
+from newsmon.workers.classifier_worker import ClassifierWorker
 from test_stream import (Collector, committed, corpus, publish_articles, runtime_factory,  # noqa: F401 (fixtures)
                          stream_settings, wait_all_committed, wait_until)
 

@@ -1,6 +1,6 @@
 """Calibrations cached by what they depend on, so an unchanged memory is not calibrated again.
 
-A calibration (:func:`newsmon.training_jobs.calibration.calibrate_memory`) is a function of: the language memory's
+A calibration (:func:`newsmon.training_jobs.calibrate_memory.calibrate_memory`) is a function of: the language memory's
 labelled articles (ids, labels, texts), the model version (encoder, runtime, adapter), the validation articles of
 the language, the settings it reads (``calibration``, ``memory.min_language_articles``, ``labels``) and the code
 (the package version, the source of ``shared/scoring`` and of the calibration job). :func:`calibration_inputs` is
@@ -52,7 +52,7 @@ def code_digest() -> str:
     root = Path(scoring.__file__).parent
     files = [(f"scoring/{p.relative_to(root)}", p) for p in sorted(root.rglob("*.py"))]
     here = Path(__file__).parent
-    files += [(p.name, p) for p in (here / "calibration.py", here / "calibration_cache.py")]
+    files += [(p.name, p) for p in (here / "calibrate_memory.py", here / "calibration_cache.py")]
     for name, path in files:
         h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()

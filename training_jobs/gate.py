@@ -1,6 +1,6 @@
 """The rollout gate: the candidate's calibrated ``newsmon`` row against production's, on the same held-out articles.
 
-Each side is calibrated by the one calibration (:func:`newsmon.training_jobs.calibration.calibrate_memory`: what
+Each side is calibrated by the one calibration (:func:`newsmon.training_jobs.calibrate_memory.calibrate_memory`: what
 ``memory build --calibrate`` and ``newsmon tune`` run) on its own collections of the knowledge memory plus the
 corpus's validation split, and then measured by the scorer the workers run (:meth:`Classifier.propose
 <newsmon.shared.classifier.Classifier.propose>`, with the record just written) on the corpus's test split, whose
@@ -18,7 +18,7 @@ from newsmon.shared.data import Article
 from newsmon.shared.metrics import classification_metrics
 from newsmon.shared.scoring import LabelVocab
 from newsmon.shared.scoring.records import record_id
-from newsmon.training_jobs.calibration import calibrate_memory
+from newsmon.training_jobs.calibrate_memory import calibrate_memory
 
 #: The row the gate judges: the calibrated scorer, the one that serves.
 GATED = "newsmon"

@@ -85,7 +85,7 @@ class RolloutDecision:
 def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutDecision:
     """Carry the memory into the candidate's collections (re-embedded, or for an adapter trained on the current
     version its stored vectors transformed by the adapter's matrix); calibrate the candidate and production the same
-    way (:func:`newsmon.training_jobs.calibration.calibrate_memory`, as ``memory build --calibrate``) and measure
+    way (:func:`newsmon.training_jobs.calibrate_memory.calibrate_memory`, as ``memory build --calibrate``) and measure
     both scorers on the same test articles; promote when the candidate's calibrated ``newsmon`` row is not worse
     (micro-F1 and subset accuracy, within ``training.tolerance``: :func:`newsmon.training_jobs.gate.judge`):
     switch aliases (server) and write ``promoted.json``, which names the candidate's calibration records. Otherwise

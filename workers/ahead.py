@@ -4,15 +4,15 @@ The encoder is the stream's limit on a CPU, so it should never wait for the rest
 batch N is searched, scored, stored and produced and its offsets committed, batch N+1 is already consumed,
 validated, checked against the near-duplicate index, and embedded by a thread of its own (ONNX Runtime and
 torch release the GIL in their kernels). :class:`Ahead` holds such a batch; the worker finishes it at its next
-step (:meth:`newsmon.workers.classifier.ClassifierWorker.step`).
+step (:meth:`newsmon.workers.classifier_worker.ClassifierWorker.step`).
 
 What stays as without the overlap:
 
 - **Offsets.** N+1 is committed only after its own outputs are acknowledged, after N's commit. When N does not
   end in a clean commit (a pause, an unacknowledged output, a failed commit), N+1 is dropped and every one of
-  its partitions is sent back to its first message (:func:`send_back`), so nothing consumed is skipped; when
-  the consumer was replaced or its partitions revoked, N+1 is dropped and read again from the committed
-  offsets.
+  its partitions is sent back to its first message (:func:`newsmon.workers.checkpoint.send_back`), so nothing
+  consumed is skipped; when the consumer was replaced or its partitions revoked, N+1 is dropped and read again
+  from the committed offsets.
 - **Near-copies.** Only the index is checked ahead (it needs no memory call); the originals are read from the
   memory in N+1's own turn, after N's pending points are stored. The articles with an index hit are embedded
   then, unless their original's labels were decided (a copy of an undecided original is scored on its own).
@@ -35,7 +35,6 @@ import numpy as np
 import structlog
 from confluent_kafka import Consumer, Message
 
-from newsmon.workers.kafka_io import rewind_to
 from newsmon.workers.pipeline import ArticleBatch, ArticleItem, ArticlePipeline
 
 log = structlog.get_logger(__name__)
@@ -97,15 +96,6 @@ def take(ahead: Ahead, pipeline: ArticlePipeline) -> tuple[ArticleBatch, list] |
                 it.vector = v
             batch.seconds["embed"] += seconds
     return batch, ahead.rejected
-
-
-def send_back(consumer: Consumer, ahead: Ahead, rewound: set[tuple[str, int]]) -> None:
-    """Drop a prepared batch whose predecessor did not end in a clean commit: seek each of its partitions to
-    its first message there, except the partitions already sent back further (``rewound``); a batch read by a
-    consumer since replaced is simply dropped (the new one starts from the committed offsets)."""
-    if ahead.consumer is not consumer:
-        return
-    rewind_to(consumer, [m for m in ahead.msgs if (m.topic(), m.partition()) not in rewound])
 
 
 def _timed_encode(encoder: Any, texts: list[str]) -> tuple[np.ndarray, float]:

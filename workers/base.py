@@ -22,16 +22,14 @@ from typing import Any
 
 import structlog
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from newsmon.schemas import DeadLetterReason, DeadLetterStage, InvalidEvent
 from newsmon.shared.config import Settings
-from newsmon.workers.kafka_io import (Outbox, commit_acknowledged, dead_letter, make_consumer, make_producer,
-                                      real_messages, record_lag, rewind_to)
+from newsmon.workers.checkpoint import commit, poll_paused, rewind_to
+from newsmon.workers.kafka_io import Outbox, dead_letter, make_consumer, make_producer, real_messages, record_lag
 from newsmon.workers.observability import GROUP_EVENTS, HEALTH
 from newsmon.workers.policy import (Action, DependencyCalls, DependencyDown, Failure, Phase, ProduceFailed,
-                                    StageError, TooSlow, Verdict, backoff_s, is_transient, load_error_policy,
-                                    membership_lost)
+                                    StageError, TooSlow, Verdict, backoff_s, load_error_policy, membership_lost)
 from newsmon.workers.watch import Abandoned, RunOutbox, ShuttingDown, Watcher
 
 log = structlog.get_logger(__name__)
@@ -286,11 +284,7 @@ class BatchWorker:
         the batch's offsets are dropped and the partitions' next owner reads them again). Returns the
         partitions sent back to an unacknowledged message, None when the commit failed."""
         try:
-            for attempt in Retrying(stop=stop_after_attempt(self.settings.worker.retry_attempts),
-                                    retry=retry_if_exception(lambda e: is_transient(e) and not membership_lost(e)),
-                                    wait=wait_exponential(multiplier=0.2, max=2.0), reraise=True):
-                with attempt:
-                    return {(tp.topic, tp.partition) for tp in commit_acknowledged(self._consumer, msgs, outbox)}
+            return commit(self._consumer, msgs, outbox, self.settings.worker.retry_attempts)
         except KafkaException as exc:
             self._group_change("commit_failed", [])
             verdict = self._decide(self._failure(exc, msgs, "commit"))
@@ -316,11 +310,7 @@ class BatchWorker:
         while not stop.is_set():
             deadline = time.monotonic() + backoff_s(self.settings.worker, attempt)
             while time.monotonic() < deadline and not stop.is_set():
-                HEALTH.beat(self.name)
-                m = consumer.poll(0.2)  # keeps the group membership; paused partitions deliver nothing
-                if m is not None and m.error() is None:
-                    rewind_to(consumer, [m])  # a partition assigned during the pause: read it again later
-                    consumer.pause(consumer.assignment())
+                poll_paused(consumer, 0.2, lambda: HEALTH.beat(self.name))
             if recovered():
                 break
             attempt += 1

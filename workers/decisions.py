@@ -53,10 +53,10 @@ from newsmon.shared.classifier import model_identity
 from newsmon.shared.config import Settings
 from newsmon.shared.limits import decision_over_limit
 from newsmon.shared.memory import MemoryRouter, copy_missing, decision_time, replaced_router, shared_router
-from newsmon.shared.promotion import read_promoted
 from newsmon.workers.copies import inherited_labels, revise_copies
 from newsmon.workers.labels import LabelConflict, LabelRegistry, apply_event
-from newsmon.workers.rules import kwe_errors
+from newsmon.workers.model_follower import ModelFollower
+from newsmon.workers.kwe_stage import kwe_errors
 from newsmon.workers.observability import DECISIONS, LABEL_EVENTS
 
 log = structlog.get_logger(__name__)
@@ -83,27 +83,31 @@ class DecisionService:
         self.router = router
         self.previous: MemoryRouter | None = None
         self.registry = registry
-        self._replaced_checked = False
+        self.follower = ModelFollower(settings, lambda: self.router.model_version, self._switch, self._keep_replaced)
 
-    def follow_promotion(self) -> None:
-        """Between batches: write decisions into the promoted model's collections from now on, after carrying
-        over the decisions applied to the old version since the re-embedding; keep the old version as
-        ``previous``. At the first call of a process started after a promotion, ``previous`` is the version the
-        promotion record says it replaced."""
-        if not self.settings.encoder.follow_promoted:
-            return
-        rec = read_promoted(self.settings)
-        if rec and rec.get("model_version") not in (None, self.router.model_version):
-            version, dim = model_identity(self.settings)
-            if version != self.router.model_version:
-                old, new = self.router, shared_router(self.settings, version, dim)
-                carried = copy_missing(old, new)
-                self.previous, self.router = old, new
-                log.info("memory updater follows the promoted model", old=old.model_version, new=version,
-                         caught_up=carried)
-                return
-        if not self._replaced_checked and self.previous is None:
-            self._replaced_checked = True
+    def follow_promotion(self) -> bool:
+        """Between batches (:class:`~newsmon.workers.model_follower.ModelFollower`): write decisions into the
+        promoted model's collections from now on, after carrying over the decisions applied to the old version
+        since the re-embedding; keep the old version as ``previous``. At the first call of a process started after
+        a promotion, ``previous`` is the version the promotion record says it replaced. Returns whether the
+        collections written changed."""
+        return self.follower.follow()
+
+    def _switch(self, rec: dict) -> bool:
+        """Write to the promoted version's collections (when the settings resolve a model other than the one in
+        use), the decisions applied to the old version since the re-embedding carried over."""
+        version, dim = model_identity(self.settings)
+        if version == self.router.model_version:
+            return False
+        old, new = self.router, shared_router(self.settings, version, dim)
+        carried = copy_missing(old, new)
+        self.previous, self.router = old, new
+        log.info("memory updater follows the promoted model", old=old.model_version, new=version, caught_up=carried)
+        return True
+
+    def _keep_replaced(self, rec: dict | None) -> None:
+        """``previous``: the version the promotion record says was replaced (a process started after it)."""
+        if self.previous is None:
             self.previous = replaced_router(self.settings, rec, self.router.model_version)
 
     def new_batch(self) -> None:

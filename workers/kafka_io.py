@@ -1,4 +1,5 @@
-"""Kafka building blocks shared by the workers: clients, delivery tracking, dead letters, committing.
+"""Kafka building blocks shared by the workers: clients, delivery tracking, dead letters (offsets: committing,
+rewinding, polling while paused, are :mod:`newsmon.workers.checkpoint`'s).
 
 Delivery guarantee: at-least-once. A consumed message's offset is committed only after everything it
 produced (its proposal, or its dead letter) was acknowledged by the broker (delivery report). The producer
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
@@ -164,56 +165,6 @@ def dead_letter(outbox: Outbox, msg: Message, reason: DeadLetterReason, stage: D
     log.warning("dead letter", topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), reason=reason.value,
                 stage=stage.value if stage else None, detail=detail[:300], worker=worker,
                 cut_from=len(msg.value() or b"") if len(value) < len(msg.value() or b"") else None)
-
-
-def commit_acknowledged(consumer: Consumer, batch: Iterable[Message], outbox: Outbox) -> list[TopicPartition]:
-    """Commit, per partition, up to the first message whose outputs were not all acknowledged, and seek back
-    to that message so it is consumed again. Returns the partitions rewound (empty when all went through).
-
-    Raises:
-        confluent_kafka.KafkaException: the commit failed, also for one partition (nothing is lost: the batch
-            will be redelivered).
-    """
-    by_tp: dict[tuple[str, int], list[Message]] = {}
-    for m in batch:
-        by_tp.setdefault((m.topic(), m.partition()), []).append(m)
-    commits, rewind = [], []
-    for (topic, part), msgs in by_tp.items():
-        msgs.sort(key=lambda m: m.offset())
-        next_offset = msgs[0].offset()
-        for m in msgs:
-            if not outbox.acknowledged(m):
-                rewind.append(TopicPartition(topic, part, m.offset()))
-                break
-            next_offset = m.offset() + 1
-        if next_offset > msgs[0].offset():
-            commits.append(TopicPartition(topic, part, next_offset))
-    if commits:  # a synchronous commit reports per-partition errors in its result, not by raising
-        failed = [tp.error for tp in consumer.commit(offsets=commits, asynchronous=False) or () if tp.error]
-        if failed:
-            raise KafkaException(failed[0])
-    for tp in rewind:
-        log.warning("message not finished or not acknowledged: rewinding", topic=tp.topic, partition=tp.partition,
-                    offset=tp.offset, error=outbox.failed.get((tp.topic, tp.partition, tp.offset)))
-        _seek(consumer, tp)
-    return rewind
-
-
-def rewind_to(consumer: Consumer, batch: Iterable[Message]) -> None:
-    """Seek every partition of ``batch`` back to its first message (the batch will be consumed again)."""
-    first: dict[tuple[str, int], int] = {}
-    for m in batch:
-        k = (m.topic(), m.partition())
-        first[k] = min(first.get(k, m.offset()), m.offset())
-    for (topic, part), off in first.items():
-        _seek(consumer, TopicPartition(topic, part, off))
-
-
-def _seek(consumer: Consumer, tp: TopicPartition) -> None:
-    try:
-        consumer.seek(tp)
-    except KafkaException as exc:  # partition revoked or lost meanwhile: its next owner reads it from the commit
-        log.info("seek skipped", topic=tp.topic, partition=tp.partition, reason=str(exc))
 
 
 _LAST_LAG: dict[str, float] = {}

@@ -23,7 +23,7 @@ from newsmon.schemas import DeadLetterReason, DeadLetterStage, InvalidEvent, Lab
 from newsmon.shared.config import Settings, reveal
 from newsmon.shared.memory import MemoryRouter
 from newsmon.workers.base import BatchWorker, probe_ok
-from newsmon.workers.decisions import DecisionService
+from newsmon.workers.decisions import DecisionService, Outcome
 from newsmon.workers.kafka_io import Outbox
 from newsmon.workers.labels import LabelRegistry
 from newsmon.workers.observability import DECISION_LATENCY, DECISIONS, PARKED_DECISIONS
@@ -84,9 +84,9 @@ class MemoryUpdaterWorker(BatchWorker):
                         continue
             else:
                 with self.stage(DeadLetterStage.DECISION):
-                    outcome = self.call("memory", svc.apply_decision, ev)
-                    self.outcomes[outcome] += 1
+                    outcome = self.settle(m, ev, outbox)
                     if outcome == "unknown":
+                        self.outcomes[outcome] += 1
                         refused = self._park(m, ev)
                         if refused is None:
                             outbox.done(m)
@@ -97,17 +97,27 @@ class MemoryUpdaterWorker(BatchWorker):
                             f"labels to; {refused}", "ModeratorDecision", DeadLetterReason.UNKNOWN_ARTICLE),
                             DeadLetterStage.DECISION)
                         continue
-                    DECISIONS.labels(outcome).inc()
-                    if outcome == "applied":
-                        self.applied += 1
-                        for revised in self.call("memory", svc.revise_copies, ev):
-                            outbox.produce(m, self.settings.kafka.topic_proposals, revised.kafka_key(),
-                                           revised.to_bytes())
-                            self.revisions += 1
                     latency = time.perf_counter() - consumed
                     DECISION_LATENCY.observe(latency)
                     self.latencies_s = self.latencies_s[-9999:] + [latency]
             outbox.done(m)
+
+    def settle(self, m: Message, ev: ModeratorDecision, outbox: Outbox) -> Outcome:
+        """Settle one decision, the one way for a consumed and a parked one (:meth:`handle_batch`,
+        :meth:`settle_parked`): apply ``ev`` (of message ``m``), then produce the revised proposals of the
+        near-copies it changed through ``outbox`` (keyed to ``m``: its offset waits for them). Returns the outcome,
+        counted unless ``unknown`` (the caller parks the decision or leaves it parked)."""
+        outcome = self.call("memory", self.service.apply_decision, ev)
+        if outcome == "unknown":
+            return outcome
+        self.outcomes[outcome] += 1
+        DECISIONS.labels(outcome).inc()
+        if outcome == "applied":
+            self.applied += 1
+            for revised in self.call("memory", self.service.revise_copies, ev):
+                outbox.produce(m, self.settings.kafka.topic_proposals, revised.kafka_key(), revised.to_bytes())
+                self.revisions += 1
+        return outcome
 
     # -- decisions waiting for their article ---------------------------------------------------------
     def _park(self, m: Message, ev: ModeratorDecision) -> str | None:
@@ -154,16 +164,9 @@ class MemoryUpdaterWorker(BatchWorker):
         outbox, settled, dead = Outbox(self._producer), [], 0
         for pm in self.call("decision park", self.park.get, claim):
             ev = cast(ModeratorDecision, parse_event(ModeratorDecision, pm.value()))  # valid when it was parked
-            outcome = self.call("memory", svc.apply_decision, ev)
+            outcome = self.settle(pm, ev, outbox)
             if outcome == "unknown":  # gone again (a replaced model version): it waits on
                 continue
-            self.outcomes[outcome] += 1
-            DECISIONS.labels(outcome).inc()
-            if outcome == "applied":
-                self.applied += 1
-                for revised in self.call("memory", svc.revise_copies, ev):
-                    outbox.produce(pm, self.settings.kafka.topic_proposals, revised.kafka_key(), revised.to_bytes())
-                    self.revisions += 1
             outbox.done(pm)
             settled.append(pm)
             log.info("parked decision applied: its article arrived", article_id=ev.article_id, outcome=outcome,

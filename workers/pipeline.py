@@ -5,7 +5,7 @@
 ``newsmon suggest`` share it, the last two through :mod:`newsmon.workers.proposing`)
 
 :class:`ArticlePipeline` is the classifier worker's service object; the worker
-(:mod:`newsmon.workers.classifier`) only moves messages, offsets and errors. Every dependency call goes through
+(:mod:`newsmon.workers.classifier_worker`) only moves messages, offsets and errors. Every dependency call goes through
 the ``call`` it is given (the worker's error policy, :meth:`newsmon.workers.policy.DependencyCalls.call`).
 
 Per batch the knowledge memory is hit by: one ``get`` per language for the originals of the near-copies found,
@@ -38,13 +38,14 @@ from newsmon.shared.scoring.wire import proposal_fields
 from newsmon.shared.config import Settings
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.memory import SearchFilter, UnknownLanguageError, catch_up, replaced_router
-from newsmon.shared.promotion import promoted_calibration, read_promoted
+from newsmon.shared.promotion import promoted_calibration
 from newsmon.shared.text import article_text
 from newsmon.workers.copies import Duplicate, duplicate_labels, inherited_labels, link_copies
 from newsmon.workers.pending import recheck_originals, write_pending
 from newsmon.workers.labels import LabelRegistry, RegistryState
+from newsmon.workers.model_follower import ModelFollower
 from newsmon.workers.observability import BATCH_SECONDS, BATCH_SIZE
-from newsmon.workers.rules import (RuleBook, RuleOutcome, admitted_candidates, article_meta, count_examples,
+from newsmon.workers.kwe_stage import (RuleBook, RuleOutcome, admitted_candidates, article_meta, count_examples,
                                    match_rules, with_rule_candidates)
 
 log = structlog.get_logger(__name__)
@@ -128,33 +129,26 @@ class ArticlePipeline:
         self.registry = registry
         self.call = call
         self.rulebook = RuleBook()
-        self._promotion_seen: str | None = None
-        self._replaced_checked = False
+        self.follower = ModelFollower(settings, lambda: self.classifier.model_version, self._switch,
+                                      self._catch_up_replaced)
 
     # -- between batches --------------------------------------------------------------------------
     def follow_promotion(self) -> bool:
-        """When the nightly job promoted another model: load it, copy into its collections the points stored
-        since the memory was re-embedded (pending articles, later decisions; the newer decision wins, see
-        :func:`newsmon.shared.memory.catch_up`), and use it from this batch on. A process started after the
-        promotion catches up from the version the promotion record says it replaced, once. Returns whether
-        the model changed."""
-        if not self.settings.encoder.follow_promoted:
-            return False
-        rec = read_promoted(self.settings)
-        version = rec.get("model_version") if rec else None
-        if version is None or version == self._promotion_seen or version == self.classifier.model_version:
-            self._promotion_seen = version
-            if not self._replaced_checked:
-                self._replaced_checked = True
-                self._catch_up_replaced(rec)
-            return False
+        """When the nightly job promoted another model (:class:`~newsmon.workers.model_follower.ModelFollower`):
+        load it, copy into its collections the points stored since the memory was re-embedded (pending articles,
+        later decisions; the newer decision wins, see :func:`newsmon.shared.memory.catch_up`), and use it from
+        this batch on. A process started after the promotion catches up from the version the promotion record
+        says it replaced, once. Returns whether the model changed."""
+        return self.follower.follow()
+
+    def _switch(self, rec: dict) -> bool:
+        """Load the promoted model, catch its memories up from the one in use, and serve it."""
         started = time.perf_counter()
         new = Classifier(self.settings)
         copied = catch_up(self.classifier.router, new.router, new.encoder)
         old, self.classifier = self.classifier, new
         if old.owns_encoder:
             old.encoder.close()
-        self._promotion_seen = version
         log.info("switched to the promoted model", old=old.model_version, new=new.model_version,
                  caught_up=copied, seconds=round(time.perf_counter() - started, 1),
                  calibration=self._promoted_records(rec))
@@ -319,7 +313,7 @@ class ArticlePipeline:
 
     def match_rules(self, batch: ArticleBatch) -> None:
         """Apply the label rules of the registry snapshot the batch is scored with to the articles that are not
-        near-copies (:func:`newsmon.workers.rules.match_rules`): evidence on the labels whose KwE matched,
+        near-copies (:func:`newsmon.workers.kwe_stage.match_rules`): evidence on the labels whose KwE matched,
         retrieval proposals the definition refuses dropped, rule-only proposals for labels with fewer than
         ``labels.min_examples`` confirmed examples, the other matched labels among the candidates."""
         fresh, state = batch.fresh, batch.registry

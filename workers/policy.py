@@ -60,7 +60,7 @@ from newsmon.shared.scoring.records import CalibrationUnreadable
 
 __all__ = ["Action", "DefaultErrorPolicy", "DependencyCalls", "DependencyDown", "ErrorPolicy", "Failure",
            "StageError", "TooSlow", "Verdict", "backoff_s", "is_transient", "load_error_policy", "membership_lost",
-           "reason_for", "switch_model"]
+           "reason_for", "retrying", "switch_model"]
 
 
 class DependencyDown(RuntimeError):
@@ -281,6 +281,14 @@ def backoff_s(settings: WorkerSettings, attempt: int) -> float:
     return float(min(settings.pause_backoff_max_s, settings.pause_backoff_s * 2 ** max(0, attempt - 1)))
 
 
+def retrying(attempts: int, retry: Callable[[BaseException], bool]) -> Retrying:
+    """The workers' one tenacity set-up: ``attempts`` tries of the errors ``retry`` accepts, exponential backoff
+    (0.2 s, 0.4 s, ... at most 2 s between tries), the last error re-raised unchanged. Used by the dependency
+    calls (:meth:`DependencyCalls.call`) and the offset commits (:func:`newsmon.workers.checkpoint.commit`)."""
+    return Retrying(stop=stop_after_attempt(attempts), retry=retry_if_exception(retry),
+                    wait=wait_exponential(multiplier=0.2, max=2.0), reraise=True)
+
+
 class DependencyCalls:
     """How the workers call their dependencies: transient errors are retried with exponential backoff, then
     raised as :class:`DependencyDown`; other errors propagate at once (they are the message's; the error
@@ -302,9 +310,7 @@ class DependencyCalls:
             Exception: a non-transient error of ``fn``, unchanged, at its first occurrence.
         """
         try:
-            for attempt in Retrying(stop=stop_after_attempt(self.settings.retry_attempts),
-                                    retry=retry_if_exception(is_transient),
-                                    wait=wait_exponential(multiplier=0.2, max=2.0), reraise=True):
+            for attempt in retrying(self.settings.retry_attempts, is_transient):
                 with attempt:
                     return fn(*args, **kwargs)
         except DependencyDown:

@@ -23,7 +23,7 @@ from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.memory import MemoryLockedError, MemoryRouter, close_all_routers, shared_router
 from newsmon.shared.memory.maintain import IndexMaintainer
 from newsmon.workers.base import BatchWorker
-from newsmon.workers.classifier import ClassifierWorker
+from newsmon.workers.classifier_worker import ClassifierWorker
 from newsmon.workers.labels import LabelRegistry
 from newsmon.workers.local_state import SqliteDecisionPark
 from newsmon.workers.memory_updater import MemoryUpdaterWorker

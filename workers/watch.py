@@ -22,7 +22,8 @@ from confluent_kafka import Consumer, Message
 
 from newsmon.schemas import DeadLetterStage
 from newsmon.shared.config import Settings
-from newsmon.workers.kafka_io import Outbox, rewind_to
+from newsmon.workers.checkpoint import poll_paused
+from newsmon.workers.kafka_io import Outbox
 from newsmon.workers.observability import ABANDONED, HEALTH
 from newsmon.workers.policy import StageError, TooSlow
 
@@ -145,10 +146,7 @@ class Watcher:
                     consumer.pause(consumer.assignment())
                     paused = True
                 if paused:
-                    m = consumer.poll(0.1)  # keeps the membership, serves rebalances; paused partitions: nothing
-                    if m is not None and m.error() is None:
-                        rewind_to(consumer, [m])
-                        consumer.pause(consumer.assignment())
+                    poll_paused(consumer, 0.1)
                 elapsed = run.overdue()
                 if elapsed is not None and not run.done.is_set():
                     return self._give_up(run, thread, TooSlow(run.stage, elapsed, run.budget_s * run.scale))

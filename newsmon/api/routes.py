@@ -31,7 +31,7 @@ from newsmon.api.service import ApiError, ApiService
 from newsmon.schemas import InvalidEvent, LabelDefinition, LabelProposal, ModeratorDecision, parse_event
 from newsmon.schemas.base import check_label
 from newsmon.shared.limits import decision_over_limit
-from newsmon.workers.rules import kwe_errors
+from newsmon.workers.kwe_stage import kwe_errors
 
 __all__ = ["router"]
 

@@ -36,9 +36,9 @@ from newsmon.shared.logs import RateLimitedLogBridge
 from newsmon.shared.scoring.records import CalibrationUnreadable
 from newsmon.shared.text import article_text, cut_at_word, tokenize
 from newsmon.workers.kafka_io import make_producer, read_latest
+from newsmon.workers.kwe_stage import article_meta, count_examples, rule_evidence, rule_of_definition
 from newsmon.workers.labels import LabelRegistry, RegistryState, open_registry
 from newsmon.workers.pipeline import ArticlePipeline
-from newsmon.workers.rules import article_meta, count_examples, rule_evidence, rule_of_definition
 
 log = structlog.get_logger(__name__)
 

@@ -44,9 +44,9 @@ def tune_cmd(
 
 
 def run_calibration(clf, validation, written_by: str, corpus: str | None, reuse: bool = True) -> dict:
-    """:func:`newsmon.training_jobs.calibration.calibrate_memory`, failing with one line when there is nothing
+    """:func:`newsmon.training_jobs.calibrate_memory.calibrate_memory`, failing with one line when there is nothing
     to calibrate."""
-    from newsmon.training_jobs.calibration import calibrate_memory  # deferred: see the module docstring
+    from newsmon.training_jobs.calibrate_memory import calibrate_memory  # deferred: see the module docstring
 
     try:
         return calibrate_memory(clf, validation, written_by=written_by, corpus=corpus, reuse=reuse)

@@ -14,7 +14,7 @@ from newsmon.api.service import ApiError, ApiService
 from newsmon.console.session import ApiUser, console_feed, console_service, read_json
 from newsmon.schemas import LabelDefinition
 from newsmon.schemas.base import check_label
-from newsmon.workers.rules import kwe_errors
+from newsmon.workers.kwe_stage import kwe_errors
 
 __all__ = ["router"]
 

@@ -1,7 +1,7 @@
 """A label's definition as analysts write it: keyword Boolean expressions plus article-metadata filters.
 
 :class:`LabelRule` is the registry form (a pydantic model, JSON-ready; the workers build it from the definition a
-``LabelEvent`` with the ``defined`` / ``updated`` actions carries, see :mod:`newsmon.workers.rules`): every KwE is
+``LabelEvent`` with the ``defined`` / ``updated`` actions carries, see :mod:`newsmon.workers.kwe_stage`): every KwE is
 validated at construction, so a rule that exists can be matched. :class:`LabelRuleIndex` matches one article
 against all label rules through one :class:`.index.KweIndex` and applies the filters.
 

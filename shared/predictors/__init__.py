@@ -5,7 +5,7 @@ TF-IDF baselines (``svm``, ``logreg``), and the product's own ``newsmon`` (a thi
 """
 
 # The method modules register their predictors on import; this order is the order of the eval report.
-from newsmon.shared.predictors.rae_xmc import RaeXmcPredictor, rae_xmc_scores, tune_rae  # noqa: I001
+from newsmon.shared.predictors.rae import RaeXmcPredictor, rae_xmc_scores, tune_rae  # noqa: I001
 from newsmon.shared.predictors.one_nn import OneNnPredictor, one_nn_scores
 from newsmon.shared.predictors.mlknn import MLKNN, MlKnnPredictor, neighbour_counts
 from newsmon.shared.predictors.tfidf import TfidfLogRegPredictor, TfidfOneVsAll, TfidfSvmPredictor

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 
 from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
-from newsmon.shared.scoring import FittedModels, LabelVocab, MemoryArticles, Queries, Resolved, Scorer
+from newsmon.shared.scoring import FittedModels, LabelVocab, MemoryArticles, OneRecord, Queries, Resolved, Scorer
 from newsmon.shared.scoring.calibration import GRID_K, LEXICAL_CANDIDATES, Objective, calibrate, calibration_set
 from newsmon.shared.scoring.decision import retrieval_size
 from newsmon.shared.scoring.lexical import TermVectors
@@ -45,6 +45,7 @@ class NewsmonPredictor(Predictor):
         self.vocab = LabelVocab()
         self.terms = TermVectors()
         self.resolved: Resolved | None = None
+        self.models: FittedModels | None = None  # the memory's models (the calibration's, the ones it judged)
         self.scorer: Scorer | None = None
 
     def fit(self, train: TrainingSet) -> NewsmonPredictor:
@@ -68,7 +69,8 @@ class NewsmonPredictor(Predictor):
             memory = cal.memory or memory  # in id order: the models not judged are fitted as the calibration's were
         known = frozenset(lb for labels in own for lb in labels)
         self.resolved = Resolved(params, EVAL_RECORD, known, "calibration" if self.fixed is None else "settings")
-        self.scorer = Scorer(FittedModels(memory, judged), lambda _lang: self.resolved, None, self.terms)
+        self.models = FittedModels(memory, judged)
+        self.scorer = Scorer(OneRecord(self.resolved, self.models), None, self.terms)
         return self
 
     @classmethod
@@ -79,9 +81,9 @@ class NewsmonPredictor(Predictor):
     def with_params(self, params: ScoringParams) -> NewsmonPredictor:
         """A fitted copy scoring with ``params`` (the same memory, models and known labels: an ablation row)."""
         out = NewsmonPredictor(params)
-        out.vocab, out.terms = self.vocab, self.terms
+        out.vocab, out.terms, out.models = self.vocab, self.terms, self.models
         out.resolved = Resolved(params, EVAL_RECORD, self.resolved.known_labels, "settings")
-        out.scorer = Scorer(self.scorer.models, lambda _lang: out.resolved, None, self.terms)
+        out.scorer = Scorer(OneRecord(out.resolved, self.models), None, self.terms)
         return out
 
     def score_and_decide(self, queries: QueryBatch) -> tuple[np.ndarray, np.ndarray]:

@@ -19,7 +19,7 @@ from newsmon.shared.scoring.components import (MemoryArticles, Queries, ScoreCom
                                                register_component)
 from newsmon.shared.scoring.rules import DecisionRule, DecisionState, get_rule, register_rule
 from newsmon.shared.scoring.decision import Decision, decide, explain, neighbours_needed, retrieval_size
-from newsmon.shared.scoring.scorer import CANDIDATES, Resolved, Scorer
+from newsmon.shared.scoring.scorer import CANDIDATES, OneRecord, RecordSource, Resolved, Scorer
 from newsmon.shared.scoring.models import FittedModels, MemoryModels
 
 # A deployment's components and rules (the modules of the entry-point group, this package one of them), imported
@@ -27,6 +27,6 @@ from newsmon.shared.scoring.models import FittedModels, MemoryModels
 load_entry_points(ENTRY_POINTS)
 
 __all__ = ["CANDIDATES", "Decision", "DecisionRule", "DecisionState", "FittedModels", "LabelScore", "LabelVocab",
-           "MemoryArticles", "MemoryModels", "Proposal", "Queries", "Resolved", "Retrieval", "ScoreComponent",
-           "Scorer", "ScoringInfo", "ScoringParams", "decide", "explain", "get_component", "get_rule",
-           "neighbours_needed", "register_component", "register_rule", "retrieval_size"]
+           "MemoryArticles", "MemoryModels", "OneRecord", "Proposal", "Queries", "RecordSource", "Resolved",
+           "Retrieval", "ScoreComponent", "Scorer", "ScoringInfo", "ScoringParams", "decide", "explain",
+           "get_component", "get_rule", "neighbours_needed", "register_component", "register_rule", "retrieval_size"]

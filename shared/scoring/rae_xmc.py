@@ -1,7 +1,7 @@
 """Simplified RAE-XMC, the base of every newsmon score: ``p = softmax(s / tau) . Y`` over the top-k retrieved
 neighbours (RAE-XMC eq. 8; Chien et al., "Retrieval-augmented extreme multi-label classification"). The score
 components (:mod:`newsmon.shared.scoring.components`) are mixed into it; the research baseline ``rae`` of
-``eval`` (:mod:`newsmon.shared.predictors.rae_xmc`) calls the same functions.
+``eval`` (:mod:`newsmon.shared.predictors.rae`) calls the same functions.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ adapter) and the benchmarks.
 Per article: the parameters of its language (:class:`Resolved`: a calibration record's, or the defaults and why),
 the neighbours (searched in the knowledge memory by a :class:`NeighbourSource`, or given, offline), hybrid
 retrieval's fusion (:func:`newsmon.shared.scoring.lexical.fuse`), the label registry's names (``relabel``), each
-component's evidence from its per-memory model (a :class:`ModelSource`), then
+component's evidence from its per-memory model (the parameters and the models of a language: a
+:class:`RecordSource`), then
 :func:`newsmon.shared.scoring.decision.decide` and :func:`~newsmon.shared.scoring.decision.explain`.
 """
 
@@ -43,8 +44,10 @@ class Resolved:
         params: the parameters; record: the id of the calibration record they came from (None: none);
         known_labels: the labels that record saw (None: no record; the new-label rule is then off);
         source: ``calibration``, ``calibration+settings``, ``settings`` or ``defaults``; note: why, when it is not
-        a calibration record alone (e.g. no record for the language's collection); memory: the language whose
-        memory the record calibrates (the score components' models are that memory's; None: the article's own).
+        a calibration record alone (e.g. no record for the language's collection); memory_language: the ISO 639-1
+        code of the language memory the record calibrates (the score components' models are that memory's; it
+        differs from the article's language when a language without a record of its own borrows the record of
+        the largest memory searched with it; None: the article's own).
     """
 
     params: ScoringParams
@@ -52,7 +55,7 @@ class Resolved:
     known_labels: frozenset[str] | None = None
     source: str = "defaults"
     note: str | None = None
-    memory: str | None = None
+    memory_language: str | None = None
 
     def wire(self) -> ScoringInfo:
         """The wire form (``LabelProposal.scoring``)."""
@@ -75,12 +78,50 @@ class NeighbourSource(Protocol):
 
 class ModelSource(Protocol):
     """The per-memory models of the score components, and the memory's label counts
-    (:mod:`newsmon.shared.scoring.models`)."""
+    (:mod:`newsmon.shared.scoring.models`: :class:`~newsmon.shared.scoring.models.MemoryModels`,
+    :class:`~newsmon.shared.scoring.models.FittedModels`)."""
 
     def get(self, lang: str | None, record: str | None, params: ScoringParams, counts: bool
             ) -> tuple[dict[str, Any], dict[str, int] | None]:
         """(the models of ``params``' components of ``lang``'s memory under calibration record ``record``, by
         component name; memory articles per label when ``counts``)."""
+
+
+class RecordSource(Protocol):
+    """What the scorer scores a language's articles with: the parameters and where they came from (a calibration
+    record, the settings, the defaults), and the score components' models of the memory the record calibrates.
+    The live one reads the calibration records of the language memories
+    (:class:`newsmon.shared.classifier.MemoryRecords`); ``eval`` and the calibration have one record
+    (:class:`OneRecord`)."""
+
+    def resolved(self, lang: str | None) -> Resolved:
+        """The parameters of articles in ``lang`` (ISO 639-1; None: unknown) and where they came from."""
+
+    def models(self, lang: str | None, record: str | None, params: ScoringParams, counts: bool
+               ) -> tuple[dict[str, Any], dict[str, int] | None]:
+        """As :meth:`ModelSource.get`: the models of ``params``' components of ``lang``'s memory under calibration
+        record ``record`` (the id of :attr:`Resolved.record`), and the memory's label counts when ``counts``."""
+
+
+@dataclass(frozen=True)
+class OneRecord:
+    """A :class:`RecordSource` with one record for every language: ``eval``'s row, the calibration's replay,
+    tests.
+
+    Attributes:
+        resolution: the parameters every article is scored with; source: the components' models (one memory:
+            :class:`~newsmon.shared.scoring.models.FittedModels`, or per language).
+    """
+
+    resolution: Resolved
+    source: ModelSource
+
+    def resolved(self, lang: str | None) -> Resolved:
+        return self.resolution
+
+    def models(self, lang: str | None, record: str | None, params: ScoringParams, counts: bool
+               ) -> tuple[dict[str, Any], dict[str, int] | None]:
+        return self.source.get(lang, record, params, counts)
 
 
 @dataclass
@@ -101,15 +142,14 @@ class Scorer:
     """One assembly (see the module docstring).
 
     Args:
-        models: the components' per-memory models; resolve: the parameters of a language (None: unknown);
+        records: each language's parameters and the components' models of its memory (:class:`RecordSource`);
         neighbours: the knowledge memory's search (None: the neighbours must be given to each call);
         terms: the term-vector cache of hybrid retrieval.
     """
 
-    def __init__(self, models: ModelSource, resolve: Callable[[str | None], Resolved],
-                 neighbours: NeighbourSource | None = None, terms: TermVectors | None = None) -> None:
-        self.models = models
-        self.resolve = resolve
+    def __init__(self, records: RecordSource, neighbours: NeighbourSource | None = None,
+                 terms: TermVectors | None = None) -> None:
+        self.records = records
         self.neighbours = neighbours
         self.terms = terms if terms is not None else TermVectors()
 
@@ -133,7 +173,7 @@ class Scorer:
         groups: dict[str | None, tuple[str | None, Resolved, list[int]]] = {}
         for i, lang in enumerate(langs):
             if lang not in by_lang:  # resolved once per language and call
-                by_lang[lang] = resolved if resolved is not None else self.resolve(lang)
+                by_lang[lang] = resolved if resolved is not None else self.records.resolved(lang)
             groups.setdefault(lang, (lang, by_lang[lang], []))[2].append(i)
         return [self._group(lang, res, idx, texts, vectors, exclude, relabel, retrieval, vocab)
                 for lang, res, idx in groups.values()]
@@ -210,7 +250,7 @@ class Scorer:
         r = fuse(r, gtexts, params.lexical_weight, k, self.terms)
         if relabel is not None:
             known, params = relabelled(r, known, params, relabel)
-        models, counts = self.models.get(res.memory or lang, res.record, params, needs_counts(params))
+        models, counts = self.records.models(res.memory_language or lang, res.record, params, needs_counts(params))
         evidence = {}
         for spec in params.components:
             comp, opts = get_component(spec.name), spec.parsed()

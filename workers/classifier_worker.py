@@ -26,8 +26,9 @@ from newsmon.shared.classifier import Classifier
 from newsmon.shared.config import Settings
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.schemas import DeadLetterStage
-from newsmon.workers.ahead import Ahead, prepare, send_back, take
+from newsmon.workers.ahead import Ahead, prepare, take
 from newsmon.workers.base import BatchWorker, DependencyDown, probe_ok
+from newsmon.workers.checkpoint import send_back
 from newsmon.workers.kafka_io import Outbox, record_lag
 from newsmon.workers.labels import LabelRegistry
 from newsmon.workers.observability import ARTICLES, PROPOSALS_PER_ARTICLE
@@ -83,7 +84,7 @@ class ClassifierWorker(BatchWorker):
             self.batches += 1
             record_lag(self._consumer, self.group)
             if nxt is not None and (not clean or self._revoked):
-                send_back(self._consumer, nxt, rewound)
+                send_back(self._consumer, nxt.msgs, rewound, read_by=nxt.consumer)
                 nxt, self._revoked = None, False
         self._inflight = nxt
         if stop.is_set() and nxt is None:
