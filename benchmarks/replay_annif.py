@@ -25,6 +25,11 @@ Usage (``--params``: the ``results.json`` of a ``newsmon eval --methods newsmon 
 scoring parameters, what runs before any calibration)::
 
     python benchmarks/replay_annif.py --data ../shared/data/sentinews_sl --calibrate
+
+``--nightly`` runs the nightly replay instead (``benchmarks/nightly_replay.py``, issue 41 item 3: the real nightly
+job every N decisions, its gate's verdicts, newsmon retrained and never, Annif retrained and never, per night)::
+
+    nice python benchmarks/replay_annif.py --nightly --data ../shared/data/sentinews_sl --every 44
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -237,7 +243,15 @@ def replay(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
 
 
 def main() -> None:
+    if "--nightly" in sys.argv[1:]:  # the nightly replay's own options (nightly_replay.py)
+        from nightly_replay import main as nightly_main
+
+        nightly_main([a for a in sys.argv[1:] if a != "--nightly"])
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nightly", action="store_true",
+                    help="the nightly replay instead (nightly_replay.py: the real nightly job every --every "
+                         "decisions, newsmon retrained and never, Annif retrained and never, per night; its options)")
     ap.add_argument("--data", default="../shared/data/sentinews_sl")
     ap.add_argument("--params", help="results.json of a newsmon eval run (its newsmon row's calibrated parameters; "
                                      "default: the settings' scoring parameters, what runs without a calibration)")
