@@ -39,7 +39,7 @@ def _levers(methods: dict) -> list[dict]:
     """Each calibration step of a run's ``newsmon`` row: its name, kept or not, why, its lift on the calibration
     articles (objective: [lift, low, high], fractions) and its test micro-F1 / subset accuracy (points)."""
     out = []
-    for key, e in sorted(((k, e) for k, e in methods.items() if k.startswith("newsmon_step")),
+    for _key, e in sorted(((k, e) for k, e in methods.items() if k.startswith("newsmon_step")),
                          key=lambda kv: int(kv[0].rsplit("step", 1)[1])):
         params, m = e.get("params", {}), e["metrics"]["all"]
         out.append({"step": e["name"].split(": ", 1)[1], "why": params.get("why"),
