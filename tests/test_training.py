@@ -111,6 +111,10 @@ def test_finetune_and_rollout_gate_both_ways(train_settings, reuters_slice, tmp_
     assert read_promoted(s) is None
     after = Classifier(s)
     assert after.model_version == current_version and after.memory("en").count() == 50
+    # judging production calibrated it beside the candidate, but what production serves is left as it was (it
+    # had no calibration record: it has none after the refusal)
+    assert d.current["records"]["en"] and after.calibrations.read(after.collection("en")) is None
+    assert after.resolved("en").record is None
     after.close()
 
     # gate, promoted: the fine-tuned candidate (a few CPU steps: not worse within the tolerance), named with the

@@ -38,6 +38,7 @@ from newsmon.shared.encoder import Encoder
 from newsmon.shared.memory import MemoryRouter, copy_missing
 from newsmon.shared.promotion import (atomic_write_json, effective_encoder_settings, promoted_file,
                                       read_promoted, settings_with_model)
+from newsmon.shared.scoring.records import CalibrationRecord, CalibrationUnreadable
 from newsmon.training_jobs.gate import GATED, calibrated_row, judge
 
 log = structlog.get_logger(__name__)
@@ -56,14 +57,33 @@ def candidate_settings(settings: Settings, candidate_path: str) -> Settings:
     return s
 
 
-def measure_calibrated(settings: Settings, corpus: Corpus) -> dict:
+def measure_calibrated(settings: Settings, corpus: Corpus, keep_records: bool = True) -> dict:
     """The calibrated ``newsmon`` row of the model ``settings`` name (:func:`newsmon.training_jobs.gate.calibrated_row`:
-    calibrated on its memory plus the corpus's validation split, measured on its test split)."""
+    calibrated on its memory plus the corpus's validation split, measured on its test split).
+
+    With ``keep_records`` off (production's side of the gate), the calibration records the workers read are put
+    back as they were once the row is measured (a language that had none has none again): judging production must
+    not change what it serves, whatever the verdict. The row's ``records`` still name the records it was measured
+    with (their models stay in the model store)."""
     validation = [a for a in corpus.split("validation") if a.labels]
     test = [a for a in corpus.split("test") if a.labels]
     clf = Classifier(settings)
     try:
-        return calibrated_row(clf, validation, test, str(corpus.path))
+        serving: dict[str, CalibrationRecord | None] = {}
+        for collection in map(clf.collection, clf.languages()):
+            try:
+                serving[collection] = clf.calibrations.read(collection)
+            except CalibrationUnreadable:  # an unreadable record is not put back: the new one replaces it
+                continue
+        try:
+            return calibrated_row(clf, validation, test, str(corpus.path))
+        finally:
+            if not keep_records:
+                for collection, record in serving.items():
+                    if record is None:
+                        clf.calibrations.remove(collection)
+                    else:
+                        clf.calibrations.write(record)
     finally:
         clf.close()
 
@@ -99,7 +119,7 @@ def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutD
         raise ValueError(f"the gate needs labelled test articles; {corpus.path} has none")
     current_enc = effective_encoder_settings(settings)
     reembedded, replaces, target, transform = _carry_memory(settings, current_enc, candidate_path)
-    cur = measure_calibrated(settings, corpus)
+    cur = measure_calibrated(settings, corpus, keep_records=False)  # production serves what it served
     cand = measure_calibrated(candidate_settings(settings, candidate_path), corpus)
     promoted, reason = judge({GATED: cur}, {GATED: cand}, settings.training.tolerance)
     now = datetime.now(UTC).isoformat()

@@ -190,6 +190,15 @@ class CalibrationStore:
                 os.replace(tmp, self.directory / f"{record.collection}.json")
             self._cache[record.collection] = (time.monotonic(), record)
 
+    def remove(self, collection: str) -> None:
+        """Delete the record of ``collection``, if any: its scorer falls back to the settings' parameters."""
+        with self._lock:
+            if self._mem is not None:
+                self._mem.delete([collection])
+            else:
+                (self.directory / f"{collection}.json").unlink(missing_ok=True)
+            self._cache.pop(collection, None)
+
     def read(self, collection: str) -> CalibrationRecord | None:
         """The record of ``collection`` (None when it was never calibrated); reused for ``ttl_s`` seconds.
 
