@@ -696,7 +696,8 @@ def measure_calibrated(clf: Any, queries: Rows, gen: Archive, params: dict, reco
     ``uncalibrated_without_lexical_search`` (the same retrieval as the calibrated record: the fusion re-ranks the
     dense top candidates), ``calibrated`` and, with ``args.calibrated_lexical_search``,
     ``calibrated_with_lexical_search`` (every lever on). The rounds alternate the variants, so the load of a shared
-    machine falls on each alike; the ratios calibrated / uncalibrated come from the same run."""
+    machine falls on each alike; the ratios calibrated / uncalibrated come from the same run. The calibrated record
+    stays the collection's record afterwards."""
     from scale_calibrated import calibrated_params, fit_calibrated, write_calibrated_record
 
     from newsmon.schemas.scoring import ScoringParams
@@ -735,6 +736,7 @@ def measure_calibrated(clf: Any, queries: Rows, gen: Archive, params: dict, reco
             got = score_batches(clf, queries, warm, args.batch, n_batches, resolved)
             for key, values in got.items():
                 raw[name][key].extend(values)
+    clf.calibrations.write(variants["calibrated"][0])  # left as the collection's record (a profile reads it)
     out["variants"] = {name: scoring_summary(r) for name, r in raw.items()}
     v = out["variants"]
     out["rounds"] = args.calibrated_rounds
