@@ -28,10 +28,13 @@ Per size, in order (``--skip`` leaves steps out; every wait has a time-out):
    p50 / p99 and the retrieve / score split, for the calibration record's parameters (hybrid: the first pass after
    the index build, then the same batches again, warm; then without the lexical search, the fusion re-ranking the
    dense candidates only) and dense only;
-6. ``visible``: decision to visible with the index built (idle);
-7. ``calibration``: a new calibration record (with its stored models, as the calibration job writes it) while
+6. ``calibrated``: a record shaped like the corpora's calibrations (every lever they keep, stacking included:
+   :mod:`scale_calibrated`) written with its models, and batches of 16 scored with it beside the uncalibrated
+   record, in alternating rounds (the ratio from the same run);
+7. ``visible``: decision to visible with the index built (idle);
+8. ``calibration``: a new calibration record (with its stored models, as the calibration job writes it) while
    batches are proposed: the worst batch after the change against the p99 before;
-8. ``worker``: ``newsmon worker all`` (embedded broker) spawned on the memory: spawn to ``/readyz`` 200, then one
+9. ``worker``: ``newsmon worker all`` (embedded broker) spawned on the memory: spawn to ``/readyz`` 200, then one
    article published on its broker and the time to its proposal (the first batch opens the memory), its RSS;
    and RSS of this process (the classifier without the encoder: anonymous, file-backed, the memory's mapped
    files) and disk.
@@ -76,8 +79,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("generate", "import", "index", "recall", "scoring", "visible", "calibration", "worker")
+STEPS = ("generate", "import", "index", "recall", "scoring", "calibrated", "visible", "calibration", "worker")
 LANG = "sl"
+
+
+def record_name(size: int, skip: list[str]) -> str:
+    """The record's benchmark name: ``scale.<size>`` for a run of every step, else ``scale.<size>.<steps run, joined
+    by +>`` (a partial run is not the latest full run of its size on the measurements page)."""
+    run = [s for s in STEPS if s not in skip]
+    return f"scale.{size}" if len(run) == len(STEPS) else f"scale.{size}." + "+".join(run)
 #: Rows generated and written per chunk (vectors: 50,000 x 384 float32 = 77 MB).
 CHUNK = 50_000
 #: The issue's acceptance at 1,000,000 points, 12,000 labels, 2 cores.
@@ -568,7 +578,9 @@ def record_params(top_k: int, lexical_weight: float, candidates: int) -> dict:
 
 
 class TimedSource:
-    """The classifier's neighbour search, timed (the retrieve part of a batch)."""
+    """The classifier's neighbour search, timed (the retrieve part of a batch); its ``carriers`` search (the
+    evidence of a proposed label no neighbour carries, which a score component brought) passed through, untimed
+    here, so the batch does what a worker's does."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -580,6 +592,9 @@ class TimedSource:
             return self.inner.search(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - t0
+
+    def carriers(self, *args: Any, **kwargs: Any):
+        return self.inner.carriers(*args, **kwargs)
 
 
 def article_event(rows: Rows, i: int) -> Any:
@@ -644,6 +659,22 @@ def measure_scoring(clf: Any, queries: Rows, warm: Rows, batch: int, min_batches
     the wall time and its retrieve part (the neighbour search; the rest is fusion, score components, RAE-XMC and
     the rules). One batch of ``warm`` first, apart (the record read, its models loaded); then the queries in
     batches, cycled when they make fewer than ``min_batches``."""
+    return scoring_summary(score_batches(clf, queries, warm, batch, min_batches, resolved))
+
+
+def scoring_summary(raw: dict) -> dict:
+    """p50 / p99 / max of :func:`score_batches`' seconds (one call's, or several calls' concatenated), in ms."""
+    walls, retrieve, labels = raw["walls"], raw["retrieve"], raw["labels"]
+    score = [a - b for a, b in zip(walls, retrieve, strict=True)]
+    return {"batches": len(walls), "first_ms": ms(max(raw["first"])), "p50_ms": ms(pct(walls, 50)),
+            "p99_ms": ms(pct(walls, 99)), "max_ms": ms(max(walls)), "retrieve_p50_ms": ms(pct(retrieve, 50)),
+            "retrieve_p99_ms": ms(pct(retrieve, 99)), "score_p50_ms": ms(pct(score, 50)),
+            "score_p99_ms": ms(pct(score, 99)), "labels_per_article": round(float(np.mean(labels)), 2)}
+
+
+def score_batches(clf: Any, queries: Rows, warm: Rows, batch: int, min_batches: int, resolved: Any = None) -> dict:
+    """What :func:`measure_scoring` measures, raw: ``first`` (the warm batch's seconds, in a list), per batch
+    ``walls`` and ``retrieve`` seconds and ``labels`` (mean proposed labels per article)."""
     timed = TimedSource(clf)
     scorer = clf.scorer
     source, scorer.neighbours = scorer.neighbours, timed
@@ -664,11 +695,69 @@ def measure_scoring(clf: Any, queries: Rows, warm: Rows, batch: int, min_batches
             labels.append(float(np.mean([len(p.labels) for p in props])))
     finally:
         scorer.neighbours = source
-    score = [a - b for a, b in zip(walls, retrieve, strict=True)]
-    return {"batches": len(walls), "first_ms": ms(first), "p50_ms": ms(pct(walls, 50)), "p99_ms": ms(pct(walls, 99)),
-            "max_ms": ms(max(walls)), "retrieve_p50_ms": ms(pct(retrieve, 50)),
-            "retrieve_p99_ms": ms(pct(retrieve, 99)), "score_p50_ms": ms(pct(score, 50)),
-            "score_p99_ms": ms(pct(score, 99)), "labels_per_article": round(float(np.mean(labels)), 2)}
+    return {"first": [first], "walls": walls, "retrieve": retrieve, "labels": labels}
+
+
+def measure_calibrated(clf: Any, queries: Rows, gen: Archive, params: dict, record: str | None,
+                       counts: dict[str, int], args: argparse.Namespace) -> dict:
+    """The calibrated record beside the uncalibrated one (issue 38 item 4): the record of
+    :mod:`scale_calibrated` (every lever the corpora's calibrations keep, stacking included, trained on a sample)
+    written with its models, then ``args.calibrated_rounds`` rounds in each of which every variant scores the
+    query batches (:func:`score_batches`, its warm batch first: a record switch loads its stored models, as a
+    worker's first batch under a new record): ``uncalibrated`` (the benchmark's record ``params``, hybrid),
+    ``uncalibrated_without_lexical_search`` (the same retrieval as the calibrated record: the fusion re-ranks the
+    dense top candidates), ``calibrated`` and, with ``args.calibrated_lexical_search``,
+    ``calibrated_with_lexical_search`` (every lever on). The rounds alternate the variants, so the load of a shared
+    machine falls on each alike; the ratios calibrated / uncalibrated come from the same run. The calibrated record
+    stays the collection's record afterwards."""
+    from scale_calibrated import calibrated_params, fit_calibrated, write_calibrated_record
+
+    from newsmon.schemas.scoring import ScoringParams
+    from newsmon.shared.scoring import Resolved
+    from newsmon.shared.scoring.records import record_id
+
+    out: dict[str, Any] = {}
+    train = gen.extra(args.calibrated_train, "stacking")
+    cal_params = calibrated_params(params)
+    t0 = time.perf_counter()
+    models, out["fit"] = fit_calibrated(clf, cal_params, counts, train.texts, train.vectors, train.labels,
+                                        args.calibrated_sample)
+    out["fit"]["seconds"]["total"] = round(time.perf_counter() - t0, 1)
+    fit_on = {"scale_benchmark": True, "memory_sample": out["fit"]["sample"]["articles"],
+              "stacking_articles": args.calibrated_train}
+    current = clf.calibrations.read(clf.collection(LANG))  # the uncalibrated record (its stored label counts)
+    plain = current if current is not None and record_id(current) == record else None
+    variants = {"uncalibrated": (plain, Resolved(ScoringParams.model_validate(params), record, None,
+                                                 "calibration")),
+                "uncalibrated_without_lexical_search": (plain, Resolved(
+                    ScoringParams.model_validate({**params, "lexical_search": False}), record, None, "calibration")),
+                "calibrated": write_calibrated_record(clf, cal_params, models, counts, fit_on)}
+    out["params"] = cal_params
+    out["record"] = variants["calibrated"][1].record
+    if args.calibrated_lexical_search:
+        searched = calibrated_params(params, lexical_search=True)
+        variants["calibrated_with_lexical_search"] = write_calibrated_record(clf, searched, models, counts, fit_on)
+    raw: dict[str, dict[str, list]] = {name: {"first": [], "walls": [], "retrieve": [], "labels": []}
+                                       for name in variants}
+    warm = gen.extra(args.batch, "warm")
+    n_batches = max(1, len(queries.ids) // args.batch)
+    for _round in range(args.calibrated_rounds):
+        for name, (stored, resolved) in variants.items():
+            if stored is not None:  # the variant's record is the collection's current one while it is scored
+                clf.calibrations.write(stored)
+            got = score_batches(clf, queries, warm, args.batch, n_batches, resolved)
+            for key, values in got.items():
+                raw[name][key].extend(values)
+    clf.calibrations.write(variants["calibrated"][0])  # left as the collection's record (a profile reads it)
+    out["variants"] = {name: scoring_summary(r) for name, r in raw.items()}
+    v = out["variants"]
+    out["rounds"] = args.calibrated_rounds
+    out["ratios"] = {f"{a} / {b} {q}": round(v[a][q] / v[b][q], 3)
+                     for a, b in (("calibrated", "uncalibrated"), ("calibrated", "uncalibrated_without_lexical_search"))
+                     for q in ("p50_ms", "p99_ms")}
+    out["target_p99_ms"] = TARGETS["batch_p99_ms"]
+    out["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    return out
 
 
 class DecisionProbe:
@@ -1026,6 +1115,8 @@ def run_size(size: int, args: argparse.Namespace, gen: Archive, queries: Rows, s
 
         step("scoring", scoring)
         out["rss_after_scoring_mb"] = rss()
+        step("calibrated", lambda: measure_calibrated(clf, queries, gen, params,
+                                                      (out.get("record") or {}).get("id"), counts, args))
 
         def visible() -> dict:
             probe = DecisionProbe(clf, existing, gen.extra(400, "idle"))
@@ -1091,6 +1182,27 @@ def table(results: list[dict], args: argparse.Namespace) -> tuple[list[str], lis
                             _get(r, "scoring", "record_without_lexical_search", "score_p99_ms"))),
         row(f"batch of {args.batch} p99 ms (defaults: dense, k 50)",
             lambda r: _get(r, "scoring", "dense_defaults", "p99_ms")),
+        row(f"batch of {args.batch} p50 / p99 ms, calibrated record (every lever, stacking; no lexical search)",
+            lambda r: _pair(_get(r, "calibrated", "variants", "calibrated", "p50_ms"),
+                            _get(r, "calibrated", "variants", "calibrated", "p99_ms"))),
+        row("  of which retrieve / fuse + score + decide p99 ms",
+            lambda r: _pair(_get(r, "calibrated", "variants", "calibrated", "retrieve_p99_ms"),
+                            _get(r, "calibrated", "variants", "calibrated", "score_p99_ms"))),
+        row("  same run: uncalibrated without the lexical search p50 / p99 ms",
+            lambda r: _pair(_get(r, "calibrated", "variants", "uncalibrated_without_lexical_search", "p50_ms"),
+                            _get(r, "calibrated", "variants", "uncalibrated_without_lexical_search", "p99_ms"))),
+        row("  same run: uncalibrated (hybrid) p50 / p99 ms",
+            lambda r: _pair(_get(r, "calibrated", "variants", "uncalibrated", "p50_ms"),
+                            _get(r, "calibrated", "variants", "uncalibrated", "p99_ms"))),
+        row("  same run: calibrated with the lexical search p50 / p99 ms",
+            lambda r: _pair(_get(r, "calibrated", "variants", "calibrated_with_lexical_search", "p50_ms"),
+                            _get(r, "calibrated", "variants", "calibrated_with_lexical_search", "p99_ms"))),
+        row("  ratio calibrated / uncalibrated without the lexical search, p50 / p99",
+            lambda r: _pair(_get(r, "calibrated", "ratios", f"{_VS_PLAIN} p50_ms"),
+                            _get(r, "calibrated", "ratios", f"{_VS_PLAIN} p99_ms"))),
+        row("  calibrated record's models: fit s / stacking's training pairs",
+            lambda r: _pair(_get(r, "calibrated", "fit", "seconds", "total"),
+                            _get(r, "calibrated", "fit", "stacking", "pairs"))),
         row(f"recall@{k} of exact", lambda r: _get(r, "recall", k, "recall")),
         row(f"recall@{c} of exact", lambda r: _get(r, "recall", c, "recall")),
         row("decision visible p99 / max ms, idle",
@@ -1120,6 +1232,10 @@ def table(results: list[dict], args: argparse.Namespace) -> tuple[list[str], lis
                    f"{TARGETS['batch_p99_ms']:.0f} ms, recall >= {TARGETS['recall']}, decision visible <= 1 s, "
                    f"worker ready <= {TARGETS['ready_s']:.0f} s, calibration stall <= 1 s, anonymous RSS <= 3 GB "
                    "plus the mapped index.")
+
+
+#: The calibrated step's ratio of the same retrieval (the fusion re-ranking the dense candidates).
+_VS_PLAIN = "calibrated / uncalibrated_without_lexical_search"
 
 
 def _pair(a: Any, b: Any, sep: str = " / ") -> str:
@@ -1152,6 +1268,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout-index", type=float, default=3 * 3600)
     p.add_argument("--timeout-worker", type=float, default=600)
     p.add_argument("--timeout-calibration", type=float, default=900)
+    p.add_argument("--calibrated-sample", type=int, default=None,
+                   help="memory articles the calibrated record's components are fitted on (default: the "
+                        "calibration's calibration.max_memory_articles)")
+    p.add_argument("--calibrated-train", type=int, default=2000,
+                   help="held-out articles the calibrated record's stacking model is trained on")
+    p.add_argument("--calibrated-rounds", type=int, default=3,
+                   help="rounds of the calibrated step (each variant scores every query batch once per round)")
+    p.add_argument("--calibrated-lexical-search", action="store_true",
+                   help="also score the calibrated record with the lexical search on (every lever)")
     p.add_argument("--stats", action="store_true", help="print the generator's vector statistics and exit")
     args = p.parse_args(argv)
     args.sizes = [int(x.replace("_", "")) for x in args.sizes.split(",") if x.strip()]
@@ -1159,6 +1284,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     bad = set(args.skip) - set(STEPS)
     if bad:
         p.error(f"unknown steps {sorted(bad)}; choose from {', '.join(STEPS)}")
+    if args.calibrated_sample is None:
+        from newsmon.shared.config import Settings
+
+        args.calibrated_sample = Settings().calibration.max_memory_articles
     if args.candidates is None:
         from newsmon.shared.scoring.calibration import LEXICAL_CANDIDATES
 
@@ -1192,7 +1321,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with RssSampler() as sampler:
             for size in args.sizes:  # one record per size: benchmarks/results/scale.<size>/
-                with BenchmarkRecord(f"scale.{size}") as rec:
+                with BenchmarkRecord(record_name(size, args.skip)) as rec:
                     rec.data.update(generator=generator, settings=run_settings)
                     result = run_size(size, args, gen, queries, sampler)
                     rec.data["size"] = result

@@ -10,9 +10,18 @@ Prints:
 - decision-to-memory latency p50 / p99 (moderator decision consumed -> the memory serves it);
 - the near-duplicate detector's precision / recall (runs benchmarks/dedup_quality.py).
 
+``--memories`` names the knowledge memories streamed against, each ``--runs`` times, the runs of the memories
+alternating (run 1 of each, then run 2 of each, ...; the load of a shared machine falls on each alike):
+``uncalibrated`` (the train articles, scored with the settings' defaults) and ``calibrated`` (the demo's calibrated
+memory: the same train articles, calibrated on the memory leave-one-out and the validation split as ``newsmon
+demo`` and ``memory build --calibrate`` do, :func:`newsmon.training_jobs.calibration.calibrate_memory`, reused from
+the home's calibration cache after the first run). The ratio of each, and calibrated / uncalibrated, come from the
+same run; every proposal of the calibrated memory must name the record.
+
 Usage (repository root)::
 
     .venv/bin/python benchmarks/stream_throughput.py --data ../shared/data/sentinews_sl --n 200 --batch 16 --runs 3
+    .venv/bin/python benchmarks/stream_throughput.py --memories uncalibrated,calibrated --n 64 --runs 2
 """
 
 from __future__ import annotations
@@ -33,9 +42,13 @@ from record import BenchmarkRecord, run_name
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def one_run(args, corpus, encoder, run: int, last: bool) -> dict:
+MEMORIES = ("uncalibrated", "calibrated")
+
+
+def one_run(args, corpus, encoder, run: int, last: bool, memory: str = "uncalibrated") -> dict:
     """One measurement on a fresh memory and broker: the encoder alone on the stream's texts (the worker's
-    batches, in arrival order), then the whole pipeline; the decision latency on the last run only."""
+    batches, in arrival order), then the whole pipeline; the decision latency on the last run only. ``memory``
+    ``calibrated``: the memory calibrated as the demo calibrates it before it streams."""
     from confluent_kafka import Consumer, Producer
 
     from newsmon.broker import TansuBroker
@@ -63,6 +76,19 @@ def one_run(args, corpus, encoder, run: int, last: bool) -> dict:
     clf = Classifier(s, encoder=encoder)
     cache = encoder.cache
     clf.add_articles(train, progress=run == 0)  # cached embeddings are fine for the memory
+    record = None
+    if memory == "calibrated":  # as the demo: the memory leave-one-out and the validation split (cached inputs)
+        from newsmon.shared.scoring.records import record_id
+        from newsmon.training_jobs.calibration import calibrate_memory
+
+        t_cal = time.perf_counter()
+        cal = calibrate_memory(clf, corpus.split("validation"), written_by="demo", corpus=str(corpus.path))
+        record = cal[train[0].lang].record
+        print(f"calibrated memory: record {record_id(record)} ({'reused' if cal[train[0].lang].reused else 'computed'}"
+              f" in {time.perf_counter() - t_cal:.1f} s): components "
+              f"{[c['name'] for c in record.params.get('components') or []]}, lexical search "
+              f"{record.params.get('lexical_search')}", flush=True)
+        record = record_id(record)
     encoder.cache = None  # from here on: every article is really embedded
     texts = [article_event(a).text for a in stream]
     enc_before = _encoder_rate(encoder, texts, args.batch)
@@ -100,10 +126,16 @@ def one_run(args, corpus, encoder, run: int, last: bool) -> dict:
         rate = len(got) / stream_s
         enc_after = _encoder_rate(encoder, texts, args.batch)  # the load moves: the encoder is measured on
         enc_rate = (enc_before + enc_after) / 2  # both sides of the stream and the mean taken
-        out = {"encoder": enc_rate, "stream": rate, "ratio": rate / enc_rate, "load": os.getloadavg()[0]}
+        out = {"encoder": enc_rate, "stream": rate, "ratio": rate / enc_rate, "load": os.getloadavg()[0],
+               "memory": memory, "record": record,
+               "proposals_with_record": sum(1 for x in got.values() if x.scoring is not None
+                                            and record is not None and x.scoring.calibration == record)}
+        if record is not None and out["proposals_with_record"] != len(got):
+            raise RuntimeError(f"{len(got) - out['proposals_with_record']} proposals of the calibrated memory were "
+                               f"not scored with its record {record}")
         out["stages"] = {st: _hist_sum(BATCH_SECONDS, st) - v for st, v in stages_before.items()}
         dups = sum(1 for x in got.values() if x.duplicate_of)
-        print(f"run {run + 1}: encoder alone {enc_before:.2f} before, {enc_after:.2f} after the stream, mean "
+        print(f"run {run + 1} ({memory} memory): encoder alone {enc_before:.2f} before, {enc_after:.2f} after the stream, mean "
               f"{enc_rate:.2f} articles/s (batches of {args.batch} in arrival order, "
               f"max_length {encoder.max_length}, {len(texts)} articles, {encoder.runtime}); streaming {rate:.2f} "
               f"articles/s ({len(got)} proposals in {stream_s:.1f} s, {dups} near-copies); ratio {out['ratio']:.3f}; "
@@ -153,8 +185,13 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3, help="measurements; the median and spread are printed")
     p.add_argument("--sequential", action="store_true", help="no batch in flight (the worker before "
                    "workers/ahead.py), for comparison")
+    p.add_argument("--memories", default="uncalibrated",
+                   help=f"knowledge memories streamed against, comma-separated, each --runs times: {', '.join(MEMORIES)}")
     p.add_argument("--skip-dedup-quality", action="store_true")
     args = p.parse_args()
+    args.memories = [m.strip() for m in args.memories.split(",") if m.strip()]
+    if not args.memories or set(args.memories) - set(MEMORIES):
+        p.error(f"--memories: choose from {', '.join(MEMORIES)}")
     if args.sequential:
         from newsmon.workers.base import BatchWorker
         from newsmon.workers.classifier_worker import ClassifierWorker
@@ -183,18 +220,45 @@ def measure(args: argparse.Namespace, rec: BenchmarkRecord) -> None:
     s.encoder.max_length, s.encoder.batch_size = args.max_length, args.batch
     encoder = Encoder(s.encoder, s.home)
     print(f"cores {os.cpu_count()}, load average {os.getloadavg()[0]:.1f} at the start", flush=True)
-    runs = [one_run(args, corpus, encoder, i, i == args.runs - 1) for i in range(args.runs)]
+    runs = [one_run(args, corpus, encoder, i, i == args.runs - 1 and kind == args.memories[-1], kind)
+            for i in range(args.runs) for kind in args.memories]
     ratios = np.array([r["ratio"] for r in runs])
+    several = len(args.memories) > 1
     rec.table(f"Streaming against the encoder alone ({args.n} articles, batches of {args.batch}, "
-              f"{args.max_length} tokens)", ["run", "encoder alone, articles/s", "pipeline, articles/s",
-                                             "ratio pipeline / encoder", "load average after"],
-              [[i + 1, round(r["encoder"], 2), round(r["stream"], 2), round(r["ratio"], 3), round(r["load"], 1)]
-               for i, r in enumerate(runs)],
+              f"{args.max_length} tokens)", ["run", *(["memory"] if several else []), "encoder alone, articles/s",
+                                             "pipeline, articles/s", "ratio pipeline / encoder", "load average after"],
+              [[i // len(args.memories) + 1, *([r["memory"]] if several else []), round(r["encoder"], 2),
+                round(r["stream"], 2), round(r["ratio"], 3), round(r["load"], 1)] for i, r in enumerate(runs)],
               note=f"Median ratio {np.median(ratios):.3f} (target >= 0.95), spread {ratios.min():.3f}-"
                    f"{ratios.max():.3f}. Each run on a fresh memory and broker; the encoder measured right before and "
                    "after its stream, the mean taken." + (" No batch in flight (--sequential)." if args.sequential
                                                          else ""))
-    print(f"\nstreaming / encoder alone over {args.runs} runs: median {np.median(ratios):.3f}, spread "
+    by_memory = {kind: [r for r in runs if r["memory"] == kind] for kind in args.memories}
+    rec.data["memories"] = {kind: {"ratios": [round(r["ratio"], 4) for r in rs],
+                                   "median_ratio": round(float(np.median([r["ratio"] for r in rs])), 4),
+                                   "encoder": [round(r["encoder"], 3) for r in rs],
+                                   "stream": [round(r["stream"], 3) for r in rs],
+                                   "load": [round(r["load"], 2) for r in rs], "record": rs[0]["record"],
+                                   "proposals_with_record": [r["proposals_with_record"] for r in rs]}
+                            for kind, rs in by_memory.items()}
+    if several:
+        med = {kind: float(np.median([r["ratio"] for r in rs])) for kind, rs in by_memory.items()}
+        rows = [[kind, len(rs), round(med[kind], 3), f"{min(r['ratio'] for r in rs):.3f}-"
+                 f"{max(r['ratio'] for r in rs):.3f}", round(float(np.median([r["encoder"] for r in rs])), 2),
+                 round(float(np.median([r["stream"] for r in rs])), 2), rs[0]["record"] or "-"]
+                for kind, rs in by_memory.items()]
+        note = "Runs of the memories alternate (run 1 of each, then run 2 ...). Target >= 0.95."
+        if {"calibrated", "uncalibrated"} <= set(med):
+            rec.data["calibrated_over_uncalibrated"] = round(med["calibrated"] / med["uncalibrated"], 4)
+            note += (f" Median ratio calibrated / uncalibrated {med['calibrated'] / med['uncalibrated']:.3f}"
+                     " (same run).")
+        rec.table("Streaming / encoder by knowledge memory", ["memory", "runs", "median ratio", "spread",
+                                                              "encoder alone median, articles/s",
+                                                              "pipeline median, articles/s", "calibration record"],
+                  rows, note=note)
+        for row in rows:
+            print(f"{row[0]} memory: median stream / encoder {row[2]:.3f} over {row[1]} runs (spread {row[3]})")
+    print(f"\nstreaming / encoder alone over {len(runs)} runs: median {np.median(ratios):.3f}, spread "
           f"{ratios.min():.3f}-{ratios.max():.3f} (target >= 0.95); encoder alone median "
           f"{np.median([r['encoder'] for r in runs]):.2f}, streaming median {np.median([r['stream'] for r in runs]):.2f}"
           f" articles/s; load average {os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[2]:.1f} (15 min)")

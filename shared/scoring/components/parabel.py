@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -67,6 +67,8 @@ class Forest:
     roots: np.ndarray
     n_labels: int
     n_features: int
+    #: node -> its weights as CSR, made on first use by :meth:`_log_scores` (not part of the model's arrays).
+    _node_weights: dict[int, sp.csr_matrix] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The forest as named arrays (what :meth:`from_arrays` reads back)."""
@@ -125,8 +127,12 @@ class Forest:
         return out
 
     def _log_scores(self, Xb: sp.csr_matrix, rows: np.ndarray, node: int) -> np.ndarray:
-        """``(len(rows), outputs of node)`` float64 ``-max(0, 1 - w.x)^2`` of the node's classifiers."""
-        W = self.weights[:, self.out_ptr[node]:self.out_ptr[node + 1]]
+        """``(len(rows), outputs of node)`` float64 ``-max(0, 1 - w.x)^2`` of the node's classifiers. The node's
+        weights as CSR (what scipy's product converts them to) are made once per node and kept
+        (:attr:`_node_weights`): the same product, without a conversion in every call."""
+        W = self._node_weights.get(node)
+        if W is None:
+            W = self._node_weights[node] = self.weights[:, self.out_ptr[node]:self.out_ptr[node + 1]].tocsr()
         s = np.asarray((Xb[rows] @ W).todense(), dtype=np.float64)
         return -np.square(np.maximum(0.0, 1.0 - s))
 
