@@ -1172,31 +1172,23 @@ def table(results: list[dict], args: argparse.Namespace) -> tuple[list[str], lis
         row("  of which retrieve p99 ms", lambda r: _get(r, "scoring", "record", "retrieve_p99_ms")),
         row("  of which fuse + score + decide p99 ms", lambda r: _get(r, "scoring", "record", "score_p99_ms")),
         row(f"batch of {args.batch} p50 / p99 ms (record, second pass: warm)",
-            lambda r: _pair(_get(r, "scoring", "record_second_pass", "p50_ms"),
-                            _get(r, "scoring", "record_second_pass", "p99_ms"))),
+            _pair_of("scoring", "record_second_pass", "p50_ms", "p99_ms")),
         row(f"batch of {args.batch} p50 / p99 ms (record without the lexical search, warm)",
-            lambda r: _pair(_get(r, "scoring", "record_without_lexical_search", "p50_ms"),
-                            _get(r, "scoring", "record_without_lexical_search", "p99_ms"))),
+            _pair_of("scoring", "record_without_lexical_search", "p50_ms", "p99_ms")),
         row("  of which retrieve / fuse + score + decide p99 ms",
-            lambda r: _pair(_get(r, "scoring", "record_without_lexical_search", "retrieve_p99_ms"),
-                            _get(r, "scoring", "record_without_lexical_search", "score_p99_ms"))),
+            _pair_of("scoring", "record_without_lexical_search", "retrieve_p99_ms", "score_p99_ms")),
         row(f"batch of {args.batch} p99 ms (defaults: dense, k 50)",
             lambda r: _get(r, "scoring", "dense_defaults", "p99_ms")),
         row(f"batch of {args.batch} p50 / p99 ms, calibrated record (every lever, stacking; no lexical search)",
-            lambda r: _pair(_get(r, "calibrated", "variants", "calibrated", "p50_ms"),
-                            _get(r, "calibrated", "variants", "calibrated", "p99_ms"))),
+            _pair_of("calibrated", "variants", "calibrated", "p50_ms", "p99_ms")),
         row("  of which retrieve / fuse + score + decide p99 ms",
-            lambda r: _pair(_get(r, "calibrated", "variants", "calibrated", "retrieve_p99_ms"),
-                            _get(r, "calibrated", "variants", "calibrated", "score_p99_ms"))),
+            _pair_of("calibrated", "variants", "calibrated", "retrieve_p99_ms", "score_p99_ms")),
         row("  same run: uncalibrated without the lexical search p50 / p99 ms",
-            lambda r: _pair(_get(r, "calibrated", "variants", "uncalibrated_without_lexical_search", "p50_ms"),
-                            _get(r, "calibrated", "variants", "uncalibrated_without_lexical_search", "p99_ms"))),
+            _pair_of("calibrated", "variants", "uncalibrated_without_lexical_search", "p50_ms", "p99_ms")),
         row("  same run: uncalibrated (hybrid) p50 / p99 ms",
-            lambda r: _pair(_get(r, "calibrated", "variants", "uncalibrated", "p50_ms"),
-                            _get(r, "calibrated", "variants", "uncalibrated", "p99_ms"))),
+            _pair_of("calibrated", "variants", "uncalibrated", "p50_ms", "p99_ms")),
         row("  same run: calibrated with the lexical search p50 / p99 ms",
-            lambda r: _pair(_get(r, "calibrated", "variants", "calibrated_with_lexical_search", "p50_ms"),
-                            _get(r, "calibrated", "variants", "calibrated_with_lexical_search", "p99_ms"))),
+            _pair_of("calibrated", "variants", "calibrated_with_lexical_search", "p50_ms", "p99_ms")),
         row("  ratio calibrated / uncalibrated without the lexical search, p50 / p99",
             lambda r: _pair(_get(r, "calibrated", "ratios", f"{_VS_PLAIN} p50_ms"),
                             _get(r, "calibrated", "ratios", f"{_VS_PLAIN} p99_ms"))),
@@ -1208,8 +1200,7 @@ def table(results: list[dict], args: argparse.Namespace) -> tuple[list[str], lis
         row("decision visible p99 / max ms, idle",
             lambda r: _pair(_get(r, "visible", "p99_ms"), _get(r, "visible", "max_ms"))),
         row("decision visible p99 / max ms, index building",
-            lambda r: _pair(_get(r, "index", "visible_while_building", "p99_ms"),
-                            _get(r, "index", "visible_while_building", "max_ms"))),
+            _pair_of("index", "visible_while_building", "p99_ms", "max_ms")),
         row("worker start to ready s", lambda r: _get(r, "worker", "ready_s")),
         row("calibration change: worst batch ms (p99 before)",
             lambda r: _pair(_get(r, "calibration", "max_after_ms"), _get(r, "calibration", "p99_before_ms"))),
@@ -1236,6 +1227,13 @@ def table(results: list[dict], args: argparse.Namespace) -> tuple[list[str], lis
 
 #: The calibrated step's ratio of the same retrieval (the fusion re-ranking the dense candidates).
 _VS_PLAIN = "calibrated / uncalibrated_without_lexical_search"
+
+
+def _pair_of(*keys: str) -> Any:
+    """A table cell of a size's result: :func:`_pair` of the last two keys' figures under the path of the others
+    (``_pair_of("scoring", "dense_defaults", "p50_ms", "p99_ms")``)."""
+    *path, a, b = keys
+    return lambda r: _pair(_get(r, *path, a), _get(r, *path, b))
 
 
 def _pair(a: Any, b: Any, sep: str = " / ") -> str:
