@@ -70,7 +70,7 @@ def measure_calibrated(settings: Settings, corpus: Corpus, keep_records: bool = 
     clf = Classifier(settings)
     try:
         serving: dict[str, CalibrationRecord | None] = {}
-        for collection in map(clf.collection, clf.languages()):
+        for collection in [] if keep_records else map(clf.collection, clf.languages()):
             try:
                 serving[collection] = clf.calibrations.read(collection)
             except CalibrationUnreadable:  # an unreadable record is not put back: the new one replaces it
@@ -78,12 +78,11 @@ def measure_calibrated(settings: Settings, corpus: Corpus, keep_records: bool = 
         try:
             return calibrated_row(clf, validation, test, str(corpus.path))
         finally:
-            if not keep_records:
-                for collection, record in serving.items():
-                    if record is None:
-                        clf.calibrations.remove(collection)
-                    else:
-                        clf.calibrations.write(record)
+            for collection, record in serving.items():
+                if record is None:
+                    clf.calibrations.remove(collection)
+                else:
+                    clf.calibrations.write(record)
     finally:
         clf.close()
 
