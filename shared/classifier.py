@@ -30,7 +30,8 @@ from newsmon.shared.promotion import effective_encoder_settings
 from newsmon.shared.scoring import CANDIDATES, MemoryArticles, MemoryModels, Proposal, Resolved, Retrieval, Scorer
 from newsmon.shared.scoring.lexical import TermVectors
 from newsmon.shared.scoring.models import ModelCache
-from newsmon.shared.scoring.records import CalibrationRecord, CalibrationStore, effective_scoring, record_id
+from newsmon.shared.scoring.records import (CalibrationRecord, CalibrationStore, ScratchCalibrations,
+                                            effective_scoring, record_id)
 from newsmon.shared.scoring.stored import ModelStore
 
 Relabel = Callable[[tuple[str, ...]], tuple[str, ...]]
@@ -208,6 +209,9 @@ class Classifier:
         settings: encoder, memory and scoring settings.
         encoder: an already loaded :class:`newsmon.shared.encoder.Encoder` (default: load the production one).
         router: the memories of the encoder's model version (default: this process's shared router).
+        scratch_calibrations: keep the calibration records this classifier writes to itself
+            (:class:`~newsmon.shared.scoring.records.ScratchCalibrations`: it reads the served records, and the
+            workers never see what it writes), as the gate does when it recalibrates production.
 
     The memory of language ``lang`` is the collection ``<prefix>_<lang>_<model version>`` (embedded engine
     under ``settings.memory_path`` or the Qdrant server at ``settings.memory.url``). An article whose language
@@ -216,14 +220,17 @@ class Classifier:
     :meth:`MemoryRouter.search_languages`).
     """
 
-    def __init__(self, settings: Settings, encoder: Encoder | None = None, router: MemoryRouter | None = None):
+    def __init__(self, settings: Settings, encoder: Encoder | None = None, router: MemoryRouter | None = None,
+                 scratch_calibrations: bool = False):
         self.settings = settings
         self.owns_encoder = encoder is None  # a given encoder is the caller's to close
         self.encoder = encoder or Encoder(effective_encoder_settings(settings), settings.home)
         self.model_version = self.encoder.model_id
         self.router = router or shared_router(settings, self.model_version, self.encoder.dim)
         self.terms = TermVectors()  # hybrid retrieval's term vectors of memory articles, by id
-        self.calibrations = CalibrationStore(settings, self.router.client())
+        self._served_calibrations = CalibrationStore(settings, self.router.client())
+        self.calibrations: CalibrationStore = (ScratchCalibrations(self._served_calibrations) if scratch_calibrations
+                                               else self._served_calibrations)
         self.model_store = ModelStore(settings, self.router.client())
         self.models = MemoryModels(self.sampled_memory_articles, self.collection, self.stored_models)
         self.records = MemoryRecords(settings, self.router, self.calibrations, self.models)
@@ -358,7 +365,7 @@ class Classifier:
     def close(self) -> None:
         """Close the memories and the embedding cache."""
         self.router.close()
-        self.calibrations.close()
+        self._served_calibrations.close()
         self.model_store.close()
         self.encoder.close()
 

@@ -564,3 +564,30 @@ def test_the_lexical_search_is_kept_only_where_its_candidates_lift(far):
     assert result.params.lexical_search is far
     assert steps["+ lexical fusion"]["kept"] is not far  # near: the fusion alone finds the right candidates
     assert result.params.lexical_weight > 0 and result.figures["micro_f1"] == 1.0
+
+
+def test_a_scratch_calibration_store_reads_the_served_records_and_never_writes_them(tmp_path):
+    """The gate recalibrates production in a scratch store: the served file is not touched, even for a moment."""
+    from newsmon.shared.scoring.records import ScratchCalibrations
+
+    s = Settings(home=tmp_path)
+    served = CalibrationStore(s)
+    rec = CalibrationRecord(collection="newsmon_sl_m1", language="sl", model_version="m1",
+                            params=Params(top_k=10).model_dump(mode="json"), objective="micro_f1 + subset_accuracy")
+    served.write(rec)
+    path = served.directory / "newsmon_sl_m1.json"
+    before = (path.read_bytes(), path.stat().st_mtime_ns)
+    scratch = ScratchCalibrations(served)
+    assert scratch.read("newsmon_sl_m1") == rec  # reads through: an unchanged memory reuses the served record
+    recalibrated = rec.model_copy(update={"params": Params(top_k=30).model_dump(mode="json")})
+    scratch.write(recalibrated)
+    scratch.write(rec.model_copy(update={"collection": "newsmon_hr_m1", "language": "hr"}))
+    assert scratch.read("newsmon_sl_m1") == recalibrated and scratch.read("newsmon_hr_m1").language == "hr"
+    assert "scratch" in scratch.where("newsmon_sl_m1")
+    scratch.remove("newsmon_sl_m1")
+    assert scratch.read("newsmon_sl_m1") is None
+    scratch.close()
+    fresh = CalibrationStore(Settings(home=tmp_path), ttl_s=0)  # what a worker reads: as it was
+    assert fresh.read("newsmon_sl_m1") == rec and fresh.read("newsmon_hr_m1") is None
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+    assert sorted(p.name for p in served.directory.iterdir()) == ["newsmon_sl_m1.json"]

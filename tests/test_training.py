@@ -73,7 +73,7 @@ def test_rae_study_in_sqlite_and_postgresql(train_settings, reuters_slice):
     assert best_pg["storage"].endswith("/test")
 
 
-def test_finetune_and_rollout_gate_both_ways(train_settings, reuters_slice, tmp_path):
+def test_finetune_and_rollout_gate_both_ways(train_settings, reuters_slice, tmp_path, monkeypatch):
     from newsmon.shared.classifier import Classifier
     from newsmon.training_jobs.finetune import finetune
     from newsmon.training_jobs.nightly import mine
@@ -105,12 +105,24 @@ def test_finetune_and_rollout_gate_both_ways(train_settings, reuters_slice, tmp_
 
     # gate, refused: a deliberately degraded model (its calibrated newsmon row falls); production untouched
     bad = degrade(str(cand), tmp_path / "degraded", noise=3.0)  # clearly worse, not within the tolerance
+    from newsmon.shared.scoring.records import CalibrationStore, ScratchCalibrations
+
+    served_writes, write = [], CalibrationStore.write  # every write into a store the workers read, while judging
+
+    def spy(self, record):
+        if not isinstance(self, ScratchCalibrations):
+            served_writes.append(record.collection)
+        return write(self, record)
+
+    monkeypatch.setattr(CalibrationStore, "write", spy)
     d = rollout(s, str(bad), reuters_slice)
+    monkeypatch.undo()
     assert not d.promoted and d.reason.startswith("refused: calibrated newsmon")
     assert d.candidate["uF1"] < d.current["uF1"]
     assert read_promoted(s) is None
     after = Classifier(s)
     assert after.model_version == current_version and after.memory("en").count() == 50
+    assert served_writes and after.collection("en") not in served_writes  # not even while it was measured
     # judging production calibrated it beside the candidate, but what production serves is left as it was (it
     # had no calibration record: it has none after the refusal)
     assert d.current["records"]["en"] and after.calibrations.read(after.collection("en")) is None

@@ -38,7 +38,6 @@ from newsmon.shared.encoder import Encoder
 from newsmon.shared.memory import MemoryRouter, copy_missing
 from newsmon.shared.promotion import (atomic_write_json, effective_encoder_settings, promoted_file,
                                       read_promoted, settings_with_model)
-from newsmon.shared.scoring.records import CalibrationRecord, CalibrationUnreadable
 from newsmon.training_jobs.gate import GATED, calibrated_row, judge
 
 log = structlog.get_logger(__name__)
@@ -61,28 +60,16 @@ def measure_calibrated(settings: Settings, corpus: Corpus, keep_records: bool = 
     """The calibrated ``newsmon`` row of the model ``settings`` name (:func:`newsmon.training_jobs.gate.calibrated_row`:
     calibrated on its memory plus the corpus's validation split, measured on its test split).
 
-    With ``keep_records`` off (production's side of the gate), the calibration records the workers read are put
-    back as they were once the row is measured (a language that had none has none again): judging production must
-    not change what it serves, whatever the verdict. The row's ``records`` still name the records it was measured
-    with (their models stay in the model store)."""
+    With ``keep_records`` off (production's side of the gate), the calibration is kept in a scratch store
+    (:class:`~newsmon.shared.scoring.records.ScratchCalibrations`) that reads the served records and is never
+    written to them: judging production does not change what it serves, whatever the verdict, not even while the
+    row is measured. The row's ``records`` still name the records it was measured with (their models are in the
+    model store)."""
     validation = [a for a in corpus.split("validation") if a.labels]
     test = [a for a in corpus.split("test") if a.labels]
-    clf = Classifier(settings)
+    clf = Classifier(settings, scratch_calibrations=not keep_records)
     try:
-        serving: dict[str, CalibrationRecord | None] = {}
-        for collection in [] if keep_records else map(clf.collection, clf.languages()):
-            try:
-                serving[collection] = clf.calibrations.read(collection)
-            except CalibrationUnreadable:  # an unreadable record is not put back: the new one replaces it
-                continue
-        try:
-            return calibrated_row(clf, validation, test, str(corpus.path))
-        finally:
-            for collection, record in serving.items():
-                if record is None:
-                    clf.calibrations.remove(collection)
-                else:
-                    clf.calibrations.write(record)
+        return calibrated_row(clf, validation, test, str(corpus.path))
     finally:
         clf.close()
 

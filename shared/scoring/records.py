@@ -237,3 +237,49 @@ class CalibrationStore:
         """Close the server collection (nothing to close in embedded mode)."""
         if self._mem is not None:
             self._mem.close()
+
+
+class ScratchCalibrations(CalibrationStore):
+    """A calibration store that reads through to ``serving`` and keeps every write and removal to itself, in memory:
+    what a job calibrates here is never seen by the workers reading ``serving`` (the gate judging production
+    recalibrates it beside the candidate without changing what production serves, not even for a moment).
+
+    A record written here hides the serving one of its collection; a removal hides it too (``read`` gives None);
+    ``serving`` is never written, removed from nor closed here.
+
+    Args:
+        serving: the store the workers read (its records are the starting point).
+    """
+
+    def __init__(self, serving: CalibrationStore) -> None:  # noqa: D107 - no server collection, no directory
+        self.ttl_s = serving.ttl_s
+        self._lock = threading.Lock()
+        self._cache = {}
+        self.directory = serving.directory
+        self._mem = None
+        self._serving = serving
+        self._own: dict[str, CalibrationRecord | None] = {}
+
+    def write(self, record: CalibrationRecord) -> None:
+        """Keep ``record`` here for its collection (``serving`` is not written)."""
+        with self._lock:
+            self._own[record.collection] = record
+
+    def remove(self, collection: str) -> None:
+        """Hide the record of ``collection``: ``read`` gives None (``serving`` keeps its record)."""
+        with self._lock:
+            self._own[collection] = None
+
+    def read(self, collection: str) -> CalibrationRecord | None:
+        """The record written here for ``collection``, else the serving store's (its errors, unchanged)."""
+        with self._lock:
+            if collection in self._own:
+                return self._own[collection]
+        return self._serving.read(collection)
+
+    def where(self, collection: str) -> str:
+        """Where ``read`` finds the record of ``collection``."""
+        return "this job's scratch store (not served)" if collection in self._own else self._serving.where(collection)
+
+    def close(self) -> None:
+        """Nothing to close: ``serving`` is its owner's."""
