@@ -325,6 +325,9 @@ class TrainingSettings(BaseModel):
                                              "Shown with its password masked.")
     tolerance: float = Field(0.005, ge=0, description="Promote a candidate unless its calibrated newsmon row's "
                              "micro-F1 or subset accuracy is worse than the current model's by more than this.")
+    keep_refused: bool = Field(False, description="Keep a refused candidate's copy of the memory, its calibration "
+                               "records and stored models for inspection; off: the rollout deletes them (a full copy "
+                               "of the memory per refused night).")
     max_steps: int | None = Field(None, ge=1, description="Cap on optimiser steps (CPU budgets); unset = epochs.")
     cpu_budget: Literal["adapter", "finetune"] = Field(
         "adapter", description="What the nightly job trains where no CUDA is present. adapter: a linear map on "

@@ -85,3 +85,55 @@ def test_promoted_json_names_records_and_an_older_one_is_still_read():
     assert promoted_calibration(new) == {"en": "newsmon_en_e5+adapter-1@0123456789ab"}
     older = {"model_path": "/m/candidate", "model_version": "e5-ft", "rae": {"top_k": 20, "tau": 0.05}}
     assert promoted_calibration(older) == {} and promoted_calibration(None) == {}
+
+
+@pytest.mark.parametrize("refused", [True, False])
+def test_the_rollout_deletes_what_no_reader_serves_and_keeps_what_is_served(tmp_path, refused):
+    """A refused candidate's copy of the memory, its record and its models go; production's collection, served
+    record and its models stay; the models of production's recalibration go unless it is the served record."""
+    import numpy as np
+
+    from newsmon.shared.config import Settings
+    from newsmon.shared.memory import MemoryRouter
+    from newsmon.shared.memory.router import stored_collections
+    from newsmon.shared.scoring.models import ModelCache
+    from newsmon.shared.scoring.records import CalibrationRecord, CalibrationStore, record_id
+    from newsmon.shared.scoring.stored import ModelStore
+    from newsmon.training_jobs.rollout import discard_unserved
+
+    s = Settings(home=tmp_path)
+    names = {}
+    for version in ("prod1", "cand1"):
+        router = MemoryRouter(s, version, 4)
+        router.memory("en").upsert(["a"], np.ones((1, 4), dtype=np.float32), [["x"]])
+        names[version] = router.collection("en")
+        router.close()
+    store, models = CalibrationStore(s), ModelStore(s)
+
+    def record(collection: str, k: int) -> str:  # a record of ``collection`` with its stored models; its id
+        rec = CalibrationRecord(collection=collection, language="en", model_version=collection.rsplit("_", 1)[-1],
+                                params={"top_k": k}, objective="micro_f1 + subset_accuracy")
+        cache = ModelCache(record_id(rec))
+        cache.counts = {"x": 1}
+        rec.models = models.write(cache)
+        store.write(rec)
+        return record_id(rec)
+
+    recalibrated = record(names["prod1"], 20)  # the gate's recalibration of production (its models were written)
+    served = record(names["prod1"], 10)  # written last: what production serves
+    candidate = record(names["cand1"], 30)
+    cand_settings = s.model_copy(deep=True)
+    gone = discard_unserved(s, {"records": {"en": recalibrated}},
+                            (cand_settings, {"model_version": "cand1", "dim": 4}) if refused else None)
+    fresh = CalibrationStore(s, ttl_s=0)
+    assert record_id(fresh.read(names["prod1"])) == served and models.read(served) is not None  # served: kept
+    assert models.read(recalibrated) is None and gone["models"] == [recalibrated]
+    assert names["prod1"] in stored_collections(s)
+    if refused:
+        assert names["cand1"] not in stored_collections(s) and gone["collections"] == [names["cand1"]]
+        assert fresh.read(names["cand1"]) is None and models.read(candidate) is None
+    else:  # promoted: the candidate is what is served now
+        assert names["cand1"] in stored_collections(s) and models.read(candidate) is not None
+    # production's recalibration that is the served record (same inputs, same id) keeps its models
+    assert discard_unserved(s, {"records": {"en": served}}, None)["models"] == []
+    assert models.read(served) is not None

@@ -639,3 +639,37 @@ def test_a_tie_at_either_cut_of_a_hybrid_search_is_settled_by_article_id_whateve
             rows, extra = split_hybrid([dense, lexical], [True], 2, 1)
             assert [x.id for x in rows[0]] == ["a", "c"]
             assert [x.id for x in extra[0]] == ["q"]
+
+
+@pytest.mark.parametrize("engine", ["edge", "server"])
+def test_a_dropped_collection_is_gone_and_its_neighbours_stay(tmp_path, engine):
+    """A refused candidate's copy of the memory is deleted for good (the rollout's clean-up); the other collections
+    keep every point; an embedded collection open elsewhere is not deleted."""
+    from newsmon.shared.config import Settings
+    from newsmon.shared.memory.engines import drop_collection
+    from newsmon.shared.memory.router import stored_collections
+
+    s = Settings(home=tmp_path)
+    client = None
+    if engine == "server":
+        s.memory.url = "http://qdrant.invalid:6333"
+        client = QdrantClient(path=str(tmp_path / "qdrant"))  # local mode speaks the server's client API
+    vecs = _unit(np.random.default_rng(5), 2, DIM)
+    for name in ("newsmon_en_cand", "newsmon_en_prod"):
+        mem = open_memory(s, name, DIM, client)
+        mem.upsert(["a", "b"], vecs, [["x"], ["y"]])
+        mem.close()
+    if engine == "edge":
+        held = EdgeMemory(s.memory_path, "newsmon_en_cand", DIM)
+        with pytest.raises(MemoryLockedError):
+            drop_collection(s, "newsmon_en_cand", DIM, client)
+        held.close()
+        assert "newsmon_en_cand" in stored_collections(s)
+    assert drop_collection(s, "newsmon_en_cand", DIM, client) is True
+    assert stored_collections(s, client) == ["newsmon_en_prod"]
+    assert drop_collection(s, "newsmon_en_cand", DIM, client) is False  # already gone: nothing to do
+    prod = open_memory(s, "newsmon_en_prod", DIM, client)
+    assert prod.count() == 2
+    prod.close()
+    if client is not None:
+        client.close()

@@ -114,9 +114,9 @@ def test_finetune_and_rollout_gate_both_ways(train_settings, reuters_slice, tmp_
             served_writes.append(record.collection)
         return write(self, record)
 
-    monkeypatch.setattr(CalibrationStore, "write", spy)
-    d = rollout(s, str(bad), reuters_slice)
-    monkeypatch.undo()
+    with monkeypatch.context() as m:
+        m.setattr(CalibrationStore, "write", spy)
+        d = rollout(s, str(bad), reuters_slice)
     assert not d.promoted and d.reason.startswith("refused: calibrated newsmon")
     assert d.candidate["uF1"] < d.current["uF1"]
     assert read_promoted(s) is None
@@ -127,6 +127,16 @@ def test_finetune_and_rollout_gate_both_ways(train_settings, reuters_slice, tmp_
     # had no calibration record: it has none after the refusal)
     assert d.current["records"]["en"] and after.calibrations.read(after.collection("en")) is None
     assert after.resolved("en").record is None
+    # what no reader serves is gone: the refused candidate's copy of the memory, its record and its stored models
+    from newsmon.shared.memory.router import stored_collections
+    from newsmon.shared.scoring.stored import ModelStore
+
+    refused_record = d.candidate["records"]["en"]
+    refused_collection = refused_record.rsplit("@", 1)[0]
+    assert refused_collection != after.collection("en") and after.collection("en") in stored_collections(s)
+    assert refused_collection not in stored_collections(s)
+    assert after.calibrations.read(refused_collection) is None
+    assert ModelStore(s).read(refused_record) is None and ModelStore(s).read(d.current["records"]["en"]) is None
     after.close()
 
     # gate, promoted: the fine-tuned candidate (a few CPU steps: not worse within the tolerance), named with the
@@ -142,6 +152,8 @@ def test_finetune_and_rollout_gate_both_ways(train_settings, reuters_slice, tmp_
     assert promoted.model_version == rec["model_version"] != current_version
     assert promoted.memory("en").count(SearchFilter(labelled=True)) == 50
     assert promoted.resolved("en").record == rec["calibration"]["en"]
+    kept = promoted.calibrations.read(promoted.collection("en"))  # the promoted record's models were not discarded
+    assert kept.models is None or promoted.stored_models(rec["calibration"]["en"]) is not None
     promoted.close()
     log = [json.loads(x) for x in (Path(s.home) / "models" / "rollouts.jsonl").read_text().splitlines()]
     assert [x["promoted"] for x in log] == [False, True]

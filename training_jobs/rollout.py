@@ -14,6 +14,11 @@ follow it while ``encoder.follow_promoted`` is on, and running workers switch to
 server, the alias ``<prefix>_<lang>`` is also switched to the new collection. Every rollout, promoted or refused, is appended
 to ``<home>/models/rollouts.jsonl`` with its reason.
 
+What no reader serves is deleted (:func:`discard_unserved`): a refused candidate's copy of the memory (a full copy
+of every language memory: 3.3 GB on disk per million points at the archive-size benchmark, every refused night),
+its calibration records and their stored models, and the stored models of production's recalibration when it is not
+the record production serves. ``training.keep_refused`` keeps a refused candidate's for inspection.
+
 Embedded mode: the engine locks its directory, so run the nightly job while the workers are stopped, or use a
 Qdrant server.
 """
@@ -36,6 +41,9 @@ from newsmon.shared.config import Settings
 from newsmon.shared.data import Corpus
 from newsmon.shared.encoder import Encoder
 from newsmon.shared.memory import MemoryRouter, copy_missing
+from newsmon.shared.memory.engines import drop_collection
+from newsmon.shared.scoring.records import CalibrationStore, record_id
+from newsmon.shared.scoring.stored import ModelStore
 from newsmon.shared.promotion import (atomic_write_json, effective_encoder_settings, promoted_file,
                                       read_promoted, settings_with_model)
 from newsmon.training_jobs.gate import GATED, calibrated_row, judge
@@ -106,7 +114,8 @@ def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutD
     current_enc = effective_encoder_settings(settings)
     reembedded, replaces, target, transform = _carry_memory(settings, current_enc, candidate_path)
     cur = measure_calibrated(settings, corpus, keep_records=False)  # production serves what it served
-    cand = measure_calibrated(candidate_settings(settings, candidate_path), corpus)
+    cand_settings = candidate_settings(settings, candidate_path)
+    cand = measure_calibrated(cand_settings, corpus)
     promoted, reason = judge({GATED: cur}, {GATED: cand}, settings.training.tolerance)
     now = datetime.now(UTC).isoformat()
     if promoted:
@@ -118,6 +127,7 @@ def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutD
             "calibration": cand["records"], "figures": {"candidate": cand, "current": cur},
             "vectors": "transformed" if transform else "re-embedded"})
     decision = RolloutDecision(promoted, reason, cur, cand, str(candidate_path), reembedded, now)
+    discard_unserved(settings, cur, None if promoted or settings.training.keep_refused else (cand_settings, target))
     models_dir(settings).mkdir(parents=True, exist_ok=True)
     with (models_dir(settings) / "rollouts.jsonl").open("a") as fh:
         fh.write(json.dumps(asdict(decision), default=float) + "\n")
@@ -129,6 +139,43 @@ def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutD
         manifest.write_text(json.dumps(info, indent=2, default=float))
     log.info("rollout decided", promoted=promoted, reason=reason, calibration=cand["records"])
     return decision
+
+
+def discard_unserved(settings: Settings, current: dict, refused: tuple[Settings, dict] | None) -> dict[str, list[str]]:
+    """Delete what the gate made that no reader serves: the stored models of production's recalibration
+    (``current``'s ``records``) where it is not the record its collection serves (the record production served
+    before the rollout: a rollback to it keeps its models), and, for a ``refused`` candidate (its settings and
+    ``{"model_version", "dim"}``), its collections, calibration records and stored models.
+
+    Returns:
+        what was deleted: ``{"collections": [...], "records": [...], "models": [...]}``.
+    """
+    gone: dict[str, list[str]] = {"collections": [], "records": [], "models": []}
+    router = MemoryRouter(refused[0], refused[1]["model_version"], refused[1]["dim"]) if refused else None
+    client = router.client() if router is not None else None
+    records, models = CalibrationStore(settings, client, ttl_s=0), ModelStore(settings, client)
+    try:
+        for rec in sorted(set(current.get("records", {}).values())):
+            served = records.read(rec.rsplit("@", 1)[0])
+            if (served is None or record_id(served) != rec) and models.remove(rec):
+                gone["models"].append(rec)
+        if refused is not None and router is not None:
+            cand_settings, target = refused
+            for name in [router.collection(lang) for lang in router.languages(refresh=True)]:
+                rec = records.read(name)
+                if rec is not None:
+                    models.remove(record_id(rec))
+                    records.remove(name)
+                    gone["records"].append(record_id(rec))
+                if drop_collection(cand_settings, name, target["dim"], client):
+                    gone["collections"].append(name)
+    finally:
+        records.close()
+        models.close()
+        if router is not None:
+            router.close()
+    log.info("rollout discarded what no reader serves", **gone)
+    return gone
 
 
 def _carry_memory(settings: Settings, current_enc, candidate_path: str) -> tuple[dict, dict, dict, bool]:
@@ -197,5 +244,5 @@ def degrade(model_path: str, out_dir: Path, noise: float = 0.5, seed: int = 0) -
     return out_dir
 
 
-__all__ = ["RolloutDecision", "candidate_settings", "degrade", "measure_calibrated", "models_dir", "promoted_file",
+__all__ = ["RolloutDecision", "candidate_settings", "degrade", "discard_unserved", "measure_calibrated", "models_dir", "promoted_file",
            "read_promoted", "rollout"]

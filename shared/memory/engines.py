@@ -15,6 +15,7 @@ and chosen by the setting ``memory.engine`` (:func:`engine_of`):
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from newsmon.shared.memory.edge import EdgeMemory
 from newsmon.shared.memory.index_build import IndexParams
 from newsmon.shared.memory.server import QdrantServerMemory, connect, server_call
 
-__all__ = ["ENGINES", "LocalIndex", "MemoryEngine", "engine_of", "open_memory", "open_records"]
+__all__ = ["ENGINES", "LocalIndex", "MemoryEngine", "drop_collection", "engine_of", "open_memory", "open_records"]
 
 
 @runtime_checkable
@@ -67,6 +68,8 @@ class MemoryEngine:
             every replica reads the same) instead of files beside the memory.
         keeps_index: the process that holds a memory keeps its index (its memories are :class:`LocalIndex`);
             False: the engine indexes by itself.
+        drop: ``(settings, collection, dim, client) -> bool``: delete a collection of ``dim``-d vectors and its
+            points for good (True: it was there); None for an engine that cannot (:func:`drop_collection` refuses).
     """
 
     name: str
@@ -77,6 +80,7 @@ class MemoryEngine:
     connect: Callable[[Settings], Any] | None = None
     shared_records: bool = False
     keeps_index: bool = False
+    drop: Callable[[Settings, str, int, Any], bool] | None = None
 
 
 #: The registered memory engines: ``edge`` and ``server``.
@@ -117,6 +121,24 @@ def open_records(settings: Settings, collection: str, client: Any = None) -> Kno
     return engine.open(settings, collection, 1, client, None) if engine.shared_records else None
 
 
+def drop_collection(settings: Settings, collection: str, dim: int, client: Any = None) -> bool:
+    """Delete ``collection`` (its ``dim``-d points, vectors and index) from the engine ``settings`` name, for good;
+    nothing to do when it is not there. Used for what no reader serves: a refused candidate's copy of the memory.
+
+    Returns:
+        whether it was there.
+
+    Raises:
+        MemoryLockedError: the embedded collection is open in another process (nothing is deleted).
+        MemoryUnavailableError: server unreachable (transient).
+        ValueError: an engine that cannot drop a collection.
+    """
+    engine = engine_of(settings)
+    if engine.drop is None:
+        raise ValueError(f"the memory engine {engine.name!r} cannot drop a collection")
+    return engine.drop(settings, collection, dim, client)
+
+
 # -- the embedded engine ----------------------------------------------------------------------------------------
 def _edge_open(settings: Settings, collection: str, dim: int, client: Any, index: IndexParams | None
                ) -> KnowledgeMemory:
@@ -128,13 +150,22 @@ def _edge_collections(settings: Settings, client: Any) -> list[str]:
     return [p.name for p in root.iterdir() if p.is_dir()] if root.exists() else []
 
 
+def _edge_drop(settings: Settings, collection: str, dim: int, client: Any) -> bool:
+    directory = Path(settings.memory_path) / collection
+    if not directory.is_dir():
+        return False
+    EdgeMemory(settings.memory_path, collection, dim).close()  # its lock: refused while another process holds it
+    shutil.rmtree(directory)
+    return True
+
+
 def _edge_location(settings: Settings) -> str:
     return str(Path(settings.memory_path).resolve())
 
 
 ENGINES.add("edge", MemoryEngine(
     "edge", _edge_open, _edge_collections, _edge_location, lambda s: str(Path(s.memory_path).expanduser()),
-    keeps_index=True))
+    keeps_index=True, drop=_edge_drop))
 
 
 # -- a Qdrant server -----------------------------------------------------------------------------------------------
@@ -168,6 +199,21 @@ def _server_collections(settings: Settings, client: Any) -> list[str]:
             client.close()
 
 
+def _server_drop(settings: Settings, collection: str, dim: int, client: Any) -> bool:
+    own = client is None
+    client = _server_connect(settings) if own else client
+    try:
+        with server_call("drop a collection"):
+            if not client.collection_exists(collection):
+                return False
+            client.delete_collection(collection)
+            return True
+    finally:
+        if own:
+            client.close()
+
+
 ENGINES.add("server", MemoryEngine(
     "server", _server_open, _server_collections, lambda s: reveal(s.memory.url) or "",
-    lambda s: f"the Qdrant server {redact_url(s.memory.url or '')}", connect=_server_connect, shared_records=True))
+    lambda s: f"the Qdrant server {redact_url(s.memory.url or '')}", connect=_server_connect, shared_records=True,
+    drop=_server_drop))

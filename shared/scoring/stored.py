@@ -140,6 +140,20 @@ class ModelStore:
             raise ValueError(f"the stored models of {record} are incomplete")
         return b"".join(base64.b64decode(p.payload["data"]) for p in parts)
 
+    def remove(self, record: str) -> bool:
+        """Delete the models stored for ``record`` (a record no reader serves: a refused candidate's); True when
+        there were some."""
+        if self._mem is None:
+            path = self.directory / f"{record}.tar"
+            there = path.exists()
+            path.unlink(missing_ok=True)
+            return there
+        head = self._mem.get([record])[0]
+        if head is None:
+            return False
+        self._mem.delete([record] + [f"{record}/{i}" for i in range(int(head.payload["chunks"]))])
+        return True
+
     def close(self) -> None:
         """Close the server collection (nothing to close in embedded mode)."""
         if self._mem is not None:
