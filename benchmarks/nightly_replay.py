@@ -180,8 +180,8 @@ def stream_day(s: Settings, arts: Sequence[Article]) -> tuple[list[tuple[str, ..
         for a in arts:
             p = clf.propose([a.text], [a.lang])[0][0]
             proposed.append(tuple(sorted(p.label_set)))
-            if p.resolved is not None and p.resolved.record:
-                used.add(p.resolved.record)
+            if p.scoring is not None and p.scoring.calibration:
+                used.add(p.scoring.calibration)
             clf.add_articles([a])
         return proposed, sorted(used), clf.model_version
     finally:

@@ -906,7 +906,7 @@ def measure_calibration_stall(clf: Any, queries: Rows, batch: int, params: dict,
                 new_id = calibration_record(clf, {**params, "tau": params.get("tau", 0.05) * 1.01}, counts)
             continue
         walls_after.append(wall)
-        record = props[0].resolved.record if props and props[0].resolved is not None else None
+        record = props[0].scoring.calibration if props and props[0].scoring is not None else None
         if record == new_id:
             if t_seen is None:
                 t_seen = time.perf_counter()

@@ -2,7 +2,8 @@
 
 * :class:`~newsmon.schemas.articles.ArticleEvent` -- topic ``articles``: ingestion -> classifier.
 * :class:`~newsmon.schemas.proposals.LabelProposal` -- topic ``label-proposals``: classifier (and the HTTP
-  API) -> moderation tool.
+  API) -> moderation tool; what it carries of the scoring, :class:`~newsmon.schemas.proposals.Proposal`, is the
+  one proposal type every path passes on, from the scorer to the wire.
 * :class:`~newsmon.schemas.decisions.ModeratorDecision` -- topic ``moderator-decisions``: moderation tool ->
   memory updater.
 * :class:`~newsmon.schemas.labels.LabelEvent` -- topic ``label-events``: taxonomy admin / HTTP API -> memory
@@ -18,7 +19,7 @@ from newsmon.schemas.articles import ARTICLES_TOPIC, ArticleEvent
 from newsmon.schemas.base import Event, show_value
 from newsmon.schemas.decisions import MODERATOR_DECISIONS_TOPIC, LabelDecision, ModeratorDecision
 from newsmon.schemas.labels import LABEL_EVENTS_TOPIC, LabelDefinition, LabelEvent, LabelFilters
-from newsmon.schemas.proposals import (LABEL_PROPOSALS_TOPIC, LabelProposal, NeighbourRef, ProposedLabel,
+from newsmon.schemas.proposals import (LABEL_PROPOSALS_TOPIC, LabelProposal, NeighbourRef, Proposal, ProposedLabel,
                                        RuleEvidence, ScoringInfo, Timings)
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "ProposedLabel",
     "ScoringInfo",
     "Timings",
+    "Proposal",
     "LabelProposal",
     "LabelDecision",
     "ModeratorDecision",

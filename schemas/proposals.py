@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StringConstraints, model_serializer, model_validator
@@ -12,14 +13,15 @@ from newsmon.schemas.base import (ArticleId, Event, FiniteFloat, Label, Name, No
 from newsmon.schemas.examples import PROPOSAL_EXAMPLES
 from newsmon.schemas.scoring import RuleName, ScoringInfo
 
-__all__ = ["LABEL_PROPOSALS_TOPIC", "LabelProposal", "NeighbourRef", "ProposedLabel", "RuleEvidence", "ScoringInfo",
-           "Timings"]  # ScoringInfo: newsmon.schemas.scoring, re-exported
+__all__ = ["LABEL_PROPOSALS_TOPIC", "LabelProposal", "NeighbourRef", "Proposal", "ProposedLabel", "RuleEvidence",
+           "ScoringInfo", "Timings"]  # ScoringInfo: newsmon.schemas.scoring, re-exported
 
 LABEL_PROPOSALS_TOPIC = "label-proposals"
 
 MemoryVersion = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=r"\S")]
 Title = Annotated[str, StringConstraints(max_length=300)]
 Reason = Annotated[str, StringConstraints(min_length=1, max_length=1000)]
+Abstention = Annotated[str, StringConstraints(min_length=1, max_length=500)]
 
 
 class NeighbourRef(Part):
@@ -91,6 +93,34 @@ class Timings(Part):
     total_ms: NonNegativeMs = Field(0.0, description="From arrival to the proposal being produced, ms.")
 
 
+class Proposal(Part):
+    """What is proposed for one article, before it is put on the wire: the one proposal type of every path.
+
+    The scorer (:meth:`newsmon.shared.scoring.Scorer.propose`) returns one per article; the article pipeline
+    (:mod:`newsmon.workers.pipeline`: the classifier worker, ``POST /v1/suggest``, ``newsmon suggest``) passes it
+    on through its stages (the label rules revise ``labels`` and ``candidates``; a near-copy of a decided article
+    gets one of the original's labels, :func:`newsmon.workers.copies.duplicate_proposal`) and the
+    :class:`LabelProposal` it produces is this proposal with the article's envelope (:meth:`LabelProposal.of`).
+    Its fields are the :class:`LabelProposal` fields of the same names, and ``searched``.
+    """
+
+    labels: list[ProposedLabel] = Field(default_factory=list, description="Proposed labels, best first.")
+    candidates: list[ProposedLabel] = Field(
+        default_factory=list, max_length=20, description="The best labels below the threshold, best first.")
+    scoring: ScoringInfo | None = Field(None, description="The parameters used and where they came from (null for "
+                                        "a near-copy, whose labels its original passes on).")
+    abstained: Abstention | None = Field(None, description="Why no label was proposed from retrieval on purpose.")
+    searched: tuple[str, ...] = Field(
+        (), description="The knowledge-memory collections the neighbours were searched in (the wire's "
+                        "memory_version joins them with '+'); empty when the neighbours were given (offline) or "
+                        "for a near-copy.")
+
+    @property
+    def label_set(self) -> set[str]:
+        """The proposed labels' names."""
+        return {x.label for x in self.labels}
+
+
 class LabelProposal(Event):
     """Labels proposed for one article.
 
@@ -134,11 +164,28 @@ class LabelProposal(Event):
                     "language memory is too small and other languages were searched too).")
     scoring: ScoringInfo | None = Field(None, description="The parameters used and where they came from (v2; null "
                                         "in version 1 and for a near-copy, whose labels its original passes on).")
-    abstained: Annotated[str, StringConstraints(min_length=1, max_length=500)] | None = Field(
+    abstained: Abstention | None = Field(
         None, description="Why no label was proposed from retrieval on purpose (e.g. the text has too few real "
                           "words, or the nearest memory article is too far); null otherwise; v6.")
     timings: Timings = Field(default_factory=Timings)
     produced_at: UtcDatetime = Field(description="When the proposal was produced, UTC.")
+
+    @classmethod
+    def of(cls, proposal: Proposal, *, article_id: str, model_version: str, memory_version: str,
+           produced_at: datetime, revision: int = 0, duplicate_of: str | None = None,
+           timings: Timings | None = None, max_labels: int | None = None) -> LabelProposal:
+        """``proposal`` on the wire: its labels (the first ``max_labels``; None: all), candidates, scoring and
+        abstention, with the article's envelope (the other arguments, the fields of the same names; timings:
+        the defaults when None). ``memory_version``: ``"+".join(proposal.searched)`` when the caller has nothing
+        better.
+
+        Raises:
+            pydantic.ValidationError: the envelope is invalid, or a label is both proposed and a candidate.
+        """
+        return cls(article_id=article_id, revision=revision, labels=proposal.labels[:max_labels],
+                   candidates=proposal.candidates, duplicate_of=duplicate_of, model_version=model_version,
+                   memory_version=memory_version, scoring=proposal.scoring, abstained=proposal.abstained,
+                   timings=timings if timings is not None else Timings(), produced_at=produced_at)
 
     @model_serializer(mode="wrap")
     def _written_in_one_shape(self, handler: Any) -> dict[str, Any]:

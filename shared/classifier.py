@@ -17,6 +17,7 @@ import structlog
 from tqdm import tqdm
 
 from newsmon.shared.encoder_adapter import read_adapter
+from newsmon.schemas import Proposal
 from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Article
@@ -27,7 +28,7 @@ from newsmon.shared.memory import KnowledgeMemory, MemoryRouter, SearchFilter, s
 from newsmon.shared.memory.common import TEXT_PAYLOAD_CHARS as TEXT_PAYLOAD_CHARS
 from newsmon.shared.memory.common import article_payload
 from newsmon.shared.promotion import effective_encoder_settings
-from newsmon.shared.scoring import CANDIDATES, MemoryArticles, MemoryModels, Proposal, Resolved, Retrieval, Scorer
+from newsmon.shared.scoring import CANDIDATES, MemoryArticles, MemoryModels, Resolved, Retrieval, Scorer
 from newsmon.shared.scoring.lexical import TermVectors
 from newsmon.shared.scoring.models import ModelCache
 from newsmon.shared.scoring.records import (CalibrationRecord, CalibrationStore, ScratchCalibrations,
@@ -199,11 +200,67 @@ class MemoryRecords:
         return None
 
 
+class MemorySamples:
+    """The score components' source of memory articles and stored models
+    (:class:`~newsmon.shared.scoring.models.MemorySource`, what :class:`~newsmon.shared.scoring.models.MemoryModels`
+    reads): the language memories' labelled articles, bounded as the calibration job bounds them, and the models
+    stored with a calibration record.
+
+    Args:
+        settings: ``calibration.max_memory_articles`` (read at each call); router: the memories; calibrations: the
+            records; store: the models stored with them.
+    """
+
+    def __init__(self, settings: Settings, router: MemoryRouter, calibrations: CalibrationStore,
+                 store: ModelStore) -> None:
+        self.settings = settings
+        self.router = router
+        self.calibrations = calibrations
+        self.store = store
+
+    def collection(self, lang: str) -> str:
+        """The collection name of ``lang`` for the router's model version."""
+        return self.router.collection(lang)
+
+    def articles(self, lang: str) -> MemoryArticles:
+        """:meth:`memory_articles` bounded as the calibration job bounds them
+        (``settings.calibration.max_memory_articles``): what a worker fits a record's missing models on, so a
+        record without stored models costs a bounded read, not one proportional to the memory."""
+        return self.memory_articles(lang, self.settings.calibration.max_memory_articles)
+
+    def stored_models(self, record: str) -> ModelCache | None:
+        """The models stored with calibration record ``record`` (None when the record names none)."""
+        rec = self.calibrations.read(record.rsplit("@", 1)[0])
+        if rec is None or record_id(rec) != record or rec.models is None:
+            return None
+        return self.store.read(record, rec.models)
+
+    def memory_articles(self, lang: str, limit: int | None = None) -> MemoryArticles:
+        """The labelled articles of ``lang``'s memory, what the score components' per-memory models are fitted
+        on: one scroll (stored vectors, texts, labels, ids), stopped after ``limit`` articles (None: all; the
+        sample is the first in the engine's scroll order), ordered by article id
+        (:meth:`~newsmon.shared.scoring.MemoryArticles.by_id`). A sample carries the memory's labelled count as
+        ``total`` (an indexed count)."""
+        memory = self.router.memory(lang, create=False)
+        vectors, texts, labels, ids = [], [], [], []
+        for p in memory.scroll(SearchFilter(labelled=True), with_vectors=True):
+            vectors.append(p.vector)
+            texts.append(str(p.payload.get("text") or ""))
+            labels.append(tuple(p.labels))
+            ids.append(p.article_id)
+            if limit is not None and len(ids) >= limit:
+                break
+        vecs = np.stack(vectors).astype(np.float32) if vectors else np.zeros((0, self.router.dim), np.float32)
+        total = memory.count(SearchFilter(labelled=True)) if limit is not None and len(ids) >= limit else None
+        return MemoryArticles(vecs, texts, labels, ids, total).by_id()[1]
+
+
 class Classifier:
     """Proposes labels for articles from the knowledge memory: its :attr:`scorer` is given the language memories'
-    search (:attr:`neighbours`, a :class:`MemoryNeighbours`) and each language's parameters and models (:attr:`records`,
-    a :class:`MemoryRecords`: the calibration records; the components' models fitted or loaded under each,
-    :attr:`models`).
+    search (:attr:`neighbours`, a :class:`MemoryNeighbours`) and each language's parameters and models
+    (:attr:`records`, a :class:`MemoryRecords`: the calibration records; the components' models loaded or fitted
+    under each, :attr:`models`, from the memories' samples and the stored models, :attr:`samples`, a
+    :class:`MemorySamples`).
 
     Args:
         settings: encoder, memory and scoring settings.
@@ -232,7 +289,8 @@ class Classifier:
         self.calibrations: CalibrationStore = (ScratchCalibrations(self._served_calibrations) if scratch_calibrations
                                                else self._served_calibrations)
         self.model_store = ModelStore(settings, self.router.client())
-        self.models = MemoryModels(self.sampled_memory_articles, self.collection, self.stored_models)
+        self.samples = MemorySamples(settings, self.router, self.calibrations, self.model_store)
+        self.models = MemoryModels(self.samples)
         self.records = MemoryRecords(settings, self.router, self.calibrations, self.models)
         self.neighbours = MemoryNeighbours(settings, self.router)
         self.scorer = Scorer(self.records, self.neighbours, self.terms)
@@ -321,8 +379,8 @@ class Classifier:
             instead of each language's.
 
         Returns:
-            (proposals, each with its ``searched`` collections and ``resolved`` parameters; the ``(m, d)`` float32
-            query embeddings).
+            (the :class:`~newsmon.schemas.Proposal` of each article, with the collections ``searched`` and the
+            parameters it was scored with, ``scoring``; the ``(m, d)`` float32 query embeddings).
         """
         langs = self.language_of(texts, langs)
         if vectors is None:
@@ -330,37 +388,9 @@ class Classifier:
         props = self.scorer.propose(texts, langs, vectors, exclude, relabel, candidates, resolved=resolved)
         return props, vectors
 
-    def stored_models(self, record: str) -> ModelCache | None:
-        """The models stored with calibration record ``record`` (None when the record names none)."""
-        rec = self.calibrations.read(record.rsplit("@", 1)[0])
-        if rec is None or record_id(rec) != record or rec.models is None:
-            return None
-        return self.model_store.read(record, rec.models)
-
     def memory_articles(self, lang: str, limit: int | None = None) -> MemoryArticles:
-        """The labelled articles of ``lang``'s memory, what the score components' per-memory models are fitted
-        on: one scroll (stored vectors, texts, labels, ids), stopped after ``limit`` articles (None: all; the
-        sample is the first in the engine's scroll order), ordered by article id
-        (:meth:`~newsmon.shared.scoring.MemoryArticles.by_id`). A sample carries the memory's labelled count as
-        ``total`` (an indexed count)."""
-        memory = self.memory(lang, create=False)
-        vectors, texts, labels, ids = [], [], [], []
-        for p in memory.scroll(SearchFilter(labelled=True), with_vectors=True):
-            vectors.append(p.vector)
-            texts.append(str(p.payload.get("text") or ""))
-            labels.append(tuple(p.labels))
-            ids.append(p.article_id)
-            if limit is not None and len(ids) >= limit:
-                break
-        vecs = np.stack(vectors).astype(np.float32) if vectors else np.zeros((0, self.encoder.dim), np.float32)
-        total = memory.count(SearchFilter(labelled=True)) if limit is not None and len(ids) >= limit else None
-        return MemoryArticles(vecs, texts, labels, ids, total).by_id()[1]
-
-    def sampled_memory_articles(self, lang: str) -> MemoryArticles:
-        """:meth:`memory_articles` bounded as the calibration job bounds them
-        (``settings.calibration.max_memory_articles``): what a worker fits a record's missing models on, so a
-        record without stored models costs a bounded read, not one proportional to the memory."""
-        return self.memory_articles(lang, self.settings.calibration.max_memory_articles)
+        """:meth:`MemorySamples.memory_articles` (what the calibration job scores leave-one-out)."""
+        return self.samples.memory_articles(lang, limit)
 
     def close(self) -> None:
         """Close the memories and the embedding cache."""

@@ -172,8 +172,8 @@ def _workers_score_with(s: Settings, articles, record: str) -> None:
         p.near_duplicates(batch)
         p.embed(batch)
         p.retrieve_and_score(batch)
-        assert [it.scoring.calibration for it in batch.items] == [record] * len(articles)
-        assert {it.scoring.source for it in batch.items} == {"calibration"}
+        assert [it.proposal.scoring.calibration for it in batch.items] == [record] * len(articles)
+        assert {it.proposal.scoring.source for it in batch.items} == {"calibration"}
     finally:
         p.classifier.close()
 

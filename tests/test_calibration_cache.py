@@ -59,7 +59,7 @@ def test_an_unchanged_memory_reuses_its_calibration_and_a_changed_one_does_not(c
         stored = second.calibrations.read(second.collection("sl"))
         assert stored is not None and stored.inputs == made.record.inputs
         proposal = second.propose([val[0].text], ["sl"])[0][0]
-        assert proposal.resolved.record == record_id(stored) and proposal.resolved.source == "calibration"
+        assert proposal.scoring.calibration == record_id(stored) and proposal.scoring.source == "calibration"
         # what it depends on: another validation split, another setting, other code, a grown memory each give
         # other inputs, for which neither the record nor the cache has a calibration
         inputs = made.record.inputs

@@ -3,6 +3,8 @@ every other language while it is too small or missing (cross-lingual), on the re
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import numpy as np
 import pytest
 from rich.console import Console
@@ -69,7 +71,7 @@ def test_new_label_rule_reads_the_calibration_records_labels_and_follows_renames
                                                  model_version=clf.model_version, params=params,
                                                  objective="micro_f1 + subset_accuracy", labels=known))
         (p,), _ = clf.propose(["q"], ["sl"], vectors=q, relabel=relabel)
-        assert p.resolved.record is not None and p.resolved.params.rule("new_label_support").support == 2
+        assert p.scoring.calibration is not None and p.scoring.rule("new_label_support").support == 2
         return p.label_set
 
     assert propose("x", ["a"]) == {"a", "x"}  # x came after the calibration: two close carriers suffice
@@ -129,7 +131,7 @@ def test_bucket_thresholds_count_the_memory_and_follow_renames(memory_classifier
                                              objective="micro_f1 + subset_accuracy", labels=["a", "k"]))
     q = _unit(rng, 1, d)
     (p,), _ = clf.propose(["q"], ["sl"], vectors=q)  # a: 12/14 of the weight, 12 articles (11-99 bucket: 0.9)
-    assert p.label_set == {"k"} and p.resolved.params.bucket_thresholds == (0.1, 0.9, 0.9, 0.9)  # k: 2/14, rare: 0.1
+    assert p.label_set == {"k"} and p.scoring.bucket_thresholds == (0.1, 0.9, 0.9, 0.9)  # k: 2/14, rare: 0.1
     (p,), _ = clf.propose(["q"], ["sl"], vectors=q, relabel=lambda t: tuple("z" if x == "a" else x for x in t))
     assert p.label_set == {"k"}  # renamed a -> z keeps its 12 articles: z stays in the 11-99 bucket
 
@@ -150,7 +152,7 @@ def test_label_thresholds_of_the_record_decide_and_follow_renames(memory_classif
                                                  model_version=clf.model_version, params=params,
                                                  objective="micro_f1 + subset_accuracy", labels=["a", "k", "j"]))
         (p,), _ = clf.propose(["q"], ["sl"], vectors=q, relabel=relabel)
-        assert p.resolved.wire().label_thresholds == len(own)  # the wire says how many
+        assert p.scoring.label_thresholds == len(own)  # the wire says how many
         return p.label_set
 
     q = _unit(rng, 1, d)
@@ -170,7 +172,6 @@ def test_the_wire_says_which_rule_proposed_each_label_and_its_threshold(memory_c
     from newsmon.render import render_proposal
     from newsmon.schemas import LabelProposal
     from newsmon.shared.scoring.records import CalibrationRecord
-    from newsmon.shared.scoring.wire import proposal_fields
 
     clf = memory_classifier
     clf.settings.memory.min_language_articles = 1
@@ -186,8 +187,8 @@ def test_the_wire_says_which_rule_proposed_each_label_and_its_threshold(memory_c
                                                  model_version=clf.model_version, params=params,
                                                  objective="micro_f1 + subset_accuracy", labels=["a", "k"]))
         (p,), _ = clf.propose(["q"], ["sl"], vectors=q)
-        return LabelProposal(article_id="q", **proposal_fields(p), model_version="m", memory_version="v",
-                             produced_at="2024-05-01T08:00:00Z")
+        return LabelProposal.of(p, article_id="q", model_version="m", memory_version="v",
+                                produced_at=datetime(2024, 5, 1, 8, tzinfo=UTC))
 
     def why(p: LabelProposal) -> dict:
         return {x.label: (x.decided_by, x.threshold) for x in [*p.labels, *p.candidates]}
@@ -241,7 +242,7 @@ def test_the_head_model_is_fitted_from_the_memory_under_each_record_and_follows_
         got = {x.label: x.score for x in [*p.labels, *p.candidates]}
         assert got["agency"] == pytest.approx(float(want[0]), abs=1e-5)
         assert ("agency" in p.label_set) == ("agency" in gold)
-        assert p.resolved.params.component("head_model").weight == 1.0
+        assert p.scoring.component("head_model").weight == 1.0
     renamed, _ = clf.propose(queries[:1], ["sl"], vectors=_unit(rng, 1, clf.encoder.dim),
                              relabel=lambda t: tuple("press" if x == "agency" else x for x in t))
     assert "press" in renamed[0].label_set and "agency" not in renamed[0].label_set

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
@@ -23,7 +24,6 @@ from newsmon.shared.scoring.components.label_tree import TopLabels, TopLabelsCom
 from newsmon.shared.scoring.calibration import CalibrationSet, calibrate
 from newsmon.shared.scoring.records import CalibrationRecord, CalibrationStore
 from newsmon.shared.scoring.rules import unregister_rule
-from newsmon.shared.scoring.wire import proposal_fields
 
 
 class TopOneOptions(Options):
@@ -109,8 +109,8 @@ def test_a_rule_from_outside_the_package_is_calibrated_applied_stored_and_writte
                                                                   retrieval=r.rows(range(4)), resolved=res)
     assert [[x.label for x in p.labels] for p in props] == [[g[0]] for g in gold[:4]]
     assert {x.decided_by for p in props for x in p.labels} == {"top_one"}
-    lp = LabelProposal(article_id="a1", **proposal_fields(props[1]), model_version="m", memory_version="newsmon_sl_m",
-                       produced_at="2024-05-01T08:00:00Z")
+    lp = LabelProposal.of(props[1], article_id="a1", model_version="m", memory_version="newsmon_sl_m",
+                          produced_at=datetime(2024, 5, 1, 8, tzinfo=UTC))
     back = parse_event(LabelProposal, lp.to_bytes())
     assert back.labels[0].decided_by == "top_one" and back.schema_version == 7
     assert "the rule “top one” proposed it" in back.labels[0].reason  # a deployment's rule, named in words
@@ -190,8 +190,8 @@ def test_a_component_from_outside_the_package_is_calibrated_applied_stored_and_w
         props = Scorer(OneRecord(res, FittedModels(memory))).propose(texts[:5], ["sl"] * 5, None,
                                                                       retrieval=r.rows(range(5)), resolved=res)
         assert [[x.label for x in p.labels] for p in props] == [list(g) for g in gold[:5]]
-        lp = LabelProposal(article_id="a1", **proposal_fields(props[1]), model_version="m",
-                           memory_version="newsmon_sl_m", produced_at="2024-05-01T08:00:00Z")
+        lp = LabelProposal.of(props[1], article_id="a1", model_version="m", memory_version="newsmon_sl_m",
+                              produced_at=datetime(2024, 5, 1, 8, tzinfo=UTC))
         back = parse_event(LabelProposal, lp.to_bytes())
         assert back.scoring.components[0].name == "hashtags" and back.labels[0].label == "g1"
         assert '"hashtags"' in json.dumps(LabelProposal.model_json_schema())

@@ -3,7 +3,9 @@ the stages the worker runs per batch) and what ``eval``'s ``newsmon`` row measur
 decisions: both are the scorer (:class:`newsmon.shared.scoring.Scorer`) with the same parameters. And ``newsmon
 suggest``, ``POST /v1/suggest`` (the API's service) and the worker give the same proposal for the same article under
 the same label registry (a KwE rule, a rename): all three run the worker's stages. Real Slovene news, the real
-e5-small weights, the real embedded Qdrant engine."""
+e5-small weights, the real embedded Qdrant engine. On each of the three paths the scorer returns one proposal type,
+:class:`~newsmon.schemas.Proposal`, and every proposal produced is made of one (:meth:`LabelProposal.of
+<newsmon.schemas.LabelProposal.of>`)."""
 
 from __future__ import annotations
 
@@ -11,24 +13,73 @@ import json
 import re
 import time
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 from confluent_kafka import Message
 
 from newsmon.demo import article_event
+from newsmon.schemas import LabelProposal, Proposal
+from newsmon.shared.classifier import MemorySamples
 from newsmon.shared.config import Settings
 from newsmon.shared.data import load_corpus
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.evaluation.neighbours import retrieve_neighbours
 from newsmon.shared.evaluation.run import label_matrices
 from newsmon.shared.predictors import NewsmonPredictor, QueryBatch, TrainingSet
+from newsmon.shared.scoring import Scorer
 from newsmon.shared.scoring.models import ModelCache
 from newsmon.shared.scoring.records import CalibrationRecord, record_id
 from newsmon.workers.labels import LabelRegistry
 from newsmon.workers.pipeline import ArticlePipeline
 
 RULE = "client:one-scorer-rule"
+
+
+@dataclass
+class _NoFitting:
+    """The classifier's memory source (:class:`~newsmon.shared.scoring.models.MemorySource`), but reading the memory
+    to fit a model fails the test: the worker must load the models stored with the record."""
+
+    samples: MemorySamples
+
+    def articles(self, lang: str):
+        pytest.fail("the worker fitted a model from the memory instead of loading it")
+
+    def collection(self, lang: str) -> str:
+        return self.samples.collection(lang)
+
+    def stored_models(self, record: str):
+        return self.samples.stored_models(record)
+
+
+class _OneType:
+    """Watches the one proposal type: the types of what the scorer returns (:meth:`Scorer.propose`) and of what each
+    produced :class:`LabelProposal` is made of (:meth:`LabelProposal.of`), in this process."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.returned: list[type] = []
+        self.wired: list[type] = []
+        propose, of = Scorer.propose, LabelProposal.of.__func__
+
+        def spy_propose(scorer, *args, **kwargs):
+            out = propose(scorer, *args, **kwargs)
+            self.returned += [type(p) for p in out]
+            return out
+
+        def spy_of(cls, proposal, **kwargs):
+            self.wired.append(type(proposal))
+            return of(cls, proposal, **kwargs)
+
+        monkeypatch.setattr(Scorer, "propose", spy_propose)
+        monkeypatch.setattr(LabelProposal, "of", classmethod(spy_of))
+
+    def check(self, scored: int, produced: int) -> None:
+        """``scored`` proposals came from the scorer and ``produced`` LabelProposals were made, all of the one
+        type, since the last check."""
+        assert self.returned == [Proposal] * scored and self.wired == [Proposal] * produced
+        self.returned, self.wired = [], []
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +102,7 @@ def _eval_row(settings: Settings, train, val, test) -> tuple[NewsmonPredictor, n
     return p, S, P, labels.vocab.labels
 
 
-def test_the_worker_proposes_what_the_eval_row_measures(memory_classifier, splits, newsmon_home):
+def test_the_worker_proposes_what_the_eval_row_measures(memory_classifier, splits, newsmon_home, monkeypatch):
     train, val, test = splits
     clf = memory_classifier
     p, S, P, vocab = _eval_row(clf.settings.model_copy(update={"home": newsmon_home}), train, val, test)
@@ -68,7 +119,7 @@ def test_the_worker_proposes_what_the_eval_row_measures(memory_classifier, split
     stored.models, stored.counts = dict(judged.models), p.models.memory.label_counts()
     record.models = clf.model_store.write(stored)
     clf.calibrations.write(record)
-    clf.models.articles = lambda lang: pytest.fail("the worker fitted a model from the memory instead of loading it")
+    clf.models.source = _NoFitting(clf.samples)
     pipeline = ArticlePipeline(clf.settings, clf, NearDuplicateIndex(), LabelRegistry())
     events = [article_event(a) for a in test]
     assert [e.text for e in events] == [a.text for a in test]
@@ -77,8 +128,11 @@ def test_the_worker_proposes_what_the_eval_row_measures(memory_classifier, split
                     timestamp=(1, now)) for i, e in enumerate(events)]
     batch, rejected = pipeline.validate(msgs)
     assert not rejected
+    one = _OneType(monkeypatch)
     pipeline.propose(batch)
+    assert all(type(it.proposal) is Proposal for it in batch.items)
     proposals = {m.key().decode(): lp for m, lp in pipeline.emit(batch)}
+    one.check(len(batch.fresh), len(test))
     col = {lb: j for j, lb in enumerate(vocab)}
     compared = 0
     for i, a in enumerate(test):
@@ -91,7 +145,7 @@ def test_the_worker_proposes_what_the_eval_row_measures(memory_classifier, split
             assert x.score == float(S[i, col[x.label]]), (a.id, x.label)
         compared += 1
     assert compared >= 20
-    _suggest_api_and_worker_alike(clf, train, test, newsmon_home)
+    _suggest_api_and_worker_alike(clf, train, test, newsmon_home, one)
 
 
 def _matching_word(texts: list[str]) -> str:
@@ -106,16 +160,16 @@ def _wire(proposal) -> dict:
     return proposal.model_dump(mode="json", exclude={"revision", "timings", "produced_at"})
 
 
-def _suggest_api_and_worker_alike(clf, train, test, newsmon_home):
+def _suggest_api_and_worker_alike(clf, train, test, newsmon_home, one: _OneType):
     """The same articles through the worker's pipeline, the API's suggest and ``newsmon suggest`` (its typer app,
     reading the registry the embedded memory updater keeps in ``<home>/state/labels.json`` and the memory, the
     calibration record and its stored models from disk): the same proposals, the registry's rule and rename
-    applied by all three."""
+    applied by all three, each made of the scorer's one proposal type (``one``)."""
     from typer.testing import CliRunner
 
     from newsmon.api.service import build_service
     from newsmon.cli import app
-    from newsmon.schemas import LabelDefinition, LabelProposal, parse_event
+    from newsmon.schemas import LabelDefinition, parse_event
     from newsmon.shared.encoder import resolve_model
     from newsmon.workers.proposing import open_label_registry
 
@@ -132,11 +186,13 @@ def _suggest_api_and_worker_alike(clf, train, test, newsmon_home):
     assert not rejected
     pipeline.propose(batch)
     worker = {lp.article_id: lp for _m, lp in pipeline.emit(batch)}
+    one.check(len(batch.fresh), len(test))
     svc = build_service(clf.settings, clf, registry, NearDuplicateIndex())
     try:
         api = {lp.article_id: lp for lp in svc.suggest(events)}
     finally:
         svc.producer.flush(0)
+    one.check(len(batch.fresh), len(test))  # the same articles, none a near-copy of a decided one
     assert [_wire(api[a.id]) for a in test] == [_wire(worker[a.id]) for a in test]
     ruled = [a for a in test if any(x.label == RULE for x in worker[a.id].labels)]
     assert ruled and all(x.source == "rule" and word in x.rule.matched[0].lower() for a in ruled
@@ -161,3 +217,4 @@ def _suggest_api_and_worker_alike(clf, train, test, newsmon_home):
         (got,) = json.loads(res.stdout)
         cli = parse_event(LabelProposal, json.dumps(got).encode("utf-8"))
         assert _wire(cli) == _wire(worker[a.id]), a.id
+        one.check(1, 1)

@@ -61,8 +61,8 @@ def test_article_stages_in_order_with_few_memory_calls(memory_classifier, corpus
     p.embed(batch)
     assert all(it.vector.shape == (classifier.encoder.dim,) for it in batch.items)
     p.retrieve_and_score(batch)
-    assert any(it.labels for it in batch.items)
-    assert all(n.article_id.startswith("sl-") for it in batch.items for x in it.labels for n in x.neighbours)
+    assert any(it.proposal.labels for it in batch.items)
+    assert all(n.article_id.startswith("sl-") for it in batch.items for x in it.proposal.labels for n in x.neighbours)
     p.store_pending(batch)
     out = p.emit(batch)
     assert [m.offset() for m, _ in out] == [0, 1, 2]
@@ -79,7 +79,8 @@ def test_article_stages_in_order_with_few_memory_calls(memory_classifier, corpus
     assert sl.calls == {"search": 1, "get": 1, "upsert": 1}
     pending = classifier.memory("sl").get([e.article_id for e in events])
     assert all(pt.labels == () and pt.payload["status"] == "pending" for pt in pending)
-    assert [pt.payload["proposed_labels"] for pt in pending] == [[x.label for x in it.labels] for it in batch.items]
+    assert [pt.payload["proposed_labels"] for pt in pending] == [[x.label for x in it.proposal.labels]
+                                                                 for it in batch.items]
 
     # a near-copy of the first article, which nobody decided on: linked to it, scored on its own (its own vector,
     # a model call: an undecided proposal is never passed on, issue 43 item 2)
@@ -91,8 +92,8 @@ def test_article_stages_in_order_with_few_memory_calls(memory_classifier, corpus
     p.embed(batch2)
     assert batch2.items[0].vector is not None
     p.retrieve_and_score(batch2)
-    assert [x.label for x in batch2.items[0].labels] == pending[0].payload["proposed_labels"]
-    assert all(x.source == "retrieval" for x in batch2.items[0].labels)
+    assert [x.label for x in batch2.items[0].proposal.labels] == pending[0].payload["proposed_labels"]
+    assert all(x.source == "retrieval" for x in batch2.items[0].proposal.labels)
     p.store_pending(batch2)
     (_, proposal), = p.emit(batch2)
     assert proposal.duplicate_of == events[0].article_id and proposal.scoring is not None

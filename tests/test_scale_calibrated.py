@@ -88,7 +88,7 @@ def test_the_calibrated_record_scores_through_the_stored_stacking_model(tiny, mo
     returned = set(np.concatenate([c[2] for c in calls]).tolist())
     scored = [x.score for pr in props for x in pr.labels + pr.candidates]
     assert scored and all(np.float32(s).item() in returned for s in scored)
-    assert all(pr.resolved.record == resolved.record for pr in props)
+    assert all(pr.scoring.calibration == resolved.record for pr in props)
 
     calls.clear()
     plain = Resolved(ScoringParams.model_validate(params), resolved.record, None, "calibration")

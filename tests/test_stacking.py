@@ -175,9 +175,10 @@ def test_the_workers_serve_the_stored_model_and_refuse_a_record_without_it():
     """The worker path: the stacking model travels in the record's archive (``shared/scoring/stored.py``), the
     scorer of the workers loads it and proposes what the calibration's model proposes; a record stored without it
     is refused (its ``fit`` raises), not served with other parameters."""
+    from test_stored_models import StoredMemory
+
     from newsmon.shared.scoring import OneRecord, Resolved, Scorer
     from newsmon.shared.scoring.models import MemoryModels, ModelCache
-    from newsmon.shared.scoring.stored import pack, unpack
 
     rng = np.random.default_rng(5)
     m = 400
@@ -199,20 +200,15 @@ def test_the_workers_serve_the_stored_model_and_refuse_a_record_without_it():
     cache = ModelCache(record)
     cache.models[("stacking", comp.model_key(opts))] = model
     cache.counts = {"a": 5, "b": 5, "c": 5}
-    stored = unpack(pack(cache))
-
-    def articles(_lang):
-        raise AssertionError("the workers must not read the memory for a stored model")
-
     res = Resolved(params, record, frozenset(labels), "calibration")
-    scorer = Scorer(OneRecord(res, MemoryModels(articles, stored=lambda rec: stored if rec == record else None)))
+    scorer = Scorer(OneRecord(res, MemoryModels(StoredMemory(cache))))  # reading the memory fails the test
     (g,) = scorer.score(["t"] * m, ["sl"] * m, None, retrieval=r, resolved=res, vocab=LabelVocab(labels))
     want = decide(r, LabelVocab(labels), params, {"stacking": StackingEvidence([model])}, cache.counts)
     assert np.array_equal(g.decision.proposed[:, :3], want.proposed[:, :3]) and g.decision.proposed.any()
     empty = ModelCache(record)
     empty.counts = cache.counts
-    without = Scorer(OneRecord(res, MemoryModels(lambda _l: MemoryArticles(None, ["x"], [("a",)]),
-                                                stored=lambda rec: unpack(pack(empty)))))
+    without = Scorer(OneRecord(res, MemoryModels(StoredMemory(empty, MemoryArticles(None, ["x"], [("a",)]),
+                                                              any_record=True))))
     with pytest.raises(ValueError, match="calibrate again"):
         without.score(["t"] * m, ["sl"] * m, None, retrieval=r, resolved=res)
 

@@ -5,6 +5,8 @@ judged)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import pytest
 
@@ -28,6 +30,33 @@ def _memory() -> MemoryArticles:
 PARAMS = ScoringParams(components=[{"name": "label_keys", "options": {"weight": 0.5}},
                                    {"name": "head_model", "options": {"weight": 0.5, "c": 10.0}},
                                    {"name": "label_tree", "options": {"weight": 0.25}}])
+
+
+@dataclass
+class StoredMemory:
+    """A :class:`~newsmon.shared.scoring.models.MemorySource` over articles at hand and the models stored with one
+    record (a copy through the archive format at each read, as the store gives them). ``memory`` None: reading the
+    memory fails the test; ``any_record``: the stored models whatever record is asked for; ``asked``: the languages
+    whose articles were read."""
+
+    stored: ModelCache | None
+    memory: MemoryArticles | None = None
+    any_record: bool = False
+    asked: list[str] = field(default_factory=list)
+
+    def articles(self, lang: str) -> MemoryArticles:
+        if self.memory is None:
+            raise AssertionError("the workers must not read the memory for a stored model")
+        self.asked.append(lang)
+        return self.memory
+
+    def collection(self, lang: str) -> str:
+        return f"newsmon_{lang}_m"
+
+    def stored_models(self, record: str) -> ModelCache | None:
+        if self.stored is None or not (self.any_record or record == self.stored.record):
+            return None
+        return unpack(pack(self.stored))
 
 
 def _cache(memory: MemoryArticles) -> ModelCache:
@@ -81,17 +110,12 @@ def test_both_stores_keep_the_models_and_check_them(tmp_path, mode):
 def test_the_workers_load_the_stored_models_instead_of_fitting_them():
     memory = _memory()
     cache = _cache(memory)
-    asked = []
-
-    def articles(lang):
-        asked.append(lang)
-        return memory
-
-    models = MemoryModels(articles, stored=lambda record: unpack(pack(cache)) if record == cache.record else None)
+    source = StoredMemory(cache, memory)
+    models = MemoryModels(source)
     got, counts = models.get("sl", cache.record, PARAMS, True)
-    assert asked == [] and set(got) == {"label_keys", "head_model", "label_tree"} and counts == cache.counts
+    assert source.asked == [] and set(got) == {"label_keys", "head_model", "label_tree"} and counts == cache.counts
     got, _ = models.get("sl", "newsmon_sl_m@20260101T000000Z", PARAMS, False)  # a record without stored models
-    assert asked == ["sl"] and set(got) == {"label_keys", "head_model", "label_tree"}
+    assert source.asked == ["sl"] and set(got) == {"label_keys", "head_model", "label_tree"}
 
 
 class _VectorsGiven:
@@ -128,7 +152,7 @@ def test_a_record_without_stored_models_is_fitted_on_a_bounded_sample(tmp_path):
                                 labels, [{"lang": "sl", "text": f"novica {i} o vremenu"} for i in range(n)])
         clf.memory("sl").upsert(["pending"], rng.standard_normal((1, enc.dim)).astype(np.float32), [[]],
                                 [{"lang": "sl", "text": "brez oznak"}])
-        sample = clf.sampled_memory_articles("sl")
+        sample = clf.samples.articles("sl")  # what the models are fitted on (the classifier's MemorySource)
         assert len(sample) == 100 and sample.total == n and len(set(sample.ids)) == 100
         counts = sample.label_counts()
         assert counts["common"] == n and abs(counts["half"] - n / 2) <= 0.2 * n
@@ -156,8 +180,7 @@ def test_the_long_lived_state_is_frozen_out_of_the_collector_whenever_the_models
     cache = _cache(memory)
     froze: list[str] = []
     monkeypatch.setattr(models_module, "freeze_long_lived", lambda why: froze.append(why) or 0)
-    models = MemoryModels(lambda lang: memory,
-                          stored=lambda record: unpack(pack(cache)) if record == cache.record else None)
+    models = MemoryModels(StoredMemory(cache, memory))
     models.get("sl", cache.record, PARAMS, True)
     models.get("sl", cache.record, PARAMS, True)  # the same record: nothing new to freeze
     assert len(froze) == 1 and cache.record in froze[0]

@@ -94,7 +94,7 @@ def calibrated_row(clf: Classifier, validation: Sequence[Article], test: Sequenc
     gold = vocab.encode([a.labels for a in test])
     proposed = vocab.encode([sorted(p.label_set) for p in props])
     gold.resize(proposed.shape)  # labels only proposed widen the vocabulary after gold was encoded
-    used = sorted({p.resolved.record for p in props if p.resolved is not None and p.resolved.record})
+    used = sorted({p.scoring.calibration for p in props if p.scoring is not None and p.scoring.calibration})
     return {**classification_metrics(gold, proposed), "model_version": clf.model_version,
             "records": {lang: record_id(c.record) for lang, c in done.items()}, "scored_with": used,
             "articles": len(test)}

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from newsmon.schemas import LabelProposal, NeighbourRef, ProposedLabel
+from newsmon.schemas import LabelProposal, NeighbourRef, Proposal, ProposedLabel
 from newsmon.shared.memory import KnowledgeMemory, MemoryPoint, MemoryRouter, SearchFilter
 from newsmon.shared.scoring.reasons import duplicate_reason
 from newsmon.shared.scoring.retrieval import display_title
@@ -87,16 +87,17 @@ def inherited_labels(original: MemoryPoint) -> tuple[str, ...] | None:
     return None
 
 
-def duplicate_labels(original_id: str, labels: tuple[str, ...], jaccard: float,
-                     original: MemoryPoint) -> list[ProposedLabel]:
-    """The proposed labels of a near-copy: each of ``labels`` (decided on the original, whose point is
-    ``original``) scored by the estimated Jaccard similarity, with the original as its one neighbour (its headline,
-    or the start of its text) and the decision it comes from as its ``reason`` (``source = "duplicate"``)."""
+def duplicate_proposal(original_id: str, labels: tuple[str, ...], jaccard: float, original: MemoryPoint) -> Proposal:
+    """The proposal of a near-copy that takes its original's decided labels: each of ``labels`` (decided on the
+    original, whose point is ``original``) scored by the estimated Jaccard similarity, with the original as its one
+    neighbour (its headline, or the start of its text) and the decision it comes from as its ``reason`` (``source =
+    "duplicate"``); no candidates and no scoring (no model call)."""
     title = display_title(original.payload)
     why = duplicate_reason(original_id, title, jaccard, is_moderated(original))
-    return [ProposedLabel(label=lb, score=float(jaccard), source="duplicate", reason=why,
-                          neighbours=[NeighbourRef(article_id=original_id, similarity=float(jaccard), title=title)])
-            for lb in labels]
+    return Proposal(labels=[ProposedLabel(label=lb, score=float(jaccard), source="duplicate", reason=why,
+                                          neighbours=[NeighbourRef(article_id=original_id, similarity=float(jaccard),
+                                                                   title=title)])
+                            for lb in labels])
 
 
 def recheck_copies(items: list, mem: KnowledgeMemory, relabel) -> list:
@@ -110,9 +111,9 @@ def recheck_copies(items: list, mem: KnowledgeMemory, relabel) -> list:
         if original is None or inherited is None:
             continue  # not decided: the copy keeps its own proposal
         d, labels = it.duplicate, relabel(inherited)
-        if not d.decided or list(labels) != [x.label for x in it.labels]:
+        if not d.decided or list(labels) != [x.label for x in it.proposal.labels]:
             d.point = original
-            it.labels = duplicate_labels(d.original_id, labels, d.jaccard, original)
+            it.proposal = duplicate_proposal(d.original_id, labels, d.jaccard, original)
             changed += [it] if it.stored else []
     return changed
 
@@ -143,10 +144,9 @@ def revise_copies(router: MemoryRouter, lang: str, original: MemoryPoint, labels
         elif copy.payload.get("revised_for") != key:
             continue  # proposed with these labels already
         jaccard = float(copy.payload.get("duplicate_jaccard") or 1.0)
-        out.append(LabelProposal(
-            article_id=copy.article_id, revision=revision, labels=duplicate_labels(original.article_id, labels,
-                                                                                   jaccard, original),
-            duplicate_of=original.article_id, model_version=router.model_version,
+        out.append(LabelProposal.of(
+            duplicate_proposal(original.article_id, labels, jaccard, original), article_id=copy.article_id,
+            revision=revision, duplicate_of=original.article_id, model_version=router.model_version,
             memory_version=router.collection(lang), produced_at=datetime.now(timezone.utc)))
     if changed:
         mem.upsert([c.article_id for c, _ in changed], np.stack([c.vector for c, _ in changed]),

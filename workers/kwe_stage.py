@@ -3,7 +3,8 @@
 The label registry (:mod:`newsmon.workers.labels`) holds each label's :class:`~newsmon.schemas.LabelDefinition`.
 :class:`RuleBook` compiles the active definitions (retired labels left out) into one
 :class:`~newsmon.shared.kwe.LabelRuleIndex`, the term index in front of every KwE, rebuilt only when the
-registry's version moves. :func:`match_rules` then, for each article that is not a near-copy:
+registry's version moves. :func:`apply_rules` (the stage: each article's :class:`~newsmon.schemas.Proposal` in, the
+revised one out) runs :func:`match_rules`, which, for each article that is not a near-copy:
 
 1. matches the article (title + body, one tokenisation) against every rule at once, with the article's
    metadata (language, country, outlet as source, section) for the filters;
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from newsmon.schemas import ArticleEvent, LabelDefinition, ProposedLabel, RuleEvidence
+from newsmon.schemas import ArticleEvent, LabelDefinition, Proposal, ProposedLabel, RuleEvidence
 from newsmon.shared.scoring.reasons import quoted, rule_reason
 from newsmon.shared.kwe import (ArticleMeta, KweSyntaxError, LabelRule, LabelRuleIndex, RuleFilters, RuleMatch,
                                 parse_kwe)
@@ -42,8 +43,8 @@ from newsmon.workers.labels import RegistryState
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["RuleBook", "RuleOutcome", "admitted_candidates", "article_meta", "count_examples", "kwe_errors",
-           "match_rules", "rule_evidence", "rule_of_definition", "with_rule_candidates"]
+__all__ = ["RuleBook", "RuleOutcome", "admitted_candidates", "apply_rules", "article_meta", "count_examples",
+           "kwe_errors", "match_rules", "rule_evidence", "rule_of_definition", "with_rule_candidates"]
 
 MAX_EVIDENCE_WORDS = 20  # RuleEvidence.matched max_length
 MAX_EVIDENCE_CHARS = 300
@@ -179,6 +180,25 @@ def match_rules(articles: list[tuple[str, ArticleMeta, list[ProposedLabel]]], st
                                        min_examples, False)
                            for lb in matches if lb not in have and lb not in rule_only)[:MAX_CANDIDATES]
         out.append((kept, RuleOutcome(tuple(matches), tuple(dropped), tuple(rule_only), candidates)))
+    return out
+
+
+def apply_rules(articles: list[tuple[str, ArticleEvent, Proposal]], state: RegistryState, index: LabelRuleIndex,
+                examples: Callable[[dict[str, tuple[str, ...]]], dict[str, int]], min_examples: int,
+                default_threshold: float) -> list[tuple[Proposal, RuleOutcome]]:
+    """The stage: the label rules applied to each article's proposal (per article: its text, its event, the
+    scorer's :class:`~newsmon.schemas.Proposal`), by :func:`match_rules` (a rule-only label scores the threshold the
+    proposal was scored with; ``default_threshold`` for one without ``scoring``), then its candidates
+    (:func:`admitted_candidates`, :func:`with_rule_candidates`). Returns per article the revised proposal (a copy;
+    its scoring, abstention and searched collections unchanged) and what the rules did."""
+    metas = [article_meta(ev) for _text, ev, _p in articles]
+    done = match_rules([(text, meta, p.labels) for (text, _ev, p), meta in zip(articles, metas)], state, index,
+                       examples, min_examples,
+                       [p.scoring.threshold if p.scoring is not None else default_threshold for _t, _e, p in articles])
+    out = []
+    for (_text, _ev, p), meta, (labels, outcome) in zip(articles, metas, done):
+        candidates = with_rule_candidates(admitted_candidates(p.candidates, labels, outcome, index, meta), outcome)
+        out.append((p.model_copy(update={"labels": labels, "candidates": candidates}), outcome))
     return out
 
 

@@ -76,5 +76,5 @@ def pending_payload(lang: str, it: Any) -> dict:
     return {"lang": lang, "status": "pending", "title": ev.title, "outlet": ev.outlet, "country": ev.country,
             "published_at": ev.published_at.isoformat(), "section": ev.section,
             "duplicate_of": d.original_id if d else None, "duplicate_jaccard": float(d.jaccard) if d else None,
-            "text": it.text[:TEXT_PAYLOAD_CHARS], "proposed_labels": [x.label for x in it.labels],
+            "text": it.text[:TEXT_PAYLOAD_CHARS], "proposed_labels": [x.label for x in it.proposal.labels],
             "revision": it.revision}

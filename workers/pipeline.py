@@ -30,23 +30,21 @@ import numpy as np
 import structlog
 from confluent_kafka import Message
 
-from newsmon.schemas import (ArticleEvent, DeadLetterReason, DeadLetterStage, InvalidEvent, LabelProposal,
-                             ProposedLabel, ScoringInfo, Timings, parse_event)
+from newsmon.schemas import (ArticleEvent, DeadLetterReason, DeadLetterStage, InvalidEvent, LabelProposal, Proposal,
+                             Timings, parse_event)
 from newsmon.shared.classifier import Classifier
 from newsmon.shared.scoring.records import CalibrationUnreadable
-from newsmon.shared.scoring.wire import proposal_fields
 from newsmon.shared.config import Settings
 from newsmon.shared.dedup import NearDuplicateIndex
 from newsmon.shared.memory import SearchFilter, UnknownLanguageError, catch_up, replaced_router
 from newsmon.shared.promotion import promoted_calibration
 from newsmon.shared.text import article_text
-from newsmon.workers.copies import Duplicate, duplicate_labels, inherited_labels, link_copies
+from newsmon.workers.copies import Duplicate, duplicate_proposal, inherited_labels, link_copies
 from newsmon.workers.pending import recheck_originals, write_pending
 from newsmon.workers.labels import LabelRegistry, RegistryState
 from newsmon.workers.model_follower import ModelFollower
 from newsmon.workers.observability import BATCH_SECONDS, BATCH_SIZE
-from newsmon.workers.kwe_stage import (RuleBook, RuleOutcome, admitted_candidates, article_meta, count_examples,
-                                   match_rules, with_rule_candidates)
+from newsmon.workers.kwe_stage import RuleBook, RuleOutcome, apply_rules, count_examples
 
 log = structlog.get_logger(__name__)
 
@@ -64,11 +62,10 @@ class ArticleItem:
         msg: the consumed message; event: the parsed event; text: title + body, cleaned
         (:func:`newsmon.shared.text.clean_text`, what every stage reads) and cut to ``max_text_chars``;
         duplicate: set by ``near_duplicates``; vector: ``(d,)`` float32 query embedding (set by ``embed``);
-        labels: the proposed labels, candidates: the best not proposed, scoring: the parameters used (set with
-        the labels) and searched: the collections
-        searched (set by ``retrieve_and_score``; labels and candidates revised by ``match_rules``, which sets
-        rules: what the label rules did); revision: the proposal's revision and stored: whether its pending
-        point was written (``store_pending``).
+        proposal: what is proposed for it (:class:`~newsmon.schemas.Proposal`, the scorer's, or its decided
+        original's for a near-copy; set by ``retrieve_and_score``, its labels and candidates revised by
+        ``match_rules``, which sets rules: what the label rules did; put on the wire by ``emit``); revision: the
+        proposal's revision and stored: whether its pending point was written (``store_pending``).
     """
 
     msg: Message
@@ -76,11 +73,7 @@ class ArticleItem:
     text: str
     duplicate: Duplicate | None = None
     vector: np.ndarray | None = None
-    labels: list[ProposedLabel] = field(default_factory=list)
-    candidates: list[ProposedLabel] = field(default_factory=list)
-    scoring: ScoringInfo | None = None
-    abstained: str | None = None
-    searched: tuple[str, ...] = ()
+    proposal: Proposal = field(default_factory=Proposal)
     rules: RuleOutcome | None = None
     revision: int = 0
     stored: bool = False
@@ -301,19 +294,17 @@ class ArticlePipeline:
                                  exclude=[it.event.article_id for it in fresh], relabel=relabel)
             batch.seconds["search_score"] = time.perf_counter() - t0
             for it, p in zip(fresh, props):
-                it.searched = p.searched
-                f = proposal_fields(p)
-                it.labels, it.candidates, it.scoring, it.abstained = (f[k] for k in ("labels", "candidates",
-                                                                                     "scoring", "abstained"))
+                it.proposal = p
         for it in batch.items:
             d = it.duplicate
             if it.reuses and d is not None and d.point is not None:
-                it.labels = duplicate_labels(d.original_id, relabel(inherited_labels(d.point) or ()), d.jaccard,
-                                             d.point)
+                it.proposal = duplicate_proposal(d.original_id, relabel(inherited_labels(d.point) or ()), d.jaccard,
+                                                 d.point)
 
     def match_rules(self, batch: ArticleBatch) -> None:
         """Apply the label rules of the registry snapshot the batch is scored with to the articles that are not
-        near-copies (:func:`newsmon.workers.kwe_stage.match_rules`): evidence on the labels whose KwE matched,
+        near-copies (:func:`newsmon.workers.kwe_stage.apply_rules`, each article's proposal revised): evidence on
+        the labels whose KwE matched,
         retrieval proposals the definition refuses dropped, rule-only proposals for labels with fewer than
         ``labels.min_examples`` confirmed examples, the other matched labels among the candidates."""
         fresh, state = batch.fresh, batch.registry
@@ -327,13 +318,10 @@ class ArticlePipeline:
         def examples(names):
             return self.call("memory count", count_examples, router, names, enough)
 
-        thresholds = [it.scoring.threshold for it in fresh]
-        done = match_rules([(it.text, article_meta(it.event), it.labels) for it in fresh], state, index, examples,
-                           enough, thresholds)
-        for it, (labels, outcome) in zip(fresh, done):
-            it.labels, it.rules = labels, outcome
-            it.candidates = with_rule_candidates(
-                admitted_candidates(it.candidates, labels, outcome, index, article_meta(it.event)), outcome)
+        done = apply_rules([(it.text, it.event, it.proposal) for it in fresh], state, index, examples, enough,
+                           self.settings.scoring.threshold)
+        for it, (proposal, outcome) in zip(fresh, done):
+            it.proposal, it.rules = proposal, outcome
         batch.seconds["rules"] = time.perf_counter() - t0
 
     def store_pending(self, batch: ArticleBatch) -> None:
@@ -353,7 +341,10 @@ class ArticlePipeline:
                                   lambda labels: self.registry.apply(labels, batch.registry))
 
     def emit(self, batch: ArticleBatch) -> list[tuple[Message, LabelProposal]]:
-        """The :class:`LabelProposal` of every valid article, with its consumed message, in batch order."""
+        """The :class:`LabelProposal` of every valid article, with its consumed message, in batch order: its
+        :attr:`ArticleItem.proposal` with the article's envelope (:meth:`LabelProposal.of`: the first
+        ``limits.proposal_labels`` labels; ``memory_version`` the collections searched, else the collection of the
+        article's language, or of its decided original's for a near-copy that takes its labels)."""
         now = datetime.now(timezone.utc)
         total_ms = 1000 * (time.perf_counter() - batch.started)
         sec, cap = batch.seconds, self.settings.limits.proposal_labels
@@ -361,15 +352,12 @@ class ArticlePipeline:
         for it in batch.items:
             _ts_type, ts = it.msg.timestamp()
             queue_ms = max(0.0, now.timestamp() * 1000 - ts) if ts and ts > 0 else 0.0
-            reuses = it.reuses
-            searched = (self.classifier.collection(it.duplicate.lang),) if reuses and it.duplicate else it.searched
-            out.append((it.msg, LabelProposal(
-                article_id=it.event.article_id, revision=it.revision, labels=it.labels[:cap],
-                candidates=[] if reuses else it.candidates,
+            lang = it.duplicate.lang if it.reuses and it.duplicate else it.event.lang
+            out.append((it.msg, LabelProposal.of(
+                it.proposal, article_id=it.event.article_id, revision=it.revision, max_labels=cap,
                 duplicate_of=it.duplicate.original_id if it.duplicate else None,
                 model_version=self.classifier.model_version,
-                memory_version="+".join(searched) or self.classifier.collection(it.event.lang),
-                scoring=None if reuses else it.scoring, abstained=None if reuses else it.abstained,
+                memory_version="+".join(it.proposal.searched) or self.classifier.collection(lang),
                 timings=Timings(batch_size=batch.size, queue_ms=queue_ms, dedup_ms=1000 * sec["dedup"],
                                 embed_ms=1000 * sec["embed"], search_ms=1000 * sec["search_score"],
                                 score_ms=1000 * sec["rules"], total_ms=total_ms),

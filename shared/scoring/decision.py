@@ -17,7 +17,7 @@ import numpy as np
 from newsmon.schemas.scoring import ScoringCore, registered
 from newsmon.shared.scoring.components import MixContext, get_component
 from newsmon.shared.scoring.rae_xmc import rae_xmc_scores
-from newsmon.shared.scoring.retrieval import LabelScore, LabelVocab, Proposal, Retrieval
+from newsmon.shared.scoring.retrieval import Explained, LabelScore, LabelVocab, Retrieval
 from newsmon.shared.scoring.rules import DecisionState, get_rule
 
 
@@ -180,11 +180,13 @@ def _label_score(retrieval: Retrieval, i: int, label: str, score: float, k: int,
 
 
 def explain(retrieval: Retrieval, decision: Decision, vocab: LabelVocab, k: int | None = None,
-            max_neighbours: int = 5, candidates: int = 0) -> list[Proposal]:
-    """Turn a :class:`Decision` into one :class:`Proposal` per article: the proposed labels, best first, each with
-    up to ``max_neighbours`` of the first ``k`` neighbours that carry it (most similar first), its own threshold
-    and the rule that proposed it; and the best ``candidates`` labels with a score > 0 that were not proposed
-    (for the moderator). A neighbour's similarity is its dense cosine (:attr:`Retrieval.cosine`)."""
+            max_neighbours: int = 5, candidates: int = 0) -> list[Explained]:
+    """Turn a :class:`Decision` into one :class:`~newsmon.shared.scoring.retrieval.Explained` per article (the
+    scorer's working form of a proposal, :meth:`Scorer.propose <newsmon.shared.scoring.scorer.Scorer.propose>`):
+    the proposed labels, best first, each with up to ``max_neighbours`` of the first ``k`` neighbours that carry it
+    (most similar first), its own threshold and the rule that proposed it; and the best ``candidates`` labels with a
+    score > 0 that were not proposed (for the moderator). A neighbour's similarity is its dense cosine
+    (:attr:`Retrieval.cosine`)."""
     k = k or retrieval.k
     names = registered("rule")
     scores, proposed, why = decision.scores, decision.proposed, decision.decided_by
@@ -202,5 +204,5 @@ def explain(retrieval: Retrieval, decision: Decision, vocab: LabelVocab, k: int 
                     x.decided_by = names[why[i, c]]
                 acc.append(x)
         abstained = decision.abstained[i] if decision.abstained else None
-        out.append(Proposal(labels, candidates=rest, abstained=abstained))
+        out.append(Explained(labels, candidates=rest, abstained=abstained))
     return out

@@ -4,15 +4,15 @@ models follow each calibration; the neighbours carry every later decision at onc
 
 * :class:`FittedModels`: the articles are in memory already (``eval``: the train split is the memory);
 * :class:`MemoryModels`: the articles are read from a language memory by one scroll, on first use under a
-  record (the workers, ``suggest``, the API).
+  record (the workers, ``suggest``, the API), from a :class:`MemorySource` (the live one:
+  :class:`newsmon.shared.classifier.MemorySamples`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -82,26 +82,35 @@ class FittedModels:
         return self._cache.get(params), self._cache.counts if counts else None
 
 
+class MemorySource(Protocol):
+    """What :class:`MemoryModels` reads: a language memory's labelled articles, its name, and the models stored with
+    a calibration record (the live one: :class:`newsmon.shared.classifier.MemorySamples`)."""
+
+    def articles(self, lang: str) -> MemoryArticles:
+        """The labelled articles of ``lang``'s memory that its missing models are fitted on (a bounded sample)."""
+
+    def collection(self, lang: str) -> str:
+        """The collection name of ``lang``'s memory (for the log lines)."""
+
+    def stored_models(self, record: str) -> ModelCache | None:
+        """The models stored with calibration record ``record`` (None: none stored)."""
+
+
 class MemoryModels:
     """Models of each language memory under a calibration record: the ones stored with the record
-    (``stored(record)``, :class:`newsmon.shared.scoring.stored.ModelStore`), else, for a record without them (older
-    records, or components the settings add), fitted from the memory's labelled articles read by
-    ``articles(lang)`` (one scroll for every model missing; the classifier bounds it to the calibration's sample
-    size, so it never grows with the memory), and said so. Kept until another record is asked for. Whenever the
-    models change, what the process holds is frozen out of the cyclic collector
+    (:meth:`MemorySource.stored_models`, :class:`newsmon.shared.scoring.stored.ModelStore`), else, for a record
+    without them (older records, or components the settings add), fitted from the memory's labelled articles
+    (:meth:`MemorySource.articles`: one scroll for every model missing; the live source bounds it to the
+    calibration's sample size, so it never grows with the memory), and said so. Kept until another record is asked
+    for. Whenever the models change, what the process holds is frozen out of the cyclic collector
     (:func:`newsmon.shared.heap.freeze_long_lived`). Thread-safe.
 
     Args:
-        articles: a language -> that memory's labelled articles (:class:`MemoryArticles`).
-        describe: a language -> its collection name (for the log lines).
-        stored: a record id -> its stored models (None: none stored).
+        source: the memories' articles, names and stored models (:class:`MemorySource`).
     """
 
-    def __init__(self, articles: Callable[[str], MemoryArticles], describe: Callable[[str], str] = str,
-                 stored: Callable[[str], ModelCache | None] | None = None) -> None:
-        self.articles = articles
-        self.describe = describe
-        self.stored = stored
+    def __init__(self, source: MemorySource) -> None:
+        self.source = source
         self._caches: dict[str | None, ModelCache] = {}
         self._lock = threading.Lock()
 
@@ -122,9 +131,9 @@ class MemoryModels:
                 if lang is None:
                     raise ValueError("score components need a language memory; the article has no language")
                 t0 = time.perf_counter()
-                fields = cache.fill(self.articles(lang), missing)
+                fields = cache.fill(self.source.articles(lang), missing)
                 log.warning("per-record models fitted from the memory (not stored with the record)",
-                            collection=self.describe(lang), record=record, **fields,
+                            collection=self.source.collection(lang), record=record, **fields,
                             seconds=round(time.perf_counter() - t0, 2))
             if loaded or missing:  # the process's long-lived state changed: out of the cyclic collector's walks
                 freeze_long_lived(f"models of record {record}")
@@ -132,12 +141,12 @@ class MemoryModels:
 
     def _load(self, lang: str | None, record: str | None) -> ModelCache:
         """The models stored with ``record`` (an empty cache when none are)."""
-        if record is None or self.stored is None:
+        if record is None:
             return ModelCache(record)
         t0 = time.perf_counter()
-        found = self.stored(record)
+        found = self.source.stored_models(record)
         if found is None:
             return ModelCache(record)
-        log.info("per-record models loaded", collection=self.describe(lang) if lang else None, record=record,
+        log.info("per-record models loaded", collection=self.source.collection(lang) if lang else None, record=record,
                  models=[n for n, _k in found.models], seconds=round(time.perf_counter() - t0, 2))
         return found

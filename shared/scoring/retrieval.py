@@ -1,6 +1,7 @@
 """What every neighbour-based predictor works on: a growing label vocabulary, the top-K neighbours of a batch
-of articles (:class:`Retrieval`), and the proposals that carry the neighbours behind each label
-(:class:`Proposal`, made by :func:`newsmon.shared.scoring.decision.explain`).
+of articles (:class:`Retrieval`), and the labels with the neighbours behind each (:class:`LabelScore`,
+:class:`Explained`: the scorer's working form of a proposal, made by
+:func:`newsmon.shared.scoring.decision.explain`; the scorer returns :class:`newsmon.schemas.Proposal`).
 """
 
 from __future__ import annotations
@@ -246,18 +247,16 @@ class LabelScore:
 
 
 @dataclass
-class Proposal:
-    """The labels proposed for one article, best first; ``candidates``: the best labels at or below the
-    threshold (score > 0) that were not proposed, best first; ``abstained``: why the rules proposed nothing on
-    purpose (None: they did not abstain); ``searched``: the knowledge-memory collections its neighbours were
-    retrieved from; ``resolved``: the parameters it was scored with and where they came from (a
-    :class:`newsmon.shared.scoring.scorer.Resolved`), both set by the scorer."""
+class Explained:
+    """The scorer's working form of one article's proposal (made by
+    :func:`newsmon.shared.scoring.decision.explain`, completed and put on the wire by the scorer, which returns a
+    :class:`newsmon.schemas.Proposal`): the labels proposed, best first, with their evidence; ``candidates``: the
+    best labels at or below the threshold (score > 0) that were not proposed, best first; ``abstained``: why the
+    rules proposed nothing on purpose (None: they did not abstain)."""
 
     labels: list[LabelScore]
-    searched: tuple[str, ...] = ()
     candidates: list[LabelScore] = field(default_factory=list)
     abstained: str | None = None
-    resolved: Any = None
 
     @property
     def label_set(self) -> set[str]:

@@ -1,8 +1,11 @@
-"""The scorer: one object turns ``m`` articles (texts, languages, embeddings) into scored proposals with their
-evidence, from one parameter model (:class:`~newsmon.schemas.scoring.ScoringParams`). Every path that proposes or
-measures calls it: the classifier worker and ``POST /v1/suggest`` (through the article pipeline), ``newsmon
-suggest``, the demo, ``eval``'s ``newsmon`` row (:class:`newsmon.shared.predictors.newsmon.NewsmonPredictor`, a thin
-adapter) and the benchmarks.
+"""The scorer: one object turns ``m`` articles (texts, languages, embeddings) into proposals with their evidence
+(:class:`newsmon.schemas.Proposal`, the wire's type, which every path passes on unchanged in shape), from one
+parameter model (:class:`~newsmon.schemas.scoring.ScoringParams`). Every path that proposes or measures calls it:
+the classifier worker and ``POST /v1/suggest`` (through the article pipeline), ``newsmon suggest``, the demo,
+``eval``'s ``newsmon`` row (:class:`newsmon.shared.predictors.newsmon.NewsmonPredictor`, a thin adapter; it reads
+the scores and decisions, :meth:`Scorer.matrix`) and the benchmarks. The numpy state (:class:`Scored`, the
+:class:`~newsmon.shared.scoring.decision.Decision`) and the evidence's working form
+(:class:`~newsmon.shared.scoring.retrieval.Explained`) stay inside.
 
 Per article: the parameters of its language (:class:`Resolved`: a calibration record's, or the defaults and why),
 the neighbours (searched in the knowledge memory by a :class:`NeighbourSource`, or given, offline), hybrid
@@ -20,12 +23,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from newsmon.schemas import Proposal
 from newsmon.schemas.scoring import ScoringInfo, ScoringParams
 from newsmon.shared.scoring.components import Queries, get_component
 from newsmon.shared.scoring.decision import Decision, decide, explain, neighbours_needed, retrieval_size
 from newsmon.shared.scoring.lexical import TermVectors, fuse
 from newsmon.shared.scoring.reasons import retrieval_reason
-from newsmon.shared.scoring.retrieval import LabelVocab, Proposal, Retrieval, display_title
+from newsmon.shared.scoring.retrieval import Explained, LabelVocab, Retrieval, display_title
+from newsmon.shared.scoring.wire import to_proposal
 
 Relabel = Callable[[tuple[str, ...]], tuple[str, ...]]
 
@@ -181,19 +186,26 @@ class Scorer:
     def propose(self, texts: Sequence[str], langs: Sequence[str | None], vectors: np.ndarray | None,
                 exclude: Sequence[str] = (), relabel: Relabel | None = None, candidates: int = CANDIDATES,
                 retrieval: Retrieval | None = None, resolved: Resolved | None = None) -> list[Proposal]:
-        """The :class:`Proposal` of each article (:meth:`score`, then
-        :func:`~newsmon.shared.scoring.decision.explain`), with ``searched`` and ``resolved`` set, and each label's
-        evidence and ``reason`` (:meth:`complete_evidence`)."""
-        out: list[Proposal | None] = [None] * len(texts)
-        for g in self.score(texts, langs, vectors, exclude, relabel, retrieval, resolved):
-            props = explain(g.retrieval, g.decision, g.vocab, g.resolved.params.top_k, candidates=candidates)
-            self.complete_evidence(g, props, vectors, exclude)
-            for i, p, names in zip(g.idx, props, g.searched):
-                p.searched, p.resolved = names, g.resolved
-                out[i] = p
-        return out
+        """The :class:`~newsmon.schemas.Proposal` of each article, in order (:meth:`score`, then
+        :func:`~newsmon.shared.scoring.decision.explain`, each label's evidence and ``reason``
+        (:meth:`complete_evidence`), then the wire's types, :func:`~newsmon.shared.scoring.wire.to_proposal`):
+        its labels and ``candidates`` (at most ``candidates``), the collections ``searched``, the parameters
+        (``scoring``: :meth:`Resolved.wire`) and ``abstained``. The one proposal type of every path: what the
+        article pipeline passes on and puts on the wire (:meth:`newsmon.schemas.LabelProposal.of`).
 
-    def complete_evidence(self, g: Scored, props: list[Proposal], vectors: np.ndarray | None,
+        Raises:
+            ValueError: as :meth:`score`.
+        """
+        out: dict[int, Proposal] = {}
+        for g in self.score(texts, langs, vectors, exclude, relabel, retrieval, resolved):
+            explained = explain(g.retrieval, g.decision, g.vocab, g.resolved.params.top_k, candidates=candidates)
+            self.complete_evidence(g, explained, vectors, exclude)
+            scoring = g.resolved.wire()  # one per group: its proposals share it
+            for i, e, names in zip(g.idx, explained, g.searched):
+                out[i] = to_proposal(e, names, scoring)
+        return [out[i] for i in range(len(texts))]  # the groups partition the articles
+
+    def complete_evidence(self, g: Scored, props: list[Explained], vectors: np.ndarray | None,
                           exclude: Sequence[str]) -> None:
         """Complete the evidence of the proposals of group ``g`` and say why, in words: a proposed label that no
         retrieved neighbour carries (a score component brought it) gets the components that gave it a share and the

@@ -1,16 +1,16 @@
-"""Proposals on the wire: a :class:`~newsmon.shared.scoring.retrieval.Proposal` as the parts of a
-:class:`~newsmon.schemas.LabelProposal` (labels, candidates, scoring, abstention), the one conversion every path
-that produces proposals uses (the classifier worker, ``POST /v1/suggest``, ``newsmon suggest``, the demo)."""
+"""The scorer's proposals in their one type: an :class:`~newsmon.shared.scoring.retrieval.Explained` (the scorer's
+working form, with the evidence's provenance) as the :class:`~newsmon.schemas.Proposal` that
+:meth:`Scorer.propose <newsmon.shared.scoring.scorer.Scorer.propose>` returns and every path passes on to the wire
+(the classifier worker, ``POST /v1/suggest``, ``newsmon suggest``, the demo, the gate)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
-from newsmon.schemas import NeighbourRef, ProposedLabel
-from newsmon.shared.scoring.retrieval import LabelScore, Proposal
+from newsmon.schemas import NeighbourRef, Proposal, ProposedLabel, ScoringInfo
+from newsmon.shared.scoring.retrieval import Explained, LabelScore
 
 
 def proposed_labels(items: Sequence[LabelScore]) -> list[ProposedLabel]:
@@ -25,8 +25,9 @@ def proposed_labels(items: Sequence[LabelScore]) -> list[ProposedLabel]:
             for x in items]
 
 
-def proposal_fields(p: Proposal) -> dict[str, Any]:
-    """The :class:`~newsmon.schemas.LabelProposal` fields a scored proposal fills: ``labels``, ``candidates``,
-    ``scoring`` (the parameters and where they came from) and ``abstained``."""
-    return {"labels": proposed_labels(p.labels), "candidates": proposed_labels(p.candidates),
-            "scoring": p.resolved.wire() if p.resolved is not None else None, "abstained": p.abstained}
+def to_proposal(e: Explained, searched: tuple[str, ...], scoring: ScoringInfo) -> Proposal:
+    """The :class:`~newsmon.schemas.Proposal` of one article: ``e``'s labels, candidates and abstention, the
+    collections searched and the parameters it was scored with (``scoring``: :meth:`Resolved.wire
+    <newsmon.shared.scoring.scorer.Resolved.wire>`)."""
+    return Proposal(labels=proposed_labels(e.labels), candidates=proposed_labels(e.candidates), scoring=scoring,
+                    abstained=e.abstained, searched=searched)
