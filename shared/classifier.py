@@ -200,23 +200,22 @@ class MemoryRecords:
         return None
 
 
+@dataclass
 class MemorySamples:
     """The score components' source of memory articles and stored models
     (:class:`~newsmon.shared.scoring.models.MemorySource`, what :class:`~newsmon.shared.scoring.models.MemoryModels`
     reads): the language memories' labelled articles, bounded as the calibration job bounds them, and the models
     stored with a calibration record.
 
-    Args:
+    Attributes:
         settings: ``calibration.max_memory_articles`` (read at each call); router: the memories; calibrations: the
             records; store: the models stored with them.
     """
 
-    def __init__(self, settings: Settings, router: MemoryRouter, calibrations: CalibrationStore,
-                 store: ModelStore) -> None:
-        self.settings = settings
-        self.router = router
-        self.calibrations = calibrations
-        self.store = store
+    settings: Settings
+    router: MemoryRouter
+    calibrations: CalibrationStore
+    store: ModelStore
 
     def collection(self, lang: str) -> str:
         """The collection name of ``lang`` for the router's model version."""

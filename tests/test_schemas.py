@@ -7,6 +7,7 @@ import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from pydantic import ValidationError
 
 from newsmon.schemas import (
     ArticleEvent,
@@ -19,6 +20,7 @@ from newsmon.schemas import (
     LabelProposal,
     ModeratorDecision,
     NeighbourRef,
+    Proposal,
     ProposedLabel,
     RuleEvidence,
     ScoringInfo,
@@ -119,6 +121,26 @@ def test_label_proposal_round_trip():
     assert back.labels[0].neighbours[0].similarity == 0.88
     assert LabelProposal.default_topic == "label-proposals" and ev.kafka_key() == b"a1"
     assert Timings().total_ms == 0.0
+
+
+def test_a_label_proposal_is_the_one_proposal_type_with_its_envelope():
+    """:class:`Proposal` (what the scorer returns and every path passes on) and :class:`LabelProposal` share their
+    fields, of the same types; :meth:`LabelProposal.of` puts a proposal on the wire unchanged but for the labels'
+    cap (the wire's shape did not change with the type: ``test_committed_json_schemas_are_fresh``)."""
+    shared = ("labels", "candidates", "scoring", "abstained")
+    assert set(Proposal.model_fields) == {*shared, "searched"}
+    assert all(Proposal.model_fields[f].annotation == LabelProposal.model_fields[f].annotation for f in shared)
+    p = Proposal(labels=[ProposedLabel(label="politics", score=0.9), ProposedLabel(label="economy", score=0.5)],
+                 candidates=[ProposedLabel(label="sport", score=0.1)], abstained=None, searched=("newsmon_sl_m",))
+    assert p.label_set == {"politics", "economy"}
+    lp = LabelProposal.of(p, article_id="a1", model_version="m", memory_version="+".join(p.searched),
+                          produced_at=datetime(2024, 5, 1, 8, tzinfo=timezone.utc), revision=2, max_labels=1)
+    assert [x.label for x in lp.labels] == ["politics"] and lp.candidates == p.candidates and lp.revision == 2
+    assert lp.memory_version == "newsmon_sl_m" and lp.timings == Timings() and "searched" not in lp.model_dump()
+    assert _round_trip(lp) == lp
+    with pytest.raises(ValidationError, match="proposed twice"):
+        LabelProposal.of(p.model_copy(update={"candidates": p.labels[:1]}), article_id="a1", model_version="m",
+                         memory_version="v", produced_at=datetime(2024, 5, 1, 8, tzinfo=timezone.utc))
 
 
 def test_moderator_decision_round_trip_and_helpers():
