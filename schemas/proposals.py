@@ -99,7 +99,7 @@ class Proposal(Part):
     The scorer (:meth:`newsmon.shared.scoring.Scorer.propose`) returns one per article; the article pipeline
     (:mod:`newsmon.workers.pipeline`: the classifier worker, ``POST /v1/suggest``, ``newsmon suggest``) passes it
     on through its stages (the label rules revise ``labels`` and ``candidates``; a near-copy of a decided article
-    gets one of the original's labels, :func:`newsmon.workers.copies.duplicate_proposal`) and the
+    gets one made of the original's decided labels, :func:`newsmon.workers.copies.duplicate_proposal`) and the
     :class:`LabelProposal` it produces is this proposal with the article's envelope (:meth:`LabelProposal.of`).
     Its fields are the :class:`LabelProposal` fields of the same names, and ``searched``.
     """
