@@ -19,10 +19,16 @@ def proposed_labels(items: Sequence[LabelScore]) -> list[ProposedLabel]:
     proposed it, its own threshold and why, in words (its ``reason``)."""
     return [ProposedLabel(label=x.label, score=float(x.score), decided_by=x.decided_by, threshold=x.threshold,
                           reason=x.reason,
-                          neighbours=[NeighbourRef(article_id=a, similarity=float(np.clip(sim, -1, 1)), title=title)
+                          neighbours=[NeighbourRef(article_id=a, similarity=_clipped(sim), title=title)
                                       for (a, sim), title in zip(x.neighbours,
                                                                  [*x.titles, *[None] * len(x.neighbours)])])
             for x in items]
+
+
+def _clipped(sim: float) -> float:
+    """``sim`` clipped to [-1, 1] (``np.clip`` of a scalar, without its cost: a cosine is nearly always in range;
+    NaN stays NaN, which the wire refuses)."""
+    return float(sim) if -1.0 <= sim <= 1.0 else float(np.clip(sim, -1, 1))
 
 
 def to_proposal(e: Explained, searched: tuple[str, ...], scoring: ScoringInfo) -> Proposal:
