@@ -14,7 +14,7 @@ lexical weight, so that the two records differ by the levers only. Not on: per-l
 decide in place of the thresholds (label-set vote, label count), which no corpus keeps.
 
 The models (:func:`fit_calibrated`): each component's model fitted on a sample of the memory's labelled articles
-(:meth:`~newsmon.shared.classifier.Classifier.memory_articles`, at most ``sample`` of them: what the calibration
+(:meth:`~newsmon.shared.classifier.MemorySamples.memory_articles`, at most ``sample`` of them: what the calibration
 job and a worker fit on, ``calibration.max_memory_articles``); stacking's fusion model trained on ``train`` held-out
 articles of the generator (the calibration's validation articles: neighbours in the whole memory, the components'
 evidence from the models of the sample), scored through the scorer's own functions (search, fusion, components'
@@ -89,7 +89,7 @@ def fit_calibrated(clf: Any, params: dict, counts: dict[str, int], train_texts: 
         raise ValueError("the calibrated record stacks its components last: no stacking component in params")
     info: dict[str, Any] = {"seconds": {}}
     t0 = time.perf_counter()
-    memory = clf.memory_articles(LANG, sample)
+    memory = clf.samples.memory_articles(LANG, sample)
     if not len(memory):
         raise ValueError("no labelled article in the memory")
     info["sample"] = {"articles": len(memory), "of": memory.total or len(memory)}

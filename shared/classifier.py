@@ -387,10 +387,6 @@ class Classifier:
         props = self.scorer.propose(texts, langs, vectors, exclude, relabel, candidates, resolved=resolved)
         return props, vectors
 
-    def memory_articles(self, lang: str, limit: int | None = None) -> MemoryArticles:
-        """:meth:`MemorySamples.memory_articles` (what the calibration job scores leave-one-out)."""
-        return self.samples.memory_articles(lang, limit)
-
     def close(self) -> None:
         """Close the memories and the embedding cache."""
         self.router.close()

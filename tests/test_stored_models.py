@@ -156,7 +156,7 @@ def test_a_record_without_stored_models_is_fitted_on_a_bounded_sample(tmp_path):
         assert len(sample) == 100 and sample.total == n and len(set(sample.ids)) == 100
         counts = sample.label_counts()
         assert counts["common"] == n and abs(counts["half"] - n / 2) <= 0.2 * n
-        whole = clf.memory_articles("sl")
+        whole = clf.samples.memory_articles("sl")
         assert len(whole) == n and whole.total is None and whole.label_counts() == {"common": n, "half": n // 2}
         got, counts = clf.models.get("sl", "newsmon_sl_m@20260101T000000Z",
                                      ScoringParams(components=[{"name": "label_keys", "options": {"weight": 0.5}}]),

@@ -47,9 +47,9 @@ class LanguageCalibration:
 
 def _leave_one_out(clf: Classifier, lang: str, k: int, limit: int | None) -> tuple[MemoryArticles, Retrieval]:
     """The labelled memory articles of ``lang`` (at most ``limit``, in scroll order:
-    :meth:`~newsmon.shared.classifier.Classifier.memory_articles`) with their top-``k`` neighbours among the
+    :meth:`~newsmon.shared.classifier.MemorySamples.memory_articles`) with their top-``k`` neighbours among the
     others (production routing, hybrid)."""
-    memory = clf.memory_articles(lang, limit)
+    memory = clf.samples.memory_articles(lang, limit)
     ids = memory.ids or []
     if not ids:
         return memory, Retrieval(np.empty((0, k), dtype=object), np.empty((0, k), dtype=np.float32), [])
