@@ -153,7 +153,7 @@ def test_finetune_and_rollout_gate_both_ways(train_settings, reuters_slice, tmp_
     assert promoted.memory("en").count(SearchFilter(labelled=True)) == 50
     assert promoted.resolved("en").record == rec["calibration"]["en"]
     kept = promoted.calibrations.read(promoted.collection("en"))  # the promoted record's models were not discarded
-    assert kept.models is None or promoted.stored_models(rec["calibration"]["en"]) is not None
+    assert kept.models is None or promoted.samples.stored_models(rec["calibration"]["en"]) is not None
     promoted.close()
     log = [json.loads(x) for x in (Path(s.home) / "models" / "rollouts.jsonl").read_text().splitlines()]
     assert [x["promoted"] for x in log] == [False, True]
