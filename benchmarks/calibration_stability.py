@@ -10,21 +10,27 @@ micro-F1, macro-F1, subset accuracy and what the calibration kept, and the sprea
 ``--keep "+ lexical fusion,+ head_model"`` fixes the levers instead of letting the calibration choose: those named
 are kept, every other one refused, whatever their lift (their parameters are still chosen on each split). With the
 same lever set on every split the spread is the memory's own; the spread beyond it is the selection's. The record
-is then ``calibration_stability.<corpus>.fixed``.
+is then ``calibration_stability.<corpus>.fixed``. ``--params FILE`` (a JSON of scoring parameters, e.g. a run's
+``methods.newsmon.params``) skips the calibration: every split is scored with the same parameters, so the spread
+is the memory's alone (record ``calibration_stability.<corpus>.params``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 from record import BenchmarkRecord, run_name
 
+from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.config import Settings
 from newsmon.shared.data import Corpus, load_corpus
 from newsmon.shared.evaluation.run import run_eval
+from newsmon.shared.predictors.newsmon import NewsmonPredictor
 from newsmon.shared.scoring.calibration import run as calibration_run
 from newsmon.shared.scoring.calibration.selection import LeverVerdict
 
@@ -69,6 +75,27 @@ def fixed_levers(keep: set[str] | None) -> Iterator[None]:
         calibration_run.CalibrationRun.offer, calibration_run.verdict = offer, verdict
 
 
+@contextlib.contextmanager
+def fixed_params(path: str | None) -> Iterator[None]:
+    """While inside: ``eval``'s ``newsmon`` row scores with the parameters in the JSON file ``path`` (a run's
+    ``methods.newsmon.params``; its ``calibration`` figures ignored) instead of calibrating (None: calibrate)."""
+    if path is None:
+        yield
+        return
+    raw = {k: v for k, v in json.loads(Path(path).read_text(encoding="utf-8")).items() if k != "calibration"}
+    params = ScoringParams(**raw)
+    original = NewsmonPredictor.from_settings
+
+    def with_params(cls, settings, **kw):  # noqa: ANN001, ANN202 (the classmethod's own signature)
+        return cls(params=params)
+
+    NewsmonPredictor.from_settings = classmethod(with_params)
+    try:
+        yield
+    finally:
+        NewsmonPredictor.from_settings = original
+
+
 def _levers(methods: dict) -> list[dict]:
     """Each calibration step of a run's ``newsmon`` row: its name, kept or not, why, its lift on the calibration
     articles (objective: [lift, low, high], fractions), its test micro-F1 / subset accuracy (points) and its
@@ -92,12 +119,17 @@ def main() -> None:
     ap.add_argument("--keep", default=None,
                     help="comma-separated step names kept on every split (e.g. '+ lexical fusion,+ head_model'); "
                          "every other lever is refused")
+    ap.add_argument("--params", default=None,
+                    help="a JSON file of scoring parameters every split is scored with (no calibration)")
     ap.add_argument("--first-seed", type=int, default=0)
     args = ap.parse_args()
     corpus = load_corpus(args.data)
     keep = None if args.keep is None else {x.strip() for x in args.keep.split(",") if x.strip()}
-    name = run_name("calibration_stability", args.data) + ("" if keep is None else ".fixed")
-    with BenchmarkRecord(name) as rec, fixed_levers(keep):
+    name = run_name("calibration_stability", args.data) + ("" if keep is None else ".fixed") + (
+        "" if args.params is None else ".params")
+    with BenchmarkRecord(name) as rec, fixed_levers(keep), fixed_params(args.params):
+        if args.params is not None:
+            rec.data["fixed_params"] = json.loads(Path(args.params).read_text(encoding="utf-8"))
         if keep is not None:
             rec.data["fixed_levers"] = sorted(keep)
         rows, figures, levers = [], [], []
