@@ -232,7 +232,7 @@ class ScoreComponent(ABC):
         thresholds = run.THRESHOLDS if self.RECHOOSES_THRESHOLD else (run.params.threshold,)
         crossed = self.KEEP == "lifts"
         fold = np.random.default_rng(CROSS_FIT_SEED).permutation(len(run.Y)) % 2 == 0 if crossed else None
-        best, halves = None, {True: None, False: None}
+        best, halves = None, dict.fromkeys((True, False))  # per half: (objective, option, threshold, evidence)
         for opt in self.grid():
             if self.FITTED_BY_CALIBRATION:
                 ev, model = self.cross_fit(before, run.vocab(), context, opt, run.Y)
@@ -256,7 +256,7 @@ class ScoreComponent(ABC):
             return
         _value, opt, thr, ev = best
         trial, tried = run.with_component(self.name, opt, threshold=thr), {**run.evidence, self.name: ev}
-        judged = self._crossed(run, fold, halves) if crossed else None
+        judged = self._crossed(run, fold, halves) if fold is not None else None
         run.offer(f"+ {self.name}", trial, run.decide(trial, tried), rule=self.KEEP, evidence=tried, judged=judged)
 
     def _crossed(self, run: Any, fold: np.ndarray, halves: dict[bool, tuple | None]) -> np.ndarray:
