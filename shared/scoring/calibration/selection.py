@@ -11,6 +11,15 @@ micro-F1 and takes 10 points of subset accuracy is refused even where the weight
 unless the settings drop subset accuracy from ``protect``. Safety levers (a rule that abstains, one that serves new
 labels) are kept by a milder rule, :data:`NOT_WORSE`: they may not lower the objective nor a protected figure.
 
+A lever with a stated prior in its favour (:data:`LIFTS`: one that only raises scores where the article itself
+holds the evidence, the label names) is kept when its lift, judged **cross-fitted** (its option chosen on one half of
+the calibration articles, judged on the other), is above 0 and no protected figure falls beyond the noise. Why: a
+lever whose lift sits near the low end's zero is kept on one split of the same corpus and refused on the next (the
+decision flips while the lever is worth most of a point); with the prior, its decision changes only where its
+cross-fitted lift crosses 0, where keeping it or not makes no difference. The cross-fitting keeps the choice among
+its options from flattering it (a lever that does nothing on a corpus is not kept for the best of its many options
+on the articles that chose it).
+
 The resamples are seeded (:data:`SEED`), so the same proposals give the same intervals on every run. Every lever's
 lift, interval, verdict and reason go into the calibration's ablation steps and the record's selection report.
 """
@@ -28,8 +37,9 @@ from newsmon.shared.scoring.objective import Objective, resample_weights, resamp
 FIGURES = ("micro_f1", "subset_accuracy", "macro_f1")
 #: Bootstrap resamples and their seed; the interval's level (two-sided 90 %: 5th and 95th percentiles).
 RESAMPLES, SEED, LOW, HIGH = 500, 13, 5.0, 95.0
-#: The keep rules: a lever must lift beyond the noise (the default), or only not make things worse.
-HOLDS, NOT_WORSE = "holds", "not_worse"
+#: The keep rules: a lever must lift beyond the noise (the default), or only not make things worse, or (a lever with
+#: a prior in its favour, judged cross-fitted) lift at all.
+HOLDS, NOT_WORSE, LIFTS = "holds", "not_worse", "lifts"
 #: How far beyond the noise a lever may lower a protected figure (a fraction: 1 point): a lever is refused when even
 #: the high end of the figure's lift interval lies below ``-TOLERANCE``.
 TOLERANCE = 0.01
@@ -71,12 +81,12 @@ def measure(objective: Objective, Y: np.ndarray, trial: np.ndarray, current: np.
 
 def verdict(lift: Lift, protect: tuple[str, ...] = FIGURES, rule: str = HOLDS, tolerance: float = TOLERANCE
             ) -> LeverVerdict:
-    """Keep or not by ``rule`` (:data:`HOLDS` or :data:`NOT_WORSE`), protecting the figures ``protect`` (none may
-    fall by more than ``tolerance`` beyond the noise).
+    """Keep or not by ``rule`` (:data:`HOLDS`, :data:`NOT_WORSE` or :data:`LIFTS`), protecting the figures
+    ``protect`` (none may fall by more than ``tolerance`` beyond the noise).
 
     Raises:
         ValueError: an unknown rule or figure."""
-    if rule not in (HOLDS, NOT_WORSE) or set(protect) - set(FIGURES):
+    if rule not in (HOLDS, NOT_WORSE, LIFTS) or set(protect) - set(FIGURES):
         raise ValueError(f"keep rule {rule!r} / protected figures {protect} unknown")
     lowered = [f for f in protect if lift.figures[f][2] < -tolerance]
     if lowered:
@@ -88,6 +98,11 @@ def verdict(lift: Lift, protect: tuple[str, ...] = FIGURES, rule: str = HOLDS, t
         if point < -1e-9:
             return LeverVerdict(False, f"lowers the objective: {_pts((point, low, high))}")
         return LeverVerdict(True, f"does not lower the objective ({_pts((point, low, high))}) nor a protected figure")
+    if rule == LIFTS:
+        if point <= 1e-9:
+            return LeverVerdict(False, f"does not lift the objective cross-fitted: {_pts((point, low, high))}")
+        return LeverVerdict(True, f"lifts the objective cross-fitted ({_pts((point, low, high))}; kept unless it "
+                                  f"does not lift: a prior in its favour) and lowers no protected figure")
     if point <= 1e-9 or low <= 0.0:
         return LeverVerdict(False, f"lift within the noise: {_pts((point, low, high))}")
     return LeverVerdict(True, f"lifts the objective beyond the noise: {_pts((point, low, high))}")

@@ -130,6 +130,10 @@ class MixContext:
         return names, out
 
 
+#: The seed of the two halves a component kept by ``"lifts"`` is judged on (:meth:`ScoreComponent.calibrate`).
+CROSS_FIT_SEED = 13
+
+
 class ScoreComponent(ABC):
     """A score component (see the module docstring).
 
@@ -149,6 +153,10 @@ class ScoreComponent(ABC):
     RECHOOSES_THRESHOLD: ClassVar[bool] = True
     #: Whether its mix reads the other components (:meth:`mix_in_context`, with a :class:`MixContext`).
     READS_CONTEXT: ClassVar[bool] = False
+    #: How the calibration keeps it (:mod:`newsmon.shared.scoring.calibration.selection`): ``"holds"``, it must lift
+    #: the objective beyond the noise; ``"lifts"``, a prior in its favour: judged on proposals cross-fitted in two
+    #: halves (its option chosen on one, judged on the other), it must lift at all.
+    KEEP: ClassVar[str] = "holds"
     #: Whether its model is fitted by the calibration on the calibration articles' scores (``cross_fit``) instead
     #: of on the memory (:meth:`fit` then raises; the model must be stored with the record).
     FITTED_BY_CALIBRATION: ClassVar[bool] = False
@@ -216,10 +224,15 @@ class ScoreComponent(ABC):
         noise: :mod:`newsmon.shared.scoring.calibration.selection`). A component fitted by the calibration
         (``FITTED_BY_CALIBRATION``) is cross-fitted on the calibration articles (:meth:`cross_fit`: each judged by a
         model fitted without it) and its model fitted on all of them is the one the record stores. Override it for
-        a component calibrated another way; options the calibration tries are its :attr:`GRID`."""
+        a component calibrated another way; options the calibration tries are its :attr:`GRID`. A component kept by
+        ``"lifts"`` (:attr:`KEEP`) is judged on proposals cross-fitted in two seeded halves (:data:`CROSS_FIT_SEED`):
+        each half decided with the option best on the other (the option kept is the best on all the articles)."""
         cal = run.cal
         before, context = run.scores_and_context()
-        best = None
+        thresholds = run.THRESHOLDS if self.RECHOOSES_THRESHOLD else (run.params.threshold,)
+        crossed = self.KEEP == "lifts"
+        fold = np.random.default_rng(CROSS_FIT_SEED).permutation(len(run.Y)) % 2 == 0 if crossed else None
+        best, halves = None, dict.fromkeys((True, False))  # per half: (objective, option, threshold, evidence)
         for opt in self.grid():
             if self.FITTED_BY_CALIBRATION:
                 ev, model = self.cross_fit(before, run.vocab(), context, opt, run.Y)
@@ -229,14 +242,36 @@ class ScoreComponent(ABC):
             S = self.mix_in_context(before.copy(), run.vocab(), ev, opt, context) if self.READS_CONTEXT else \
                 self.mix(before.copy(), run.vocab(), ev, opt)
             S = S[:, :run.L] if S.shape[1] >= run.L else np.pad(S, ((0, 0), (0, run.L - S.shape[1])))
-            for thr, value in run.sweep(S, run.THRESHOLDS if self.RECHOOSES_THRESHOLD else (run.params.threshold,)):
+            for thr, value in run.sweep(S, thresholds):
                 if best is None or value > best[0] + 1e-12:  # ties: the first option, the lowest threshold
                     best = (value, opt, thr, ev)
+            for half in ((True, False) if crossed else ()):
+                rows = fold == half
+                t = np.sort(np.asarray(thresholds, dtype=np.float64))
+                for thr, parts in zip(t, run.judge.sweep(run.Y[rows], S[rows], t), strict=True):
+                    got = halves[half]
+                    if got is None or run.judge.value(parts) > got[0] + 1e-12:
+                        halves[half] = (run.judge.value(parts), opt, float(thr), ev)
         if best is None:
             return
         _value, opt, thr, ev = best
         trial, tried = run.with_component(self.name, opt, threshold=thr), {**run.evidence, self.name: ev}
-        run.offer(f"+ {self.name}", trial, run.decide(trial, tried), evidence=tried)
+        judged = self._crossed(run, fold, halves) if fold is not None else None
+        run.offer(f"+ {self.name}", trial, run.decide(trial, tried), rule=self.KEEP, evidence=tried, judged=judged)
+
+    def _crossed(self, run: Any, fold: np.ndarray, halves: dict[bool, tuple | None]) -> np.ndarray:
+        """``(n, L)`` bool proposals of the component judged on articles its option was not chosen on (``KEEP``
+        ``"lifts"``): the calibration articles in two seeded halves (``fold``), each decided with the option and
+        threshold best on the other half (``halves``: per half, (objective, option, threshold, evidence))."""
+        P = run.proposed.copy()
+        for chosen_on, applied in ((True, ~fold), (False, fold)):
+            got = halves[chosen_on]
+            if got is None or not applied.any():
+                continue
+            _v, opt, thr, ev = got
+            trial = run.with_component(self.name, opt, threshold=thr)
+            P[applied] = run.decide(trial, {**run.evidence, self.name: ev})[applied]
+        return P
 
     @abstractmethod
     def save(self, model: Any, folder: Path) -> None:

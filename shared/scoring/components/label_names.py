@@ -163,6 +163,9 @@ class LabelNamesComponent(TopLabelsComponent):
     Options = LabelNamesOptions
     NEEDS = ("texts",)
     RECHOOSES_THRESHOLD = False
+    #: A prior in their favour (they only raise a score where the label's name occurs in the article): kept when
+    #: their cross-fitted lift is above 0 (:data:`~newsmon.shared.scoring.calibration.selection.LIFTS`).
+    KEEP = "lifts"
     GRID = tuple({"weight": w, "unsure_below": g} for g in (None, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
                  for w in (0.3, 0.4, 0.5, 0.6, 0.75, 0.9, 1.0))
 
