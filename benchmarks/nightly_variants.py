@@ -48,6 +48,16 @@ VARIANTS: dict[str, tuple[dict, str]] = {
                         "label-set objective (softmax over the top-50 neighbours vs label Jaccard), calibrated "
                         "like production"),
     "listwise": ({"training.adapter_objective": "labelset"}, "label-set objective, validation-only calibration"),
+    "lowrank16+memcal": ({"calibration.adapted_memory_articles": True, "training.adapter_rank": 16},
+                         "low-rank residual W = I + UV^T (r 16), the shipped mining, calibrated like production"),
+    "listwise-lowrank16+memcal": ({"calibration.adapted_memory_articles": True, "training.adapter_rank": 16,
+                                   "training.adapter_objective": "labelset"},
+                                  "label-set objective on a rank-16 residual, calibrated like production"),
+    "listwise-near-identity+memcal": ({"calibration.adapted_memory_articles": True,
+                                       "training.adapter_objective": "labelset", "training.adapter_decay": 1.0,
+                                       "training.adapter_learning_rate": 2e-4},
+                                      "label-set objective, small steps, strong pull to I, calibrated like "
+                                      "production"),
     "epochs40-nostop+memcal": ({"calibration.adapted_memory_articles": True, "training.adapter_patience": 40,
                                 "training.adapter_max_epochs": 40},
                                "more epochs: 40, patience 40 (the best validation epoch kept)"),
@@ -119,6 +129,35 @@ def identity_candidate(s: Settings, out: Path) -> dict:
     return {"model_path": str(adapter.path), "suffix": adapter.suffix}
 
 
+def similarity_shift(s: Settings, corpus: Corpus, candidate: Path, k: int = 75) -> dict:
+    """How the candidate moves what the calibration's absolute similarity levers read: for the test articles
+    (query role) against the train articles (passage role), base vectors and adapted ones, the mean cosine of the
+    nearest and the ``k``-th nearest, and the label-overlap precision@10 (%)."""
+    from newsmon.shared.encoder import Encoder
+    from newsmon.shared.encoder_adapter import read_adapter
+    from newsmon.shared.promotion import effective_encoder_settings
+    from newsmon.training_jobs.train_adapter import apply, overlap_at_k, top_neighbours
+
+    adapter = read_adapter(candidate)
+    train = [a for a in corpus.split("train") if a.labels]
+    test = [a for a in corpus.split("test") if a.labels]
+    enc = Encoder(effective_encoder_settings(s), s.home)
+    try:
+        mem = enc.encode([a.text for a in train], role="passage")
+        q = enc.encode([a.text for a in test], role="query")
+    finally:
+        enc.close()
+    out = {}
+    for side, w in (("base", None), ("candidate", adapter.step if adapter is not None else None)):
+        qa, ma = apply(w, q), apply(w, mem)
+        idx = top_neighbours(qa, ma, k)
+        sims = np.take_along_axis(qa @ ma.T, idx, axis=1)
+        out[side] = {"cos_top1": round(float(sims[:, 0].mean()), 4), f"cos_top{k}": round(float(sims[:, -1].mean()), 4),
+                     "overlap10": round(100 * overlap_at_k(qa, [a.labels for a in test], ma,
+                                                           [a.labels for a in train], 10), 1)}
+    return out
+
+
 def run_variant(base: Settings, corpus: Corpus, name: str) -> dict:
     """Train the variant's candidate and put it through the real rollout; returns the row."""
     from newsmon.shared.promotion import promoted_file
@@ -136,13 +175,15 @@ def run_variant(base: Settings, corpus: Corpus, name: str) -> dict:
     d = rollout(s, str(out), corpus)
     t_gate = time.perf_counter() - t0
     promoted_file(s).unlink(missing_ok=True)  # the next variant is judged against the same production
+    shift = similarity_shift(s, corpus, out)
     keep = ("uF1", "Acc", "uP", "uR", "P@1", "model_version", "records")
     row = {"variant": name, "what": what, "overrides": overrides, "promoted": d.promoted, "reason": d.reason,
            "current": {k: d.current.get(k) for k in keep}, "candidate": {k: d.candidate.get(k) for k in keep},
            "delta": {m: round(100 * (d.candidate[m] - d.current[m]), 1) for m in ("uF1", "Acc")},
            "carried": d.reembedded, "seconds": {"train": round(t_train, 1), "calibrate_and_gate": round(t_gate, 1)},
+           "similarity": shift,
            "training": {k: v for k, v in train.items() if k in ("training", "validation_overlap10", "mining")}}
-    print(json.dumps({k: row[k] for k in ("variant", "reason", "delta", "seconds")}), flush=True)
+    print(json.dumps({k: row[k] for k in ("variant", "reason", "delta", "seconds", "similarity")}), flush=True)
     return row
 
 
@@ -167,11 +208,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             rec.data["variants"] = rows
         rec.table(f"Nightly candidates through the gate ({args.data})",
                   ["variant", "production uF1", "Acc", "candidate uF1", "Acc", "delta uF1", "delta Acc", "verdict",
-                   "train s", "calibrate+gate s"],
+                   "train s", "calibrate+gate s", "test cos top-1 base -> cand", "test overlap@10 base -> cand"],
                   [[r["variant"], round(100 * r["current"]["uF1"], 1), round(100 * r["current"]["Acc"], 1),
                     round(100 * r["candidate"]["uF1"], 1), round(100 * r["candidate"]["Acc"], 1),
                     r["delta"]["uF1"], r["delta"]["Acc"], "promoted" if r["promoted"] else "refused",
-                    r["seconds"]["train"], r["seconds"]["calibrate_and_gate"]] for r in rows],
+                    r["seconds"]["train"], r["seconds"]["calibrate_and_gate"],
+                    f'{r["similarity"]["base"]["cos_top1"]} -> {r["similarity"]["candidate"]["cos_top1"]}',
+                    f'{r["similarity"]["base"]["overlap10"]} -> {r["similarity"]["candidate"]["overlap10"]}']
+                   for r in rows],
                   note="the gate's calibrated newsmon rows on the test split, %")
 
 
