@@ -308,6 +308,17 @@ def train_adapter(vectors: np.ndarray, triples: dict, val_queries: np.ndarray,
     cfg = config or AdapterConfig()
     if len(triples["query"]) == 0:
         raise ValueError("no mined triple to train the adapter on")
+    # One thread: a multi-threaded reduction sums in another order from run to run, and W (whose bytes name the
+    # candidate's model version) then differs in its 7th digit (measured: two runs of the same inputs, 4e-7 apart)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train(torch, vectors, triples, val_queries, val_labels, memory_labels, cfg)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(torch, vectors, triples, val_queries, val_labels, memory_labels, cfg: AdapterConfig) -> AdapterResult:
     torch.manual_seed(cfg.seed)
     d = vectors.shape[1]
     X = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32))
