@@ -360,8 +360,7 @@ class TrainingSettings(BaseModel):
         "adapter_neighbours nearest memory articles times their labels, against the article's gold labels "
         "(binary cross-entropy), early-stopped on the validation split's label-set micro-F1 of that scorer.")
     adapter_neighbours: int = Field(50, ge=2, description="Adapter, labelset objective: neighbours per article.")
-    adapter_rank: int | None = Field(None, ge=1, description="Adapter: unset = a full d x d matrix; r = a "
-                                     "low-rank residual W = I + U V^T (U, V: d x r, W starting at the identity).")
+    adapter_rank: int | None = Field(None, ge=1, description="Adapter: unset = a full d x d matrix; r = W = I + U V^T.")
 
 
 class Settings(BaseSettings):

@@ -7,8 +7,13 @@ import numpy as np
 import pytest
 
 from newsmon.shared.config import Settings
-from newsmon.training_jobs.train_adapter import (AdapterConfig, config_from_settings, labelset_batches,
-                                                 labelset_f1, train_adapter)
+from newsmon.training_jobs.train_adapter import (
+    AdapterConfig,
+    config_from_settings,
+    labelset_batches,
+    labelset_f1,
+    train_adapter,
+)
 
 
 def _clusters(n: int, seed: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:

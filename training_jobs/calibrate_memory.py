@@ -114,8 +114,7 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
     """
     k = max(max(GRID_K), LEXICAL_CANDIDATES)
     max_memory_articles = max_memory_articles or clf.settings.calibration.max_memory_articles
-    adapted = (getattr(clf.encoder, "adapter", None) is not None  # see the module docstring
-               and not clf.settings.calibration.adapted_memory_articles)
+    adapted = getattr(clf.encoder, "adapter", None) is not None and not clf.settings.calibration.adapted_memory_articles
     out: dict[str, LanguageCalibration] = {}
     for lang in clf.languages():
         t0 = time.perf_counter()

@@ -19,6 +19,9 @@ weights ``q = softmax(cos(W x, W n_j) / T)``, each label the neighbours' share `
 RAE-XMC score, ``p = softmax(s / tau) . Y``), and the loss is the binary cross-entropy of ``p_l`` against the
 article's gold labels over the labels its neighbourhood carries (:func:`labelset_batches`, :func:`_labelset_loss`).
 It stops early on the validation split's label-set micro-F1 of that scorer (:func:`labelset_f1`).
+
+Longer than 400 lines: the two objectives (mined pairs and label sets) share one training loop, its single-thread
+determinism and its early stopping, which a split would have to import back and forth.
 """
 
 from __future__ import annotations
@@ -214,7 +217,7 @@ def labelset_f1(queries: np.ndarray, query_labels: Sequence[Sequence[str]], memo
     for t in thresholds:
         tp = n_pred = 0
         for g, p in zip(gold, scores):
-            pred = {lb for lb, v in p.items() if v >= t} or ({max(p, key=p.get)} if p else set())
+            pred = {lb for lb, v in p.items() if v >= t} or ({max(p, key=lambda lb: p[lb])} if p else set())
             tp += len(pred & g)
             n_pred += len(pred)
         best = max(best, 2 * tp / max(1, n_pred + sum(len(g) for g in gold)))
