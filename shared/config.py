@@ -291,6 +291,12 @@ class CalibrationSettings(BaseModel):
     max_memory_articles: int = Field(20_000, ge=100, description="Memory articles per language scored "
                                      "leave-one-out (a sample of a larger memory; its bootstrap interval says what "
                                      "it implies).")
+    adapted_memory_articles: bool = Field(
+        False, description="Calibrate an adapted model (a linear adapter on the stored vectors, the nightly job's CPU "
+        "candidate) on its memory's own articles leave-one-out too, as production is calibrated, instead of on the "
+        "validation split alone. The adapter was trained on those articles, so their neighbourhoods may flatter it; "
+        "the gate still judges on held-out articles. Off: the validation split alone (on sentinews_sl 167 articles "
+        "instead of production's 1,317).")
 
 
 class LabelSettings(BaseModel):
@@ -349,6 +355,15 @@ class TrainingSettings(BaseModel):
                                  "identity, i.e. the current model).")
     adapter_max_epochs: int = Field(80, ge=1, description="Adapter: epochs at most (early stopping on the "
                                     "validation split's label-overlap precision@10, patience 10).")
+    adapter_patience: int = Field(10, ge=1, description="Adapter: epochs without a validation gain before "
+                                  "stopping (the best epoch's matrix is kept).")
+    adapter_objective: Literal["infonce", "labelset"] = Field(
+        "infonce", description="Adapter loss. infonce: the mined positives against the hard negatives (the "
+        "research's loss); labelset: the scorer's own label shares, softmax(cos / temperature) over the "
+        "adapter_neighbours nearest memory articles times their labels, against the article's gold labels "
+        "(binary cross-entropy), early-stopped on the validation split's label-set micro-F1 of that scorer.")
+    adapter_neighbours: int = Field(50, ge=2, description="Adapter, labelset objective: neighbours per article.")
+    adapter_rank: int | None = Field(None, ge=1, description="Adapter: unset = a full d x d matrix; r = W = I + U V^T.")
 
 
 class Settings(BaseSettings):

@@ -67,6 +67,10 @@ def test_an_unchanged_memory_reuses_its_calibration_and_a_changed_one_does_not(c
         second.settings.calibration.macro_f1 = 1.0
         changed["settings"] = calibration_inputs(second, "sl", val)
         second.settings.calibration.macro_f1 = 0.0
+        # how an adapted model is calibrated is no input of a model without an adapter (production stays reusable)
+        second.settings.calibration.adapted_memory_articles = True
+        assert calibration_inputs(second, "sl", val) == inputs
+        second.settings.calibration.adapted_memory_articles = False
         with monkeypatch.context() as m:
             m.setattr(calibration_cache, "code_digest", lambda: "another version of the scoring code")
             changed["code"] = calibration_inputs(second, "sl", val)

@@ -5,7 +5,8 @@ Calibration articles (:func:`newsmon.shared.scoring.calibration.calibration_set`
 language's memory scored leave-one-out (its neighbours among the *other* memory articles, retrieved through the
 production routing), plus the corpus's validation split when one is given. Never the test split. An adapted model
 (:mod:`newsmon.shared.encoder_adapter`) is calibrated on the validation split alone when there is one: its adapter was
-trained on the memory's own articles, so their leave-one-out neighbourhoods flatter it. Run by ``newsmon tune``,
+trained on the memory's own articles, so their leave-one-out neighbourhoods flatter it (unless
+``calibration.adapted_memory_articles`` is on: then it is calibrated as production is). Run by ``newsmon tune``,
 ``newsmon memory build --calibrate``, the nightly job (the candidate and the current model, before its gate
 compares them: :mod:`newsmon.training_jobs.gate`), and the demo before it streams.
 """
@@ -113,7 +114,7 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
     """
     k = max(max(GRID_K), LEXICAL_CANDIDATES)
     max_memory_articles = max_memory_articles or clf.settings.calibration.max_memory_articles
-    adapted = getattr(clf.encoder, "adapter", None) is not None  # see the module docstring
+    adapted = getattr(clf.encoder, "adapter", None) is not None and not clf.settings.calibration.adapted_memory_articles
     out: dict[str, LanguageCalibration] = {}
     for lang in clf.languages():
         t0 = time.perf_counter()

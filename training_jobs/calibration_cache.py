@@ -69,9 +69,12 @@ def memory_digest(clf: Classifier, lang: str) -> str:
 def calibration_inputs(clf: Classifier, lang: str, validation: Sequence[Article]) -> str:
     """The SHA-256 of everything ``lang``'s calibration depends on (see the module docstring)."""
     s = clf.settings
+    calibration = s.calibration.model_dump(mode="json")
+    if getattr(clf.encoder, "adapter", None) is None:  # read for adapted models only: production's stays reusable
+        calibration.pop("adapted_memory_articles", None)
     parts = {"memory": memory_digest(clf, lang), "model_version": clf.model_version,
              "validation": sorted((a.id, a.text, sorted(a.labels)) for a in validation),
-             "settings": {"calibration": s.calibration.model_dump(mode="json"), "labels": s.labels.model_dump(
+             "settings": {"calibration": calibration, "labels": s.labels.model_dump(
                  mode="json"), "min_language_articles": s.memory.min_language_articles},
              "code": code_digest()}
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
