@@ -70,8 +70,12 @@ def test_the_quadratic_word_pattern_would_fail_the_bound():
     import regex
 
     old = regex.compile(r"[\p{Cf}\p{M}]*[\p{L}\p{N}][\p{L}\p{M}\p{N}\p{Cf}]*")
-    n, ratio = growth(lambda t: old.findall(t), lambda k: "\u200b" * k)
-    assert ratio > MAX_GROWTH, (n, ratio)
+    seen = []
+    for _ in range(3):  # a busy machine can flatten one measurement (2.39 seen beside other jobs), not three
+        seen.append(growth(lambda t: old.findall(t), lambda k: "\u200b" * k))
+        if seen[-1][1] > MAX_GROWTH:
+            break
+    assert seen[-1][1] > MAX_GROWTH, seen
 
 
 def test_the_issue_article_of_600000_zero_width_spaces():
