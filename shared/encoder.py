@@ -230,6 +230,25 @@ def shared_backend(key: tuple, load: Callable[[], Any]) -> Any:
     return backend
 
 
+def model_shape(name_or_path: str) -> tuple[str, int | None, int]:
+    """(model type, position embeddings or None, hidden size) of a checkpoint: read from its ``config.json`` when it
+    is a directory whose config names them (no transformers import: it imports torch, hundreds of MB), else from
+    transformers' ``AutoConfig`` (its defaults for what the file leaves out)."""
+    path = Path(name_or_path) / "config.json"
+    if path.is_file():
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            raw = {}
+        if isinstance(raw.get("hidden_size"), int) and isinstance(raw.get("max_position_embeddings"), int):
+            return str(raw.get("model_type", "")), raw["max_position_embeddings"], raw["hidden_size"]
+    from transformers import AutoConfig  # deferred: seconds to import
+
+    config = AutoConfig.from_pretrained(name_or_path)
+    return (str(getattr(config, "model_type", "")), getattr(config, "max_position_embeddings", None),
+            int(config.hidden_size))
+
+
 class Encoder:
     """Embeds articles: ``encode(texts) -> (n, d) float32``, rows L2-normalised.
 
@@ -237,6 +256,8 @@ class Encoder:
         settings: model, pooling (``cls`` | ``mean``), max_length (tokens), prefixes, batch size, device,
             runtime (``auto`` | ``torch`` | ``onnx-int8`` | ``onnx-fp32``), threads.
         home: where the bundled model is imported, the ONNX artefact built and the embedding cache lives.
+        lazy: load the tokenizer and the backend (and import transformers and torch) only when a text is not in
+            the embedding cache (an eval whose embeddings are all cached never holds them); default: at once.
 
     Texts are tokenised once, sorted by token count and cut into forward passes of at most ``batch_size``
     texts of similar length (:func:`length_buckets`), truncated to ``max_length`` tokens (capped by the
@@ -248,48 +269,78 @@ class Encoder:
 
     Raises:
         OSError: the model cannot be loaded (missing directory, unreachable hub).
-        PermissionError: an ONNX runtime whose artefact is missing and cannot be built (read-only folders).
+        PermissionError: an ONNX runtime whose artefact is missing and cannot be built (read-only folders); when
+            ``lazy``, at the first text to embed instead.
     """
 
-    def __init__(self, settings: EncoderSettings | None = None, home: str | Path | None = None):
-        from transformers import AutoConfig, AutoTokenizer  # deferred: seconds to import
-
+    def __init__(self, settings: EncoderSettings | None = None, home: str | Path | None = None,
+                 lazy: bool = False):
         self.settings = settings or EncoderSettings()
-        home = Path(home) if home is not None else Settings().home
+        self.home = home = Path(home) if home is not None else Settings().home
         self.name_or_path = resolve_model(self.settings.model, home)
         self.adapter = read_adapter(self.name_or_path)
         if self.adapter is not None:
             self.name_or_path = resolve_model(self.adapter.base_model, home)
         self.runtime = resolve_runtime(self.settings)
-        config = AutoConfig.from_pretrained(self.name_or_path)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, fix_mistral_regex=False)
-        limit = getattr(config, "max_position_embeddings", self.settings.max_length)
-        if getattr(config, "model_type", "") in ("xlm-roberta", "roberta"):
+        model_type, positions, self.dim = model_shape(self.name_or_path)
+        limit = positions if positions is not None else self.settings.max_length
+        if model_type in ("xlm-roberta", "roberta"):
             limit -= 2  # RoBERTa positions start after the padding index
         self.max_length = min(self.settings.max_length, limit)
-        self.dim = int(config.hidden_size)
         self.base_model_id = model_fingerprint(self.name_or_path)
         # the base encoder's (the cache's), as encoder_identity composes it
         self.vector_model_id = runtime_model_id(self.base_model_id, self.runtime) + chunk_suffix(self.settings)
         self.model_id = self.vector_model_id + (self.adapter.suffix if self.adapter is not None else "")
         if self.runtime in ONNX_RUNTIMES:
             self.device = "cpu"
-            artefact = ensure_artefact(self.name_or_path, self.runtime, home)
-            self.backend: TorchBackend | OnnxBackend = shared_backend(
-                ("onnx", str(artefact), self.settings.threads, self.settings.pooling),
-                lambda: OnnxBackend(artefact, self.settings.threads, self.settings.pooling,
-                                    per_text=self.runtime == "onnx-int8"))
         else:
             import torch  # deferred: seconds to import
 
             self.device = self.settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
-            self.backend = shared_backend(
-                ("torch", self.name_or_path, self.device, self.settings.pooling, self.settings.threads),
-                lambda: TorchBackend(self.name_or_path, self.device, self.settings.pooling, self.settings.threads))
         self.fp16 = self.runtime == "torch" and self.device.startswith("cuda")
         self._lock = threading.Lock()  # a fast tokenizer must not be used by two threads at once
+        self._load_lock = threading.Lock()
+        self._tokenizer: Any = None
+        self._backend: TorchBackend | OnnxBackend | None = None
         self.cache = EmbeddingCache(home / "embeddings.sqlite") if self.settings.cache else None
-        log.debug("encoder loaded", model=self.model_id, runtime=self.runtime, device=self.device)
+        if not lazy:
+            _ = self.tokenizer, self.backend  # loaded now: the first batch does not wait for them
+        log.debug("encoder loaded", model=self.model_id, runtime=self.runtime, device=self.device, lazy=lazy)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (loaded on first use when the encoder is ``lazy``)."""
+        if self._tokenizer is None:
+            with self._load_lock:
+                if self._tokenizer is None:
+                    from transformers import AutoTokenizer  # deferred: seconds to import (and torch with it)
+
+                    self._tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, fix_mistral_regex=False)
+        return self._tokenizer
+
+    @property
+    def backend(self) -> TorchBackend | OnnxBackend:
+        """The forward pass (an ONNX Runtime session or a torch model, :func:`shared_backend`; loaded on first use
+        when the encoder is ``lazy``, the ONNX artefact built then when it is missing).
+
+        Raises:
+            OSError: the model cannot be loaded; PermissionError: the ONNX artefact is missing and cannot be
+                built."""
+        if self._backend is None:
+            with self._load_lock:
+                if self._backend is None:
+                    self._backend = self._load_backend()
+        return self._backend
+
+    def _load_backend(self) -> TorchBackend | OnnxBackend:
+        if self.runtime in ONNX_RUNTIMES:
+            artefact = ensure_artefact(self.name_or_path, self.runtime, self.home)
+            return shared_backend(("onnx", str(artefact), self.settings.threads, self.settings.pooling),
+                                  lambda: OnnxBackend(artefact, self.settings.threads, self.settings.pooling,
+                                                      per_text=self.runtime == "onnx-int8"))
+        return shared_backend(("torch", self.name_or_path, self.device, self.settings.pooling, self.settings.threads),
+                              lambda: TorchBackend(self.name_or_path, self.device, self.settings.pooling,
+                                                   self.settings.threads))
 
     def space(self, role: Role) -> str:
         """The embedding space of a role: model identity, pooling, max_length and prefix (the base encoder's
