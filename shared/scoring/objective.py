@@ -60,7 +60,7 @@ class Objective:
         T, n = len(t), len(Y)
         if not n:
             return [(0.0, 0.0, 0.0)] * T
-        b = np.searchsorted(t, S.astype(np.float64), side="left")  # S > t[j]  <=>  j < b
+        b = bins(S, t)  # S > t[j]  <=>  j < b
         Yb = Y.astype(bool)
         tp, npred = _above(np.bincount(b[Yb], minlength=T + 1)), _above(np.bincount(b.ravel(), minlength=T + 1))
         ngold = int(Yb.sum())
@@ -102,6 +102,18 @@ class Objective:
     def weigh(self, parts: np.ndarray) -> np.ndarray:
         """``(...,)`` the objective of ``(..., 3)`` (micro-F1, subset accuracy, macro-F1) rows."""
         return self.micro * parts[..., 0] + self.subset * parts[..., 1] + self.macro * parts[..., 2]
+
+
+def bins(S: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """``(n, L)`` int64: per score, how many of the ascending float64 ``thresholds`` lie below it
+    (``np.searchsorted(thresholds, S.astype(np.float64), side="left")``), searched for the non-zero scores only:
+    a score matrix is mostly zeros, which all get the bin of 0."""
+    t = np.asarray(thresholds, dtype=np.float64)
+    flat = np.ascontiguousarray(S).reshape(-1)
+    nz = np.flatnonzero(flat)
+    out = np.full(flat.shape, np.searchsorted(t, 0.0, side="left"), dtype=np.intp)
+    out[nz] = np.searchsorted(t, flat[nz].astype(np.float64), side="left")
+    return out.reshape(S.shape)
 
 
 def resample_weights(n: int, n_boot: int, seed: int) -> np.ndarray:

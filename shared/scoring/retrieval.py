@@ -210,9 +210,10 @@ def aggregate(weights: np.ndarray, label_rows: sp.csr_matrix, K: int, n_labels: 
         label_rows: ``(m * K, L')`` 0/1 label rows (:meth:`Retrieval.label_matrix`); widened to ``n_labels``.
     """
     m, k = weights.shape
-    rows = np.repeat(np.arange(m), k)
     cols = (np.arange(m)[:, None] * K + np.arange(k)[None, :]).reshape(-1)
-    W = sp.csr_matrix((weights.reshape(-1), (rows, cols)), shape=(m, label_rows.shape[0]))
+    # the CSR matrix a (rows, cols) triplet gives (its entries in this order), built without the conversion
+    W = sp.csr_matrix((np.ascontiguousarray(weights).reshape(-1), cols, np.arange(0, m * k + 1, k)),
+                      shape=(m, label_rows.shape[0]))
     Y = label_rows
     if Y.shape[1] < n_labels:
         Y = sp.csr_matrix((Y.data, Y.indices, Y.indptr), shape=(Y.shape[0], n_labels))

@@ -32,6 +32,7 @@ import itertools
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.scoring.calibration.inputs import CalibrationSet
@@ -70,13 +71,14 @@ def _base_grid(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], extra: d
     return best[0], ScoringParams(top_k=k, tau=tau, threshold=thr, **extra), parts
 
 
-def _lexical_step(cal: CalibrationSet, terms: TermVectors, Yt: np.ndarray, labels: list[str], search: bool
-                  ) -> tuple[Found, Retrieval]:
+def _lexical_step(cal: CalibrationSet, terms: TermVectors, Yt: np.ndarray, labels: list[str], search: bool,
+                  queries: sp.csr_matrix | None = None) -> tuple[Found, Retrieval]:
     """The best base grid over the lexical weights of :data:`GRID_LEXICAL` (hybrid retrieval's fusion), with the
     fused retrieval it was found on. ``search``: the candidates are the dense top-N united with the lexical top-N
-    (the calibration's retrieval); else the dense top-N alone (its first :data:`LEXICAL_CANDIDATES` by cosine)."""
+    (the calibration's retrieval); else the dense top-N alone (its first :data:`LEXICAL_CANDIDATES` by cosine).
+    ``queries``: the term rows of ``cal.texts`` when already at hand (both steps read the same)."""
     candidates = cal.retrieval if search else cal.retrieval.head(LEXICAL_CANDIDATES)
-    lexical = lexical_cosines(candidates, cal.texts, terms)  # one pass of the texts for every weight
+    lexical = lexical_cosines(candidates, cal.texts, terms, queries)  # one pass of the texts for every weight
     best = None
     for w in GRID_LEXICAL:
         fused = fuse(candidates, cal.texts, w, max(GRID_K), terms, lexical)
@@ -119,8 +121,9 @@ def calibrate(cal: CalibrationSet, terms: TermVectors | None = None, rules: tupl
     run.record("base (k, tau, threshold)", params, run.parts, True, why="the best of the k, tau and threshold grid")
     if cal.texts is not None and cal.retrieval.texts is not None:
         terms = terms or TermVectors()
+        queries = terms.rows(list(cal.texts))  # the calibration articles' term rows, for both steps
         for name, search in (("+ lexical fusion", False), ("+ lexical search", True)):
-            (_obj, found, _parts), fused = _lexical_step(cal, terms, Yt, vocab.labels, search)
+            (_obj, found, _parts), fused = _lexical_step(cal, terms, Yt, vocab.labels, search, queries)
             if run.offer(name, found, run.decide(found, retrieval=fused)):
                 run.use_retrieval(fused)
     for comp in cal.components():
