@@ -148,3 +148,37 @@ def test_lexical_cosines_of_no_queries_or_no_candidates(n):
     r = Retrieval(np.full((n, 0), "", dtype=object), np.zeros((n, 0), np.float32), [[] for _ in range(n)], None,
                   [[] for _ in range(n)])
     assert lexical_cosines(r, ["x"] * n).shape == (n, 0)
+
+
+def test_label_tree_out_of_fold_tokenises_once_and_equals_a_tokenisation_per_fold(monkeypatch):
+    from newsmon.shared.scoring.components import label_tree
+
+    rng = np.random.default_rng(5)
+    texts = [_text(rng) for _ in range(40)]
+    labels = [tuple(lb for lb, p in (("a", 0.5), ("b", 0.3), ("c", 0.2)) if rng.random() < p) for _ in texts]
+    want = label_tree.top_labels_out_of_fold(texts, labels, lambda t, ls, held: _tree_tokenising_each_time(
+        label_tree, t, ls, held))
+    calls = []
+    real = label_tree.term_rows
+    monkeypatch.setattr(label_tree, "term_rows", lambda t: calls.append(len(t)) or real(t))
+    got = label_tree.out_of_fold(texts, labels)
+    assert got.labels == want.labels and np.array_equal(got.scores, want.scores)
+    assert calls == [len(texts)]
+
+
+def _tree_tokenising_each_time(label_tree, texts, label_sets, held):
+    """fit_tree and scores as they were: the texts tokenised for the document frequencies, again for the
+    features, and the held-out texts for their scores."""
+    from newsmon.shared.scoring.components.parabel import train_forest
+    from newsmon.shared.terms import term_rows
+
+    labels = sorted({lb for ls in label_sets for lb in ls})
+    X = term_rows(list(texts))
+    df = np.bincount(X.indices, minlength=X.shape[1])
+    columns = np.flatnonzero(df >= 2)
+    idf = (1.0 + np.log((1.0 + len(texts)) / (1.0 + df[columns]))).astype(np.float32)
+    fitted = label_tree.LabelTree(None, labels, columns, idf)
+    index = {lb: j for j, lb in enumerate(labels)}
+    fitted.model = train_forest(fitted.features(texts), [sorted({index[lb] for lb in ls}) for ls in label_sets],
+                                len(labels))
+    return fitted.scores(held)
