@@ -182,3 +182,38 @@ def _tree_tokenising_each_time(label_tree, texts, label_sets, held):
     fitted.model = train_forest(fitted.features(texts), [sorted({index[lb] for lb in ls}) for ls in label_sets],
                                 len(labels))
     return fitted.scores(held)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 12), st.integers(0, 10_000), st.booleans())
+def test_the_sparse_sweep_equals_the_dense_sweep(n, L, seed, below_zero):
+    """Rows with every label gold, none gold, gold labels not stored, stored zeros, scores on the thresholds."""
+    from newsmon.shared.scoring.objective import Objective
+
+    rng = np.random.default_rng(seed)
+    S = rng.choice(np.array([0.0, 0.05, 0.1, 0.3, 0.35, 0.6, 0.9], np.float32), (n, L))
+    S[rng.random(S.shape) < 0.4] = 0.0
+    Y = rng.random((n, L)) < 0.3
+    Y[0] = True
+    stored = S != 0
+    stored[rng.random(S.shape) < 0.2] = True  # explicit zeros among the stored scores
+    rr, cc = np.nonzero(stored)
+    Ssp = sp.csr_matrix((S[rr, cc], (rr, cc)), shape=(n, L), dtype=np.float32)
+    t = np.round(np.arange(-0.2 if below_zero else 0.1, 0.76, 0.05), 2).astype(np.float64)
+    for judge in (Objective(), Objective(1.0, 1.0, 1.0)):
+        assert judge.sweep_sparse(Y, Ssp, t) == judge.sweep(Y, S, t)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 9), st.integers(0, 10_000))
+def test_sparse_rae_xmc_scores_equal_the_dense_ones(m, K, seed):
+    from newsmon.shared.scoring.rae_xmc import rae_xmc_scores, rae_xmc_scores_sparse
+
+    rng = np.random.default_rng(seed)
+    sims = np.sort(rng.random((m, K)).astype(np.float32), axis=1)[:, ::-1].copy()
+    sims[:, int(rng.integers(1, K + 1)):] = -np.inf
+    Y = sp.csr_matrix((rng.random((m * K, 7)) < 0.3).astype(np.float32))
+    for k, tau in ((1, 0.05), (K, 0.01), (max(1, K // 2), 0.2)):
+        dense = rae_xmc_scores(sims, Y, k, tau, 1.0, 9)
+        got = rae_xmc_scores_sparse(sims, Y, k, tau, 1.0, 9)
+        assert got.dtype == np.float32 and np.array_equal(got.toarray().view(np.int32), dense.view(np.int32))

@@ -36,11 +36,11 @@ import scipy.sparse as sp
 
 from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.scoring.calibration.inputs import CalibrationSet
-from newsmon.shared.scoring.calibration.run import GRID_THRESHOLD, CalibrationRun, gold_matrix, pad
+from newsmon.shared.scoring.calibration.run import GRID_THRESHOLD, CalibrationRun, gold_matrix
 from newsmon.shared.scoring.objective import Objective
 from newsmon.shared.scoring.calibration.result import LEXICAL_CANDIDATES, CalibrationResult
 from newsmon.shared.scoring.lexical import TermVectors, fuse, lexical_cosines
-from newsmon.shared.scoring.rae_xmc import rae_xmc_scores
+from newsmon.shared.scoring.rae_xmc import rae_xmc_scores_sparse
 from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
 from newsmon.shared.scoring.rules import rules as registered_rules
 
@@ -62,13 +62,21 @@ def _base_grid(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], extra: d
     L = Yt.shape[1]
     best: tuple | None = None
     for k, tau in itertools.product([k for k in GRID_K if k <= retrieval.k] or [retrieval.k], GRID_TAU):
-        S = pad(rae_xmc_scores(retrieval.sims, rows, k, tau, 1.0, rows.shape[1]), L)[:, :L]
-        for thr, parts in zip(GRID_THRESHOLD, judge.sweep(Yt, S, GRID_THRESHOLD), strict=True):
+        S = _columns(rae_xmc_scores_sparse(retrieval.sims, rows, k, tau, 1.0, rows.shape[1]), L)
+        for thr, parts in zip(GRID_THRESHOLD, judge.sweep_sparse(Yt, S, GRID_THRESHOLD), strict=True):
             if best is None or judge.value(parts) > best[0] + 1e-12:
                 best = (judge.value(parts), (k, tau, float(thr)), S)
     (k, tau, thr) = best[1]
-    parts = judge.parts(Yt, best[2] > np.float64(thr))  # its figures, macro-F1 too (float64, as the decision)
+    parts = judge.parts(Yt, best[2].toarray() > np.float64(thr))  # its figures, macro-F1 too (float64, as decided)
     return best[0], ScoringParams(top_k=k, tau=tau, threshold=thr, **extra), parts
+
+
+def _columns(S: sp.csr_matrix, L: int) -> sp.csr_matrix:
+    """``(m, L)``: the CSR scores ``S`` cut or widened (zero columns) to ``L`` columns, as :func:`.run.pad` does
+    a dense matrix."""
+    if S.shape[1] > L:
+        return sp.csr_matrix(S[:, :L])
+    return sp.csr_matrix((S.data, S.indices, S.indptr), shape=(S.shape[0], L))
 
 
 def _lexical_step(cal: CalibrationSet, terms: TermVectors, Yt: np.ndarray, labels: list[str], search: bool,
