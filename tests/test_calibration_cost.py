@@ -217,3 +217,27 @@ def test_sparse_rae_xmc_scores_equal_the_dense_ones(m, K, seed):
         dense = rae_xmc_scores(sims, Y, k, tau, 1.0, 9)
         got = rae_xmc_scores_sparse(sims, Y, k, tau, 1.0, 9)
         assert got.dtype == np.float32 and np.array_equal(got.toarray().view(np.int32), dense.view(np.int32))
+
+
+def test_release_free_heap_hands_freed_memory_back():
+    import sys
+
+    from newsmon.shared.evaluation.usage import release_free_heap
+
+    def rss_mib() -> float:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads /proc")
+    before = rss_mib()
+    held = [bytes(2000) + bytes([i % 256]) for i in range(100_000)]  # about 200 MB of malloc'd objects
+    grown = rss_mib()
+    del held
+    trimmed = release_free_heap()
+    after = rss_mib()
+    assert grown - before > 100
+    if trimmed:
+        assert after < grown - 100, (before, grown, after)
