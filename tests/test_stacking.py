@@ -3,9 +3,8 @@ stored with the record, and the only way a record that names it is served (never
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pickle
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
