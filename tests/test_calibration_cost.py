@@ -241,3 +241,24 @@ def test_release_free_heap_hands_freed_memory_back():
     assert grown - before > 100
     if trimmed:
         assert after < grown - 100, (before, grown, after)
+
+
+@pytest.mark.slow  # the head model of reuters21578_en's train split, twice
+def test_the_head_model_is_the_same_whatever_the_blas_thread_count(shared_data):
+    """liblinear's logistic regression sums dot products with BLAS, which splits long vectors across its threads:
+    the model must not depend on how many there are (reuters21578_en's head model, 16,000 columns: coefficients
+    1 ulp apart with 1 and 2 threads before)."""
+    from threadpoolctl import threadpool_limits
+
+    from newsmon.shared.data import load_corpus
+
+    train = load_corpus(shared_data / "reuters21578_en").split("train")
+    texts, labels = [a.text for a in train], [tuple(a.labels) for a in train]
+    rows = head_model.style_rows(texts)
+    models = []
+    for threads in (1, 2):
+        with threadpool_limits(limits=threads, user_api="blas"):
+            models.append(head_model.HeadModel(1.0, 400).fit(texts, labels, rows))
+    assert len(models[0].columns) > 10_000 and len(models[0].labels) >= 5
+    assert np.array_equal(models[0].coef, models[1].coef)
+    assert np.array_equal(models[0].intercept, models[1].intercept)

@@ -18,8 +18,9 @@ corpora: the docs' "Method and calibration" and measurements).
 
 Features are hashed (no vocabulary to ship), restricted to the hashed columns that occur in at least 2 training
 articles; TF is sublinear, IDF smooth (scikit-learn's ``1 + ln((1 + n) / (1 + df))``), rows unit length.
-Fitting is deterministic (``liblinear`` with a fixed seed), so a worker that fits the model from its memory
-under a calibration record gets the model the calibration chose.
+Fitting is deterministic (``liblinear`` with a fixed seed, BLAS on one thread: :func:`one_blas_thread`), so a worker
+that fits the model from its memory under a calibration record gets the model the calibration chose, whatever its
+thread count.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import Field
 from sklearn.linear_model import LogisticRegression
+from threadpoolctl import threadpool_limits
 
 from newsmon.schemas.scoring import Options
 from newsmon.shared.scoring.arrays import save_arrays
@@ -50,6 +52,15 @@ TOKEN_PATTERN = r"(?u)\w+|[^\w\s]"
 FOLDS = 5
 
 _VECTORIZER = hashing_vectorizer(TOKEN_PATTERN)
+
+
+def one_blas_thread() -> Any:
+    """A context in which BLAS runs on one thread. liblinear's trust-region Newton solver (the logistic
+    regressions) sums its dot products and norms with BLAS, which splits a long vector (more than 10,000
+    columns: the head model of reuters21578_en has 16,000) across its threads and adds the parts: the model depended
+    on the machine's thread count (coefficients 1 ulp apart with 1 and 2 threads), and on a busy machine most of a
+    fit was spent waiting for the second thread (6x slower than one thread beside other jobs)."""
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 def style_rows(texts: Sequence[str]) -> sp.csr_matrix:
@@ -134,11 +145,12 @@ class HeadModel:
         self.idf = (1.0 + np.log((1.0 + n) / (1.0 + df[self.columns]))).astype(np.float32)
         Z = self._weighted(X[:, self.columns])
         coef, icpt = [], []
-        for lb in self.labels:
-            y = np.fromiter((lb in labels for labels in label_sets), dtype=bool, count=n)
-            m = LogisticRegression(C=self.c, solver="liblinear", random_state=0).fit(Z, y)
-            coef.append(m.coef_[0])
-            icpt.append(m.intercept_[0])
+        with one_blas_thread():
+            for lb in self.labels:
+                y = np.fromiter((lb in labels for labels in label_sets), dtype=bool, count=n)
+                m = LogisticRegression(C=self.c, solver="liblinear", random_state=0).fit(Z, y)
+                coef.append(m.coef_[0])
+                icpt.append(m.intercept_[0])
         self.coef = np.asarray(coef, dtype=np.float32)
         self.intercept = np.asarray(icpt, dtype=np.float32)
         return self
