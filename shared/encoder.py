@@ -17,7 +17,6 @@ import importlib.util
 import json
 import os
 import re
-import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ from tqdm import tqdm
 from newsmon.shared.encoder_adapter import read_adapter
 from newsmon.shared.config import BUNDLED_E5_SMALL, EncoderSettings, Settings
 from newsmon.shared.e5_import import import_e5_small
+from newsmon.shared.embedding_cache import EmbeddingCache
 from newsmon.shared.encoder_onnx import (ONNX_RUNTIMES, OnnxBackend, ensure_artefact, hash_checkpoint_files,
                                          runtime_model_id)
 from newsmon.shared.long_text import chunk_suffix, special_tokens, windows
@@ -71,50 +71,6 @@ def model_fingerprint(name_or_path: str) -> str:
             h.update(manifest.read_bytes())
     hash_checkpoint_files(h, p)
     return f"{p.name}@{h.hexdigest()[:16]}"
-
-
-class EmbeddingCache:
-    """On-disk embedding cache (SQLite, one row per (key, text hash)); safe across threads and processes.
-
-    Vectors are stored as float32 bytes. ``get`` returns ``(n, d)`` float32 with NaN rows for misses.
-    """
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS emb (k TEXT PRIMARY KEY, v BLOB NOT NULL)")
-
-    @staticmethod
-    def text_key(space: str, text: str) -> str:
-        """sha256 of the embedding space (model identity, pooling, max_length, prefix) and the text."""
-        return hashlib.sha256(f"{space}\x00{text}".encode()).hexdigest()
-
-    def get(self, keys: Sequence[str], dim: int) -> np.ndarray:
-        out = np.full((len(keys), dim), np.nan, dtype=np.float32)
-        pos = {k: i for i, k in enumerate(keys)}
-        with self._lock:
-            for start in range(0, len(keys), 500):
-                chunk = list(keys[start:start + 500])
-                q = f"SELECT k, v FROM emb WHERE k IN ({','.join('?' * len(chunk))})"
-                for k, v in self._db.execute(q, chunk):
-                    vec = np.frombuffer(v, dtype=np.float32)
-                    if vec.shape[0] == dim:
-                        out[pos[k]] = vec
-        return out
-
-    def put(self, keys: Sequence[str], vectors: np.ndarray) -> None:
-        with self._lock:
-            self._db.executemany("INSERT OR REPLACE INTO emb (k, v) VALUES (?, ?)",
-                                 [(k, np.ascontiguousarray(v, dtype=np.float32).tobytes())
-                                  for k, v in zip(keys, vectors)])
-            self._db.commit()
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
 
 
 def cuda_present() -> bool:

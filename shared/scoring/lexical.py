@@ -140,8 +140,7 @@ def lexical_cosines(retrieval: Retrieval, query_texts: Sequence[str], terms: Ter
     flat_c = np.searchsorted(vocab, flat_idx)
     q_c_all = np.searchsorted(vocab, q_idx_all)
     canonical = bool(Q.has_canonical_format)  # no repeated term in a query row (else the reference, per row)
-    q_w_dense = np.zeros(V, dtype=np.float64)
-    q_mask = np.zeros(V, dtype=bool)
+    q_w_dense, q_mask = np.zeros(V, dtype=np.float64), np.zeros(V, dtype=bool)  # scratch, zero between queries
     for i in range(m):
         present = np.flatnonzero(slot[i] >= 0)
         if not len(present):
@@ -149,33 +148,42 @@ def lexical_cosines(retrieval: Retrieval, query_texts: Sequence[str], terms: Ter
         if not canonical:
             out[i, present] = local_tfidf_cosine(Q[i], _candidate_rows(retrieval, i, present, terms))
             continue
-        s = slot[i, present]
-        k = len(present)
-        ln = lens[s]
-        total = int(ln.sum())
         lo, hi = Q.indptr[i], Q.indptr[i + 1]
-        if total == 0 or hi == lo:
+        s = slot[i, present]
+        if hi == lo or not lens[s].sum():
             continue
-        ends = np.cumsum(ln)
-        pos = np.repeat(starts[s] - (ends - ln), ln) + np.arange(total)
-        c_c, d = flat_c[pos], flat_data[pos]
-        rows = np.repeat(np.arange(k), ln)
-        df_all = np.bincount(c_c, minlength=V)
-        idf_of_df = np.log((1.0 + k) / (1.0 + np.arange(k + 1))) + 1.0  # the same values, once per df
-        d_w = d * idf_of_df[df_all][c_c]
-        dn = np.sqrt(np.bincount(rows, weights=d_w * d_w, minlength=k))
-        q_c = q_c_all[lo:hi]
-        q_df = df_all[q_c]
-        q_w = np.asarray(Q.data[lo:hi], dtype=np.float64) * np.where(
-            q_df > 0, np.log((1.0 + k) / (1.0 + q_df)) + 1.0, 1.0)
-        qn = float(np.sqrt(np.dot(q_w, q_w)))
-        q_w_dense[q_c], q_mask[q_c] = q_w, True
-        hit = q_mask[c_c]
-        dots = np.bincount(rows[hit], weights=d_w[hit] * q_w_dense[c_c[hit]], minlength=k)
-        q_w_dense[q_c], q_mask[q_c] = 0.0, False
-        ok = (dn > 0) & (qn > 0)
-        out[i, present[ok]] = (dots[ok] / (dn[ok] * qn)).astype(np.float32)
+        cos, ok = _numbered_cosine(lens[s], starts[s], flat_c, flat_data, q_c_all[lo:hi],
+                                   np.asarray(Q.data[lo:hi], dtype=np.float64), q_w_dense, q_mask)
+        out[i, present[ok]] = cos[ok]
     return out
+
+
+def _numbered_cosine(ln: np.ndarray, st: np.ndarray, flat_c: np.ndarray, flat_data: np.ndarray, q_c: np.ndarray,
+                     q_data: np.ndarray, q_w_dense: np.ndarray, q_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`local_tfidf_cosine` of one query (its numbered terms ``q_c`` with their float64 weights ``q_data``)
+    and its ``k`` candidates (their term counts ``ln`` and offsets ``st`` in the numbered table ``flat_c`` /
+    ``flat_data``), the same operations on the same values in the same order: ((k,) float32 cosines, (k,) bool
+    where defined). ``q_w_dense`` / ``q_mask``: zeroed scratch arrays over the numbered terms (left zeroed)."""
+    k, total = len(ln), int(ln.sum())
+    ends = np.cumsum(ln)
+    pos = np.repeat(st - (ends - ln), ln) + np.arange(total)
+    c_c, d = flat_c[pos], flat_data[pos]
+    rows = np.repeat(np.arange(k), ln)
+    df_all = np.bincount(c_c, minlength=len(q_mask))
+    idf_of_df = np.log((1.0 + k) / (1.0 + np.arange(k + 1))) + 1.0  # the same values, once per df
+    d_w = d * idf_of_df[df_all][c_c]
+    dn = np.sqrt(np.bincount(rows, weights=d_w * d_w, minlength=k))
+    q_df = df_all[q_c]
+    q_w = q_data * np.where(q_df > 0, np.log((1.0 + k) / (1.0 + q_df)) + 1.0, 1.0)
+    qn = float(np.sqrt(np.dot(q_w, q_w)))
+    q_w_dense[q_c], q_mask[q_c] = q_w, True
+    hit = q_mask[c_c]
+    dots = np.bincount(rows[hit], weights=d_w[hit] * q_w_dense[c_c[hit]], minlength=k)
+    q_w_dense[q_c], q_mask[q_c] = 0.0, False
+    ok = (dn > 0) & (qn > 0)
+    cos = np.zeros(k, dtype=np.float32)
+    cos[ok] = (dots[ok] / (dn[ok] * qn)).astype(np.float32)
+    return cos, ok
 
 
 def _candidate_table(retrieval: Retrieval, terms: TermVectors
