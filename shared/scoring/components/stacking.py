@@ -134,6 +134,7 @@ class DeferredStackingModel(StackingModel):
 
     def _model(self) -> StackingModel:
         if self._fitted is None:
+            assert self._inputs is not None  # dropped once fitted
             X, y, iterations = self._inputs
             self._fitted, self._inputs = fit_model(X, y, self.components, iterations), None
         return self._fitted
@@ -143,12 +144,12 @@ class DeferredStackingModel(StackingModel):
         """Whether the model has been fitted (read) yet."""
         return self._fitted is not None
 
-    @property  # type: ignore[override]
+    @property  # type: ignore[override,misc]
     def classifier(self) -> Any:
         return self._model().classifier
 
-    @property  # type: ignore[override]
-    def constant(self) -> float:
+    @property  # type: ignore[override,misc]
+    def constant(self) -> float:  # type: ignore[override]
         return self._model().constant
 
 
