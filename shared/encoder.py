@@ -17,7 +17,6 @@ import importlib.util
 import json
 import os
 import re
-import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ from tqdm import tqdm
 from newsmon.shared.encoder_adapter import read_adapter
 from newsmon.shared.config import BUNDLED_E5_SMALL, EncoderSettings, Settings
 from newsmon.shared.e5_import import import_e5_small
+from newsmon.shared.embedding_cache import EmbeddingCache
 from newsmon.shared.encoder_onnx import (ONNX_RUNTIMES, OnnxBackend, ensure_artefact, hash_checkpoint_files,
                                          runtime_model_id)
 from newsmon.shared.long_text import chunk_suffix, special_tokens, windows
@@ -71,50 +71,6 @@ def model_fingerprint(name_or_path: str) -> str:
             h.update(manifest.read_bytes())
     hash_checkpoint_files(h, p)
     return f"{p.name}@{h.hexdigest()[:16]}"
-
-
-class EmbeddingCache:
-    """On-disk embedding cache (SQLite, one row per (key, text hash)); safe across threads and processes.
-
-    Vectors are stored as float32 bytes. ``get`` returns ``(n, d)`` float32 with NaN rows for misses.
-    """
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS emb (k TEXT PRIMARY KEY, v BLOB NOT NULL)")
-
-    @staticmethod
-    def text_key(space: str, text: str) -> str:
-        """sha256 of the embedding space (model identity, pooling, max_length, prefix) and the text."""
-        return hashlib.sha256(f"{space}\x00{text}".encode()).hexdigest()
-
-    def get(self, keys: Sequence[str], dim: int) -> np.ndarray:
-        out = np.full((len(keys), dim), np.nan, dtype=np.float32)
-        pos = {k: i for i, k in enumerate(keys)}
-        with self._lock:
-            for start in range(0, len(keys), 500):
-                chunk = list(keys[start:start + 500])
-                q = f"SELECT k, v FROM emb WHERE k IN ({','.join('?' * len(chunk))})"
-                for k, v in self._db.execute(q, chunk):
-                    vec = np.frombuffer(v, dtype=np.float32)
-                    if vec.shape[0] == dim:
-                        out[pos[k]] = vec
-        return out
-
-    def put(self, keys: Sequence[str], vectors: np.ndarray) -> None:
-        with self._lock:
-            self._db.executemany("INSERT OR REPLACE INTO emb (k, v) VALUES (?, ?)",
-                                 [(k, np.ascontiguousarray(v, dtype=np.float32).tobytes())
-                                  for k, v in zip(keys, vectors)])
-            self._db.commit()
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
 
 
 def cuda_present() -> bool:
@@ -230,6 +186,25 @@ def shared_backend(key: tuple, load: Callable[[], Any]) -> Any:
     return backend
 
 
+def model_shape(name_or_path: str) -> tuple[str, int | None, int]:
+    """(model type, position embeddings or None, hidden size) of a checkpoint: read from its ``config.json`` when it
+    is a directory whose config names them (no transformers import: it imports torch, hundreds of MB), else from
+    transformers' ``AutoConfig`` (its defaults for what the file leaves out)."""
+    path = Path(name_or_path) / "config.json"
+    if path.is_file():
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            raw = {}
+        if isinstance(raw.get("hidden_size"), int) and isinstance(raw.get("max_position_embeddings"), int):
+            return str(raw.get("model_type", "")), raw["max_position_embeddings"], raw["hidden_size"]
+    from transformers import AutoConfig  # deferred: seconds to import
+
+    config = AutoConfig.from_pretrained(name_or_path)
+    return (str(getattr(config, "model_type", "")), getattr(config, "max_position_embeddings", None),
+            int(config.hidden_size))
+
+
 class Encoder:
     """Embeds articles: ``encode(texts) -> (n, d) float32``, rows L2-normalised.
 
@@ -237,6 +212,8 @@ class Encoder:
         settings: model, pooling (``cls`` | ``mean``), max_length (tokens), prefixes, batch size, device,
             runtime (``auto`` | ``torch`` | ``onnx-int8`` | ``onnx-fp32``), threads.
         home: where the bundled model is imported, the ONNX artefact built and the embedding cache lives.
+        lazy: load the tokenizer and the backend (and import transformers and torch) only when a text is not in
+            the embedding cache (an eval whose embeddings are all cached never holds them); default: at once.
 
     Texts are tokenised once, sorted by token count and cut into forward passes of at most ``batch_size``
     texts of similar length (:func:`length_buckets`), truncated to ``max_length`` tokens (capped by the
@@ -248,48 +225,78 @@ class Encoder:
 
     Raises:
         OSError: the model cannot be loaded (missing directory, unreachable hub).
-        PermissionError: an ONNX runtime whose artefact is missing and cannot be built (read-only folders).
+        PermissionError: an ONNX runtime whose artefact is missing and cannot be built (read-only folders); when
+            ``lazy``, at the first text to embed instead.
     """
 
-    def __init__(self, settings: EncoderSettings | None = None, home: str | Path | None = None):
-        from transformers import AutoConfig, AutoTokenizer  # deferred: seconds to import
-
+    def __init__(self, settings: EncoderSettings | None = None, home: str | Path | None = None,
+                 lazy: bool = False):
         self.settings = settings or EncoderSettings()
-        home = Path(home) if home is not None else Settings().home
+        self.home = home = Path(home) if home is not None else Settings().home
         self.name_or_path = resolve_model(self.settings.model, home)
         self.adapter = read_adapter(self.name_or_path)
         if self.adapter is not None:
             self.name_or_path = resolve_model(self.adapter.base_model, home)
         self.runtime = resolve_runtime(self.settings)
-        config = AutoConfig.from_pretrained(self.name_or_path)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, fix_mistral_regex=False)
-        limit = getattr(config, "max_position_embeddings", self.settings.max_length)
-        if getattr(config, "model_type", "") in ("xlm-roberta", "roberta"):
+        model_type, positions, self.dim = model_shape(self.name_or_path)
+        limit = positions if positions is not None else self.settings.max_length
+        if model_type in ("xlm-roberta", "roberta"):
             limit -= 2  # RoBERTa positions start after the padding index
         self.max_length = min(self.settings.max_length, limit)
-        self.dim = int(config.hidden_size)
         self.base_model_id = model_fingerprint(self.name_or_path)
         # the base encoder's (the cache's), as encoder_identity composes it
         self.vector_model_id = runtime_model_id(self.base_model_id, self.runtime) + chunk_suffix(self.settings)
         self.model_id = self.vector_model_id + (self.adapter.suffix if self.adapter is not None else "")
         if self.runtime in ONNX_RUNTIMES:
             self.device = "cpu"
-            artefact = ensure_artefact(self.name_or_path, self.runtime, home)
-            self.backend: TorchBackend | OnnxBackend = shared_backend(
-                ("onnx", str(artefact), self.settings.threads, self.settings.pooling),
-                lambda: OnnxBackend(artefact, self.settings.threads, self.settings.pooling,
-                                    per_text=self.runtime == "onnx-int8"))
         else:
             import torch  # deferred: seconds to import
 
             self.device = self.settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
-            self.backend = shared_backend(
-                ("torch", self.name_or_path, self.device, self.settings.pooling, self.settings.threads),
-                lambda: TorchBackend(self.name_or_path, self.device, self.settings.pooling, self.settings.threads))
         self.fp16 = self.runtime == "torch" and self.device.startswith("cuda")
         self._lock = threading.Lock()  # a fast tokenizer must not be used by two threads at once
+        self._load_lock = threading.Lock()
+        self._tokenizer: Any = None
+        self._backend: TorchBackend | OnnxBackend | None = None
         self.cache = EmbeddingCache(home / "embeddings.sqlite") if self.settings.cache else None
-        log.debug("encoder loaded", model=self.model_id, runtime=self.runtime, device=self.device)
+        if not lazy:
+            _ = self.tokenizer, self.backend  # loaded now: the first batch does not wait for them
+        log.debug("encoder loaded", model=self.model_id, runtime=self.runtime, device=self.device, lazy=lazy)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (loaded on first use when the encoder is ``lazy``)."""
+        if self._tokenizer is None:
+            with self._load_lock:
+                if self._tokenizer is None:
+                    from transformers import AutoTokenizer  # deferred: seconds to import (and torch with it)
+
+                    self._tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, fix_mistral_regex=False)
+        return self._tokenizer
+
+    @property
+    def backend(self) -> TorchBackend | OnnxBackend:
+        """The forward pass (an ONNX Runtime session or a torch model, :func:`shared_backend`; loaded on first use
+        when the encoder is ``lazy``, the ONNX artefact built then when it is missing).
+
+        Raises:
+            OSError: the model cannot be loaded; PermissionError: the ONNX artefact is missing and cannot be
+                built."""
+        if self._backend is None:
+            with self._load_lock:
+                if self._backend is None:
+                    self._backend = self._load_backend()
+        return self._backend
+
+    def _load_backend(self) -> TorchBackend | OnnxBackend:
+        if self.runtime in ONNX_RUNTIMES:
+            artefact = ensure_artefact(self.name_or_path, self.runtime, self.home)
+            return shared_backend(("onnx", str(artefact), self.settings.threads, self.settings.pooling),
+                                  lambda: OnnxBackend(artefact, self.settings.threads, self.settings.pooling,
+                                                      per_text=self.runtime == "onnx-int8"))
+        return shared_backend(("torch", self.name_or_path, self.device, self.settings.pooling, self.settings.threads),
+                              lambda: TorchBackend(self.name_or_path, self.device, self.settings.pooling,
+                                                   self.settings.threads))
 
     def space(self, role: Role) -> str:
         """The embedding space of a role: model identity, pooling, max_length and prefix (the base encoder's

@@ -3,6 +3,7 @@ stored with the record, and the only way a record that names it is served (never
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 
 import numpy as np
@@ -231,15 +232,18 @@ def test_the_grid_options_share_one_cross_fit_and_score_exactly_as_their_own_mod
     few, many = StackingOptions(candidates=6, iterations=20), StackingOptions(candidates=6, iterations=50)
     ev_few, model_few = comp.cross_fit(average, LabelVocab(labels), ctx, few, gold)
     ev_many, _model_many = comp.cross_fit(average, LabelVocab(labels), ctx, many, gold)
-    assert fits == [50] * 5 + [20] + [50]  # the folds once (with the most trees), then each option's full model
+    assert fits == [50] * 5  # the folds once (with the most trees); each option's full model when it is read
     assert model_few.classifier.n_iter_ == 20 and model_few.iterations is None
+    assert fits == [50] * 5 + [20] and not _model_many.fitted  # the option not read is never fitted
+    rows, cols, X, names = comp.pairs(average, LabelVocab(labels), ctx, few)
+    direct = real_fit(X, gold[rows, cols].astype(bool), names, 20)
+    assert pickle.dumps(direct.classifier) == pickle.dumps(model_few.classifier)  # the model fit_model gives
 
     alone = StackingComponent()  # the same option cross-fitted on its own: fold models of 20 trees
     monkeypatch.setattr(StackingComponent, "GRID", ({"candidates": 6, "iterations": 20},))
     ev_alone, _ = alone.cross_fit(average, LabelVocab(labels), ctx, few, gold)
     assert np.array_equal(ev_few.scored[2], ev_alone.scored[2])
     assert not np.array_equal(ev_few.scored[2], ev_many.scored[2])
-    _rows, _cols, X, _names = comp.pairs(average, LabelVocab(labels), ctx, few)
     for shared_model, own_model in zip(ev_few.models, ev_alone.models, strict=True):
         assert own_model.classifier.n_iter_ == 20 and shared_model.classifier.n_iter_ == 50
         assert np.array_equal(shared_model.probabilities(X), own_model.probabilities(X))

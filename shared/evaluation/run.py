@@ -21,7 +21,7 @@ from newsmon.shared.config import Settings
 from newsmon.shared.data import Article, Corpus
 from newsmon.shared.evaluation.neighbours import retrieve_neighbours
 from newsmon.shared.evaluation.report import ratios_to_peer, ratios_to_svm, write_outputs
-from newsmon.shared.evaluation.usage import peak_rss_mib, reset_peak
+from newsmon.shared.evaluation.usage import peak_rss_mib, release_free_heap, reset_peak
 from newsmon.shared.metrics import FREQUENT_MIN, RARE_MAX, evaluate, f1_by_frequency
 from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.predictors import LabelVocab, Predictor, QueryBatch, TrainingSet, available, predictor_class
@@ -203,7 +203,9 @@ def _usage(p: Predictor, seconds: float, peak_reset: bool) -> dict:
 def _evaluate_one(p: Predictor, train_set: TrainingSet, test_q: QueryBatch, val_q: QueryBatch, labels: Labels,
                   report: dict, tune: int, progress: bool, study: dict) -> None:
     """Fit, score and decide with one predictor (and its tuned copy when ``tune`` and it is tunable); add the
-    entries to ``report["methods"]``."""
+    entries to ``report["methods"]``. The memory freed before it is handed back first
+    (:func:`~newsmon.shared.evaluation.usage.release_free_heap`), so its peak RSS starts from what is in use."""
+    release_free_heap()
     t0 = time.perf_counter()
     if progress:
         log.info(f"evaluating {p.display_name}", labels=labels.n_train_labels)

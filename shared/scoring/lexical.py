@@ -104,11 +104,20 @@ def local_tfidf_cosine(query: sp.csr_matrix, candidates: sp.csr_matrix) -> np.nd
     return out
 
 
-def lexical_cosines(retrieval: Retrieval, query_texts: Sequence[str], terms: TermVectors | None = None
-                    ) -> np.ndarray:
+def lexical_cosines(retrieval: Retrieval, query_texts: Sequence[str], terms: TermVectors | None = None,
+                    queries: sp.csr_matrix | None = None) -> np.ndarray:
     """``(m, K)`` float32 local TF-IDF cosine (:func:`local_tfidf_cosine`) of each query's candidates (0 where
     a candidate is missing), the lexical half of :func:`fuse`: it depends on the candidates only, not on the
     weight, so a search over weights computes it once.
+
+    Equal, bit for bit, to :func:`local_tfidf_cosine` of each query's row and its candidates' rows
+    (:func:`_candidate_rows`), computed without its per-query sorts: each distinct candidate's row is read once
+    (its stored lexical vector, or its text's row) and its hashed terms numbered over the union of the candidates'
+    and the queries' terms, so a query's document frequencies are one ``bincount`` and its terms one lookup.
+
+    Args:
+        queries: the ``(m, 2^20)`` term rows of ``query_texts`` when already at hand (:meth:`TermVectors.rows`;
+            a calibration reads them for several candidate sets).
 
     Raises:
         ValueError: no candidate texts or stored terms."""
@@ -116,13 +125,112 @@ def lexical_cosines(retrieval: Retrieval, query_texts: Sequence[str], terms: Ter
         raise ValueError("hybrid retrieval needs the candidates' texts or stored terms (search with payloads)")
     terms = terms or TermVectors()
     m, n = retrieval.sims.shape
-    Q = terms.rows(list(query_texts))
+    Q = queries if queries is not None else terms.rows(list(query_texts))
     out = np.zeros((m, n), dtype=np.float32)
+    if not m or not n:
+        return out
+    slot, idx, data = _candidate_table(retrieval, terms)
+    lens = np.array([len(x) for x in idx], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64) if len(lens) else np.zeros(0, np.int64)
+    q_idx_all = np.asarray(Q.indices, dtype=np.int64)
+    flat_idx = np.concatenate(idx + [np.zeros(0, np.int64)])
+    flat_data = np.concatenate(data + [np.zeros(0, np.float64)])
+    vocab = np.unique(np.concatenate([flat_idx, q_idx_all]))
+    V = len(vocab)
+    flat_c = np.searchsorted(vocab, flat_idx)
+    q_c_all = np.searchsorted(vocab, q_idx_all)
+    canonical = bool(Q.has_canonical_format)  # no repeated term in a query row (else the reference, per row)
+    q_w_dense, q_mask = np.zeros(V, dtype=np.float64), np.zeros(V, dtype=bool)  # scratch, zero between queries
     for i in range(m):
-        present = np.flatnonzero(np.isfinite(retrieval.sims[i]))
-        if len(present):
+        present = np.flatnonzero(slot[i] >= 0)
+        if not len(present):
+            continue
+        if not canonical:
             out[i, present] = local_tfidf_cosine(Q[i], _candidate_rows(retrieval, i, present, terms))
+            continue
+        lo, hi = Q.indptr[i], Q.indptr[i + 1]
+        s = slot[i, present]
+        if hi == lo or not lens[s].sum():
+            continue
+        cos, ok = _numbered_cosine(lens[s], starts[s], flat_c, flat_data, q_c_all[lo:hi],
+                                   np.asarray(Q.data[lo:hi], dtype=np.float64), q_w_dense, q_mask)
+        out[i, present[ok]] = cos[ok]
     return out
+
+
+def _numbered_cosine(ln: np.ndarray, st: np.ndarray, flat_c: np.ndarray, flat_data: np.ndarray, q_c: np.ndarray,
+                     q_data: np.ndarray, q_w_dense: np.ndarray, q_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`local_tfidf_cosine` of one query (its numbered terms ``q_c`` with their float64 weights ``q_data``)
+    and its ``k`` candidates (their term counts ``ln`` and offsets ``st`` in the numbered table ``flat_c`` /
+    ``flat_data``), the same operations on the same values in the same order: ((k,) float32 cosines, (k,) bool
+    where defined). ``q_w_dense`` / ``q_mask``: zeroed scratch arrays over the numbered terms (left zeroed)."""
+    k, total = len(ln), int(ln.sum())
+    ends = np.cumsum(ln)
+    pos = np.repeat(st - (ends - ln), ln) + np.arange(total)
+    c_c, d = flat_c[pos], flat_data[pos]
+    rows = np.repeat(np.arange(k), ln)
+    df_all = np.bincount(c_c, minlength=len(q_mask))
+    idf_of_df = np.log((1.0 + k) / (1.0 + np.arange(k + 1))) + 1.0  # the same values, once per df
+    d_w = d * idf_of_df[df_all][c_c]
+    dn = np.sqrt(np.bincount(rows, weights=d_w * d_w, minlength=k))
+    q_df = df_all[q_c]
+    q_w = q_data * np.where(q_df > 0, np.log((1.0 + k) / (1.0 + q_df)) + 1.0, 1.0)
+    qn = float(np.sqrt(np.dot(q_w, q_w)))
+    q_w_dense[q_c], q_mask[q_c] = q_w, True
+    hit = q_mask[c_c]
+    dots = np.bincount(rows[hit], weights=d_w[hit] * q_w_dense[c_c[hit]], minlength=k)
+    q_w_dense[q_c], q_mask[q_c] = 0.0, False
+    ok = (dn > 0) & (qn > 0)
+    cos = np.zeros(k, dtype=np.float32)
+    cos[ok] = (dots[ok] / (dn[ok] * qn)).astype(np.float32)
+    return cos, ok
+
+
+def _candidate_table(retrieval: Retrieval, terms: TermVectors
+                     ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    """The candidates' rows, each distinct one read once: (``(m, K)`` int64 slot of each present candidate, -1
+    where missing; per slot, its hashed term indices ``int64`` and weights ``float64`` (the float32 values
+    :func:`_candidate_rows` stores, widened as :func:`local_tfidf_cosine` reads them)). A stored lexical vector is
+    one slot per stored object (the memory's search shares one per article); a candidate without one is its text's
+    row (:class:`TermVectors`, by article id, texts read in the queries' order, as :func:`_candidate_rows` reads
+    them)."""
+    m, n = retrieval.sims.shape
+    slot = np.full((m, n), -1, dtype=np.int64)
+    idx: list[np.ndarray] = []
+    data: list[np.ndarray] = []
+    by_object: dict[int, int] = {}
+    by_id: dict[str, int] = {}
+    todo: list[tuple[int, str, str]] = []  # (slot, id, text) of the candidates without stored terms, first seen first
+    finite = np.isfinite(retrieval.sims)
+    for i in range(m):
+        stored = retrieval.terms[i] if retrieval.terms is not None else None
+        for j in np.flatnonzero(finite[i]).tolist():
+            x = stored[j] if stored is not None else None
+            if x is not None:
+                got = by_object.get(id(x))
+                if got is None:
+                    got = by_object[id(x)] = len(idx)
+                    idx.append(np.asarray(np.asarray(x[0], dtype=np.int32), dtype=np.int64))
+                    data.append(np.asarray(np.asarray(x[1], dtype=np.float32), dtype=np.float64))
+                slot[i, j] = got
+            else:
+                key = str(retrieval.ids[i, j])
+                got = by_id.get(key) if key else None
+                if got is None:  # (an id-less candidate is a slot of its own: its row is not cached)
+                    got = len(idx)
+                    if key:
+                        by_id[key] = got
+                    idx.append(np.zeros(0, np.int64))
+                    data.append(np.zeros(0, np.float64))
+                    todo.append((got, key, retrieval.texts[i][j] if retrieval.texts is not None else ""))
+                slot[i, j] = got
+    if todo:
+        X = terms.rows([t for _s, _k, t in todo], [k for _s, k, _t in todo])
+        for r, (at, _k, _t) in enumerate(todo):
+            lo, hi = X.indptr[r], X.indptr[r + 1]
+            idx[at] = np.asarray(np.asarray(X.indices[lo:hi], dtype=np.int32), dtype=np.int64)
+            data[at] = np.asarray(np.asarray(X.data[lo:hi], dtype=np.float32), dtype=np.float64)
+    return slot, idx, data
 
 
 def fuse(retrieval: Retrieval, query_texts: Sequence[str], weight: float, k: int,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from newsmon.shared.scoring.retrieval import aggregate
+from newsmon.shared.scoring.retrieval import aggregate, aggregate_sparse
 
 
 def neighbour_weights(sims: np.ndarray, k: int, tau: float) -> np.ndarray:
@@ -48,3 +48,21 @@ def rae_xmc_scores(sims: np.ndarray, label_rows: sp.csr_matrix, k: int = 50, tau
     k = min(k, K)
     w = neighbour_weights(sims, k, tau) * lam
     return aggregate(w, label_rows, K, n_labels or label_rows.shape[1])
+
+
+def rae_xmc_scores_sparse(sims: np.ndarray, label_rows: sp.csr_matrix, k: int = 50, tau: float = 0.04,
+                          lam: float = 1.0, n_labels: int | None = None) -> sp.csr_matrix:
+    """:func:`rae_xmc_scores` as an ``(m, n_labels)`` float32 CSR matrix (the scores a query's first ``k``
+    neighbours give; ``.toarray()`` is :func:`rae_xmc_scores`, bit for bit), for the calibration's grid, whose
+    threshold sweep reads the stored scores only.
+
+    Raises:
+        ValueError: as :func:`rae_xmc_scores`."""
+    K = sims.shape[1]
+    if k < 1 or tau <= 0:
+        raise ValueError(f"need k >= 1 and tau > 0, got k={k}, tau={tau}")
+    if label_rows.shape[0] != sims.shape[0] * K:
+        raise ValueError(f"label_rows has {label_rows.shape[0]} rows, expected {sims.shape[0] * K}")
+    k = min(k, K)
+    w = neighbour_weights(sims, k, tau) * lam
+    return aggregate_sparse(w, label_rows, K, n_labels or label_rows.shape[1])

@@ -210,14 +210,27 @@ def aggregate(weights: np.ndarray, label_rows: sp.csr_matrix, K: int, n_labels: 
         weights: ``(m, k)`` weights of each query's first ``k <= K`` neighbours.
         label_rows: ``(m * K, L')`` 0/1 label rows (:meth:`Retrieval.label_matrix`); widened to ``n_labels``.
     """
+    return np.asarray(_weighted_labels(weights, label_rows, K, n_labels).todense(), dtype=np.float32)
+
+
+def aggregate_sparse(weights: np.ndarray, label_rows: sp.csr_matrix, K: int, n_labels: int) -> sp.csr_matrix:
+    """:func:`aggregate` as an ``(m, L)`` float32 CSR matrix (no repeated entries; ``.toarray()`` equals
+    :func:`aggregate`, bit for bit)."""
+    C = _weighted_labels(weights, label_rows, K, n_labels)
+    return sp.csr_matrix((np.asarray(C.data, dtype=np.float32), C.indices, C.indptr), shape=C.shape)
+
+
+def _weighted_labels(weights: np.ndarray, label_rows: sp.csr_matrix, K: int, n_labels: int) -> sp.csr_matrix:
+    """The ``(m, n_labels)`` float64 CSR product of :func:`aggregate`."""
     m, k = weights.shape
-    rows = np.repeat(np.arange(m), k)
     cols = (np.arange(m)[:, None] * K + np.arange(k)[None, :]).reshape(-1)
-    W = sp.csr_matrix((weights.reshape(-1), (rows, cols)), shape=(m, label_rows.shape[0]))
+    # the CSR matrix a (rows, cols) triplet gives (its entries in this order), built without the conversion
+    W = sp.csr_matrix((np.ascontiguousarray(weights).reshape(-1), cols, np.arange(0, m * k + 1, k)),
+                      shape=(m, label_rows.shape[0]))
     Y = label_rows
     if Y.shape[1] < n_labels:
         Y = sp.csr_matrix((Y.data, Y.indices, Y.indptr), shape=(Y.shape[0], n_labels))
-    return np.asarray((W @ Y).todense(), dtype=np.float32)
+    return sp.csr_matrix(W @ Y)
 
 
 @dataclass

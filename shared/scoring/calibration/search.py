@@ -32,14 +32,15 @@ import itertools
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.scoring.calibration.inputs import CalibrationSet
-from newsmon.shared.scoring.calibration.run import GRID_THRESHOLD, CalibrationRun, gold_matrix, pad
+from newsmon.shared.scoring.calibration.run import GRID_THRESHOLD, CalibrationRun, gold_matrix
 from newsmon.shared.scoring.objective import Objective
 from newsmon.shared.scoring.calibration.result import LEXICAL_CANDIDATES, CalibrationResult
 from newsmon.shared.scoring.lexical import TermVectors, fuse, lexical_cosines
-from newsmon.shared.scoring.rae_xmc import rae_xmc_scores
+from newsmon.shared.scoring.rae_xmc import rae_xmc_scores_sparse
 from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
 from newsmon.shared.scoring.rules import rules as registered_rules
 
@@ -61,22 +62,31 @@ def _base_grid(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], extra: d
     L = Yt.shape[1]
     best: tuple | None = None
     for k, tau in itertools.product([k for k in GRID_K if k <= retrieval.k] or [retrieval.k], GRID_TAU):
-        S = pad(rae_xmc_scores(retrieval.sims, rows, k, tau, 1.0, rows.shape[1]), L)[:, :L]
-        for thr, parts in zip(GRID_THRESHOLD, judge.sweep(Yt, S, GRID_THRESHOLD), strict=True):
+        S = _columns(rae_xmc_scores_sparse(retrieval.sims, rows, k, tau, 1.0, rows.shape[1]), L)
+        for thr, parts in zip(GRID_THRESHOLD, judge.sweep_sparse(Yt, S, GRID_THRESHOLD), strict=True):
             if best is None or judge.value(parts) > best[0] + 1e-12:
                 best = (judge.value(parts), (k, tau, float(thr)), S)
     (k, tau, thr) = best[1]
-    parts = judge.parts(Yt, best[2] > np.float64(thr))  # its figures, macro-F1 too (float64, as the decision)
+    parts = judge.parts(Yt, best[2].toarray() > np.float64(thr))  # its figures, macro-F1 too (float64, as decided)
     return best[0], ScoringParams(top_k=k, tau=tau, threshold=thr, **extra), parts
 
 
-def _lexical_step(cal: CalibrationSet, terms: TermVectors, Yt: np.ndarray, labels: list[str], search: bool
-                  ) -> tuple[Found, Retrieval]:
+def _columns(S: sp.csr_matrix, L: int) -> sp.csr_matrix:
+    """``(m, L)``: the CSR scores ``S`` cut or widened (zero columns) to ``L`` columns, as :func:`.run.pad` does
+    a dense matrix."""
+    if S.shape[1] > L:
+        return sp.csr_matrix(S[:, :L])
+    return sp.csr_matrix((S.data, S.indices, S.indptr), shape=(S.shape[0], L))
+
+
+def _lexical_step(cal: CalibrationSet, terms: TermVectors, Yt: np.ndarray, labels: list[str], search: bool,
+                  queries: sp.csr_matrix | None = None) -> tuple[Found, Retrieval]:
     """The best base grid over the lexical weights of :data:`GRID_LEXICAL` (hybrid retrieval's fusion), with the
     fused retrieval it was found on. ``search``: the candidates are the dense top-N united with the lexical top-N
-    (the calibration's retrieval); else the dense top-N alone (its first :data:`LEXICAL_CANDIDATES` by cosine)."""
+    (the calibration's retrieval); else the dense top-N alone (its first :data:`LEXICAL_CANDIDATES` by cosine).
+    ``queries``: the term rows of ``cal.texts`` when already at hand (both steps read the same)."""
     candidates = cal.retrieval if search else cal.retrieval.head(LEXICAL_CANDIDATES)
-    lexical = lexical_cosines(candidates, cal.texts, terms)  # one pass of the texts for every weight
+    lexical = lexical_cosines(candidates, cal.texts, terms, queries)  # one pass of the texts for every weight
     best = None
     for w in GRID_LEXICAL:
         fused = fuse(candidates, cal.texts, w, max(GRID_K), terms, lexical)
@@ -119,8 +129,9 @@ def calibrate(cal: CalibrationSet, terms: TermVectors | None = None, rules: tupl
     run.record("base (k, tau, threshold)", params, run.parts, True, why="the best of the k, tau and threshold grid")
     if cal.texts is not None and cal.retrieval.texts is not None:
         terms = terms or TermVectors()
+        queries = terms.rows(list(cal.texts))  # the calibration articles' term rows, for both steps
         for name, search in (("+ lexical fusion", False), ("+ lexical search", True)):
-            (_obj, found, _parts), fused = _lexical_step(cal, terms, Yt, vocab.labels, search)
+            (_obj, found, _parts), fused = _lexical_step(cal, terms, Yt, vocab.labels, search, queries)
             if run.offer(name, found, run.decide(found, retrieval=fused)):
                 run.use_retrieval(fused)
     for comp in cal.components():

@@ -18,8 +18,9 @@ corpora: the docs' "Method and calibration" and measurements).
 
 Features are hashed (no vocabulary to ship), restricted to the hashed columns that occur in at least 2 training
 articles; TF is sublinear, IDF smooth (scikit-learn's ``1 + ln((1 + n) / (1 + df))``), rows unit length.
-Fitting is deterministic (``liblinear`` with a fixed seed), so a worker that fits the model from its memory
-under a calibration record gets the model the calibration chose.
+Fitting is deterministic (``liblinear`` with a fixed seed, BLAS on one thread: :func:`one_blas_thread`), so a worker
+that fits the model from its memory under a calibration record gets the model the calibration chose, whatever its
+thread count.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import Field
 from sklearn.linear_model import LogisticRegression
+from threadpoolctl import threadpool_limits
 
 from newsmon.schemas.scoring import Options
 from newsmon.shared.scoring.arrays import save_arrays
@@ -50,6 +52,15 @@ TOKEN_PATTERN = r"(?u)\w+|[^\w\s]"
 FOLDS = 5
 
 _VECTORIZER = hashing_vectorizer(TOKEN_PATTERN)
+
+
+def one_blas_thread() -> Any:
+    """A context in which BLAS runs on one thread. liblinear's trust-region Newton solver (the logistic
+    regressions) sums its dot products and norms with BLAS, which splits a long vector (more than 10,000
+    columns: the head model of reuters21578_en has 16,000) across its threads and adds the parts: the model depended
+    on the machine's thread count (coefficients 1 ulp apart with 1 and 2 threads), and on a busy machine most of a
+    fit was spent waiting for the second thread (6x slower than one thread beside other jobs)."""
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 def style_rows(texts: Sequence[str]) -> sp.csr_matrix:
@@ -116,9 +127,10 @@ class HeadModel:
         self.coef = np.zeros((0, 0), dtype=np.float32)  # (H, V)
         self.intercept = np.zeros(0, dtype=np.float32)
 
-    def fit(self, texts: Sequence[str], label_sets: Sequence[Sequence[str]]) -> HeadModel:
+    def fit(self, texts: Sequence[str], label_sets: Sequence[Sequence[str]], rows: sp.csr_matrix | None = None
+            ) -> HeadModel:
         """Fit on ``n`` articles and their label sets; a label on every article (or on too few) gets no model.
-        Returns self."""
+        ``rows``: the texts' :func:`style_rows` when already at hand (the same rows it computes). Returns self."""
         counts: dict[str, int] = {}
         for labels in label_sets:
             for lb in set(labels):
@@ -127,17 +139,18 @@ class HeadModel:
         self.labels = sorted(lb for lb, c in counts.items() if self.min_articles <= c < n)
         if not self.labels:
             return self
-        X = style_rows(texts)
+        X = rows if rows is not None else style_rows(texts)
         df = np.bincount(X.indices, minlength=X.shape[1])
         self.columns = np.flatnonzero(df >= 2)
         self.idf = (1.0 + np.log((1.0 + n) / (1.0 + df[self.columns]))).astype(np.float32)
         Z = self._weighted(X[:, self.columns])
         coef, icpt = [], []
-        for lb in self.labels:
-            y = np.fromiter((lb in labels for labels in label_sets), dtype=bool, count=n)
-            m = LogisticRegression(C=self.c, solver="liblinear", random_state=0).fit(Z, y)
-            coef.append(m.coef_[0])
-            icpt.append(m.intercept_[0])
+        with one_blas_thread():
+            for lb in self.labels:
+                y = np.fromiter((lb in labels for labels in label_sets), dtype=bool, count=n)
+                m = LogisticRegression(C=self.c, solver="liblinear", random_state=0).fit(Z, y)
+                coef.append(m.coef_[0])
+                icpt.append(m.intercept_[0])
         self.coef = np.asarray(coef, dtype=np.float32)
         self.intercept = np.asarray(icpt, dtype=np.float32)
         return self
@@ -148,11 +161,12 @@ class HeadModel:
         norms = np.sqrt(np.asarray(Z.multiply(Z).sum(axis=1)).ravel())
         return sp.csr_matrix(sp.diags(1.0 / np.where(norms > 0, norms, 1.0)) @ Z, dtype=np.float32)
 
-    def scores(self, texts: Sequence[str]) -> HeadScores:
-        """:class:`HeadScores` ``(m, H)`` of ``m`` texts: each head label's probability ``sigmoid(w . x + b)``."""
+    def scores(self, texts: Sequence[str], rows: sp.csr_matrix | None = None) -> HeadScores:
+        """:class:`HeadScores` ``(m, H)`` of ``m`` texts: each head label's probability ``sigmoid(w . x + b)``
+        (``rows``: the texts' :func:`style_rows` when already at hand)."""
         if not self.labels:
             return HeadScores([], np.zeros((len(texts), 0), dtype=np.float32))
-        Z = self._weighted(style_rows(texts)[:, self.columns])
+        Z = self._weighted((rows if rows is not None else style_rows(texts))[:, self.columns])
         logits = np.asarray(Z @ self.coef.T) + self.intercept[None, :]
         return HeadScores(list(self.labels), (1.0 / (1.0 + np.exp(-logits))).astype(np.float32))
 
@@ -162,16 +176,20 @@ def out_of_fold(texts: Sequence[str], label_sets: Sequence[Sequence[str]], c: fl
     """The head model's probabilities for ``n`` memory articles, each from a model fitted without its fold
     (``folds`` folds by position modulo ``folds``: the calibration's counterpart of leave-one-out). The labels are
     those of the model fitted on all ``n`` (what the workers fit; ``full`` when already fitted); a fold's model
-    that lacks one gives it 0."""
+    that lacks one gives it 0. The texts are tokenised once (each fold's rows are the same rows of them)."""
     full = full if full is not None else HeadModel(c).fit(texts, label_sets)
     out = np.zeros((len(texts), len(full.labels)), dtype=np.float32)
+    if not full.labels:  # no fold model can have a label the full model lacks
+        return HeadScores([], out)
+    X = style_rows(texts)
     fold = np.arange(len(texts)) % folds
     for f in range(folds):
         held, rest = np.flatnonzero(fold == f), np.flatnonzero(fold != f)
         if not len(held):
             continue
         part = HeadModel(c, max(1, full.min_articles * (folds - 1) // folds)).fit(
-            [texts[i] for i in rest], [label_sets[i] for i in rest]).scores([texts[i] for i in held])
+            [texts[i] for i in rest], [label_sets[i] for i in rest], X[rest]).scores([texts[i] for i in held],
+                                                                                      X[held])
         cols = {lb: j for j, lb in enumerate(part.labels)}
         for j, lb in enumerate(full.labels):
             if lb in cols:

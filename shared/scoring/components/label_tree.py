@@ -107,26 +107,30 @@ class LabelTree:
     columns: np.ndarray
     idf: np.ndarray
 
-    def features(self, texts: Sequence[str]) -> sp.csr_matrix:
-        """``(m, V)`` float32 unit rows of sublinear TF times IDF over the kept columns."""
-        X = term_rows(list(texts))[:, self.columns]
+    def features(self, texts: Sequence[str], rows: sp.csr_matrix | None = None) -> sp.csr_matrix:
+        """``(m, V)`` float32 unit rows of sublinear TF times IDF over the kept columns (``rows``: the texts'
+        :func:`~newsmon.shared.terms.term_rows` when already at hand)."""
+        X = (rows if rows is not None else term_rows(list(texts)))[:, self.columns]
         Z = sp.csr_matrix(X.multiply(self.idf[None, :]), dtype=np.float32)
         norms = np.sqrt(np.asarray(Z.multiply(Z).sum(axis=1)).ravel())
         return sp.csr_matrix(sp.diags(1.0 / np.where(norms > 0, norms, 1.0)) @ Z, dtype=np.float32)
 
-    def scores(self, texts: Sequence[str], top: int = TOP) -> TopLabels:
-        """The ``top`` labels of each of ``m`` texts with their probabilities."""
+    def scores(self, texts: Sequence[str], top: int = TOP, rows: sp.csr_matrix | None = None) -> TopLabels:
+        """The ``top`` labels of each of ``m`` texts with their probabilities (``rows``: their term rows when
+        already at hand)."""
         k = min(top, len(self.labels))
         if self.model is None or not len(texts):
             return TopLabels([[] for _ in texts], np.zeros((len(texts), k), dtype=np.float32))
-        index, scores = self.model.predict(self.features(texts), k, BEAM)
+        index, scores = self.model.predict(self.features(texts, rows), k, BEAM)
         return TopLabels([[self.labels[j] for j in row if j >= 0] for row in index], scores)
 
 
-def fit_tree(texts: Sequence[str], label_sets: Sequence[Sequence[str]]) -> LabelTree:
-    """Train the tree on ``n`` articles and their label sets (:func:`~.parabel.train_forest`)."""
+def fit_tree(texts: Sequence[str], label_sets: Sequence[Sequence[str]], rows: sp.csr_matrix | None = None
+             ) -> LabelTree:
+    """Train the tree on ``n`` articles and their label sets (:func:`~.parabel.train_forest`); ``rows``: the
+    texts' term rows when already at hand (tokenised once either way)."""
     labels = sorted({lb for ls in label_sets for lb in ls})
-    X = term_rows(list(texts))
+    X = rows if rows is not None else term_rows(list(texts))
     df = np.bincount(X.indices, minlength=X.shape[1])
     columns = np.flatnonzero(df >= 2)
     n = len(texts)
@@ -135,15 +139,24 @@ def fit_tree(texts: Sequence[str], label_sets: Sequence[Sequence[str]]) -> Label
     if not labels or not len(columns):
         return fitted
     index = {lb: j for j, lb in enumerate(labels)}
-    fitted.model = train_forest(fitted.features(texts), [sorted({index[lb] for lb in ls}) for ls in label_sets],
+    fitted.model = train_forest(fitted.features(texts, X), [sorted({index[lb] for lb in ls}) for ls in label_sets],
                                 len(labels))
     return fitted
 
 
 def out_of_fold(texts: Sequence[str], label_sets: Sequence[Sequence[str]], folds: int = FOLDS) -> TopLabels:
     """The tree's best labels for ``n`` memory articles, each from a tree trained without its fold (by position
-    modulo ``folds``)."""
-    return top_labels_out_of_fold(texts, label_sets, lambda t, ls, held: fit_tree(t, ls).scores(held), folds)
+    modulo ``folds``). The texts are tokenised once (each fold's tree reads the same rows of them)."""
+    X = term_rows(list(texts))
+    fold = np.arange(len(texts)) % folds
+    splits = iter([(np.flatnonzero(fold != f), np.flatnonzero(fold == f)) for f in range(folds)
+                   if (fold == f).any() and (fold != f).any()])  # the folds top_labels_out_of_fold fits, in order
+
+    def fit_and_score(t: list[str], ls: list[Sequence[str]], held: list[str]) -> TopLabels:
+        rest_i, held_i = next(splits)
+        return fit_tree(t, ls, X[rest_i]).scores(held, rows=X[held_i])
+
+    return top_labels_out_of_fold(texts, label_sets, fit_and_score, folds)
 
 
 def top_labels_out_of_fold(texts: Sequence[str], label_sets: Sequence[Sequence[str]],

@@ -121,6 +121,38 @@ def fit_model(X: np.ndarray, y: np.ndarray, components: list[str], iterations: i
         return StackingModel(components, clf.fit(X, y))
 
 
+class DeferredStackingModel(StackingModel):
+    """:func:`fit_model` of ``(p, f)`` features and ``(p,)`` bool targets, fitted at the first read of its
+    ``classifier`` or ``constant`` (its probabilities, its :meth:`StackingComponent.save`): the calibration makes
+    the model fitted on all its articles for every option it tries, and only the option it keeps is ever read (the
+    record stores it); the others are never fitted. Once fitted it is the model :func:`fit_model` gives."""
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, components: list[str], iterations: int) -> None:
+        self.components, self.iterations = components, None
+        self._inputs: tuple[np.ndarray, np.ndarray, int] | None = (X, y, iterations)
+        self._fitted: StackingModel | None = None
+
+    def _model(self) -> StackingModel:
+        if self._fitted is None:
+            assert self._inputs is not None  # dropped once fitted
+            X, y, iterations = self._inputs
+            self._fitted, self._inputs = fit_model(X, y, self.components, iterations), None
+        return self._fitted
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the model has been fitted (read) yet."""
+        return self._fitted is not None
+
+    @property  # type: ignore[override,misc]
+    def classifier(self) -> Any:
+        return self._model().classifier
+
+    @property  # type: ignore[override,misc]
+    def constant(self) -> float:  # type: ignore[override]
+        return self._model().constant
+
+
 def _digest(a: np.ndarray) -> str:
     """A content hash of an array (its dtype, shape and bytes)."""
     h = hashlib.sha256(f"{a.dtype}{a.shape}".encode())
@@ -273,7 +305,8 @@ class StackingComponent(ScoreComponent):
     def cross_fit(self, scores: np.ndarray, vocab: LabelVocab, context: MixContext, options: StackingOptions,
                   gold: np.ndarray, folds: int = FOLDS) -> tuple[StackingEvidence, StackingModel]:
         """For the calibration: (the cross-fitted evidence of its ``m`` articles, each article's pairs scored by a
-        model fitted on the other folds' pairs; the model fitted on all of them, which the record stores).
+        model fitted on the other folds' pairs; the model fitted on all of them, which the record stores, fitted when
+        it is first read: :class:`DeferredStackingModel`).
 
         Args:
             scores: ``(m, L)`` the weighted scores so far; gold: ``(m, >= L)`` bool gold labels over the same
@@ -287,7 +320,7 @@ class StackingComponent(ScoreComponent):
             models.append(StackingModel(model.components, model.classifier, model.constant, options.iterations))
             probs[fold[rows] == f] = held_probs[options.iterations]
         return (StackingEvidence(models, fold, (rows, cols, probs)),
-                fit_model(X, y, names, options.iterations))
+                DeferredStackingModel(X, y, names, options.iterations))
 
     def _folds(self, X: np.ndarray, y: np.ndarray, fold: np.ndarray, names: list[str], options: StackingOptions,
                folds: int) -> list[tuple[StackingModel, dict[int, np.ndarray]]]:
