@@ -77,9 +77,8 @@ class CalibrationRecord(BaseModel):
         models: the sha256 of the per-record models stored with it (:mod:`newsmon.shared.scoring.stored`: the score
             components' models it judged and the memory's label counts); None in records written before them (the
             workers then fit the models from the memory).
-        labels: the labels of the memory it was fitted on, sorted; the new-label rule
-            (:mod:`newsmon.shared.scoring.rules.new_label_support`) serves every other label (confirmed since). None in
-            records written before this field: the rule is then off.
+        labels: the labels of the memory it was fitted on, sorted; a decision rule for new labels serves every
+            other label (confirmed since). None in records written before this field: such a rule is then off.
         selection: the selection report: per lever tried, in order, ``step``, ``kept``, ``why`` and its ``lift``
             (figure -> [lift, low, high] on the calibration articles:
             :mod:`newsmon.shared.scoring.calibration.selection`); None in records written before it.
