@@ -292,11 +292,9 @@ class CalibrationSettings(BaseModel):
                                      "leave-one-out (a sample of a larger memory; its bootstrap interval says what "
                                      "it implies).")
     adapted_memory_articles: bool = Field(
-        False, description="Calibrate an adapted model (a linear adapter on the stored vectors, the nightly job's CPU "
-        "candidate) on its memory's own articles leave-one-out too, as production is calibrated, instead of on the "
-        "validation split alone. The adapter was trained on those articles, so their neighbourhoods may flatter it; "
-        "the gate still judges on held-out articles. Off: the validation split alone (on sentinews_sl 167 articles "
-        "instead of production's 1,317).")
+        False, description="Calibrate an adapted model (the nightly job's CPU candidate) on its memory's own articles "
+        "leave-one-out too, as production is, not on the validation split alone. The adapter was trained on them, "
+        "so they may flatter it; the gate still judges on held-out articles. Off: the validation split alone.")
 
 
 class LabelSettings(BaseModel):
@@ -331,9 +329,8 @@ class TrainingSettings(BaseModel):
                                              "Shown with its password masked.")
     tolerance: float = Field(0.005, ge=0, description="Promote a candidate unless its calibrated newsmon row's "
                              "micro-F1 or subset accuracy is worse than the current model's by more than this.")
-    keep_refused: bool = Field(False, description="Keep a refused candidate's copy of the memory, its calibration "
-                               "records and stored models for inspection; off: the rollout deletes them (a full copy "
-                               "of the memory per refused night).")
+    keep_refused: bool = Field(False, description="Keep a refused candidate's copy of the memory, its records and "
+                               "models (off: the rollout deletes them; a full copy of the memory per refused night).")
     max_steps: int | None = Field(None, ge=1, description="Cap on optimiser steps (CPU budgets); unset = epochs.")
     cpu_budget: Literal["adapter", "finetune"] = Field(
         "adapter", description="What the nightly job trains where no CUDA is present. adapter: a linear map on "
