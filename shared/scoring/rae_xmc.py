@@ -40,14 +40,8 @@ def rae_xmc_scores(sims: np.ndarray, label_rows: sp.csr_matrix, k: int = 50, tau
     Raises:
         ValueError: ``k < 1``, ``tau <= 0`` or shapes that do not fit.
     """
-    K = sims.shape[1]
-    if k < 1 or tau <= 0:
-        raise ValueError(f"need k >= 1 and tau > 0, got k={k}, tau={tau}")
-    if label_rows.shape[0] != sims.shape[0] * K:
-        raise ValueError(f"label_rows has {label_rows.shape[0]} rows, expected {sims.shape[0] * K}")
-    k = min(k, K)
-    w = neighbour_weights(sims, k, tau) * lam
-    return aggregate(w, label_rows, K, n_labels or label_rows.shape[1])
+    w = _checked_weights(sims, label_rows, k, tau, lam)
+    return aggregate(w, label_rows, sims.shape[1], n_labels or label_rows.shape[1])
 
 
 def rae_xmc_scores_sparse(sims: np.ndarray, label_rows: sp.csr_matrix, k: int = 50, tau: float = 0.04,
@@ -58,11 +52,16 @@ def rae_xmc_scores_sparse(sims: np.ndarray, label_rows: sp.csr_matrix, k: int = 
 
     Raises:
         ValueError: as :func:`rae_xmc_scores`."""
+    w = _checked_weights(sims, label_rows, k, tau, lam)
+    return aggregate_sparse(w, label_rows, sims.shape[1], n_labels or label_rows.shape[1])
+
+
+def _checked_weights(sims: np.ndarray, label_rows: sp.csr_matrix, k: int, tau: float, lam: float) -> np.ndarray:
+    """``(m, K)`` neighbour weights ``lambda * softmax(s / tau)`` over each query's first ``min(k, K)`` neighbours,
+    after checking the arguments (the errors of :func:`rae_xmc_scores`)."""
     K = sims.shape[1]
     if k < 1 or tau <= 0:
         raise ValueError(f"need k >= 1 and tau > 0, got k={k}, tau={tau}")
     if label_rows.shape[0] != sims.shape[0] * K:
         raise ValueError(f"label_rows has {label_rows.shape[0]} rows, expected {sims.shape[0] * K}")
-    k = min(k, K)
-    w = neighbour_weights(sims, k, tau) * lam
-    return aggregate_sparse(w, label_rows, K, n_labels or label_rows.shape[1])
+    return neighbour_weights(sims, min(k, K), tau) * lam
