@@ -127,7 +127,6 @@ def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutD
             "calibration": cand["records"], "figures": {"candidate": cand, "current": cur},
             "vectors": "transformed" if transform else "re-embedded"})
     decision = RolloutDecision(promoted, reason, cur, cand, str(candidate_path), reembedded, now)
-    discard_unserved(settings, cur, None if promoted or settings.training.keep_refused else (cand_settings, target))
     models_dir(settings).mkdir(parents=True, exist_ok=True)
     with (models_dir(settings) / "rollouts.jsonl").open("a") as fh:
         fh.write(json.dumps(asdict(decision), default=float) + "\n")
@@ -138,6 +137,8 @@ def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutD
                               "reason": reason}
         manifest.write_text(json.dumps(info, indent=2, default=float))
     log.info("rollout decided", promoted=promoted, reason=reason, calibration=cand["records"])
+    # after the decision is logged: a clean-up that fails (a collection locked elsewhere) loses no verdict
+    discard_unserved(settings, cur, None if promoted or settings.training.keep_refused else (cand_settings, target))
     return decision
 
 

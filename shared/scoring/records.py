@@ -250,12 +250,9 @@ class ScratchCalibrations(CalibrationStore):
         serving: the store the workers read (its records are the starting point).
     """
 
-    def __init__(self, serving: CalibrationStore) -> None:  # noqa: D107 - no server collection, no directory
-        self.ttl_s = serving.ttl_s
+    def __init__(self, serving: CalibrationStore) -> None:  # noqa: D107 - every method that reads a file is its own
+        self.ttl_s, self.directory = serving.ttl_s, serving.directory
         self._lock = threading.Lock()
-        self._cache = {}
-        self.directory = serving.directory
-        self._mem = None
         self._serving = serving
         self._own: dict[str, CalibrationRecord | None] = {}
 
