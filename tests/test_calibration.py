@@ -386,15 +386,27 @@ def test_local_tfidf_cosine_is_the_formula(n, seed, far_columns):
     rng = np.random.default_rng(seed)
     pool = rng.choice(N_FEATURES, 30, replace=False) if far_columns else np.arange(30)
     pool[0], pool[-1] = 0, N_FEATURES - 1
+    used = np.unique(pool)  # the columns involved: the formula is computed densely over these only
 
-    def row() -> np.ndarray:
-        v = np.zeros(N_FEATURES, dtype=np.float32)
+    def row() -> dict[int, float]:
         cols = rng.choice(pool, rng.integers(0, 8), replace=False)
-        v[cols] = rng.random(len(cols)).astype(np.float32) + 0.1
-        return v
+        return dict(zip(cols.tolist(), (rng.random(len(cols)).astype(np.float32) + 0.1).tolist(), strict=True))
 
-    q, D = row(), np.stack([row() for _ in range(n)])
-    got = local_tfidf_cosine(sp.csr_matrix(q[None, :]), sp.csr_matrix(D))
+    def csr(rows: list[dict[int, float]]) -> sp.csr_matrix:
+        """The rows in the whole feature space (``(len(rows), N_FEATURES)``), as the lexical index stores them."""
+        r = np.array([i for i, x in enumerate(rows) for _ in x], dtype=np.int64)
+        c = np.array([col for x in rows for col in x], dtype=np.int64)
+        v = np.array([val for x in rows for val in x.values()], dtype=np.float32)
+        m = sp.csr_matrix((v, (r, c)), shape=(len(rows), N_FEATURES), dtype=np.float32)
+        m.sort_indices()
+        return m
+
+    def dense(x: dict[int, float]) -> np.ndarray:
+        return np.array([x.get(int(col), 0.0) for col in used], dtype=np.float32)
+
+    q_row, d_rows = row(), [row() for _ in range(n)]
+    got = local_tfidf_cosine(csr([q_row]), csr(d_rows))
+    q, D = dense(q_row), np.stack([dense(x) for x in d_rows])
     df = (D > 0).sum(axis=0)
     idf = np.where(df > 0, np.log((1.0 + n) / (1.0 + df)) + 1.0, 1.0)
     qw, Dw = q * idf, D * idf
