@@ -120,9 +120,10 @@ def memory_classifier(tmp_path, encoder):
 
 
 #: Fixtures that make a test slow (``pytest -m "not slow"``, ``make test-fast``, leaves it out): the real model
-#: weights (the encoder, a classifier on it), a broker process and a headless browser (test_console.py's
-#: ``browser``, test_console_text.py's ``console_pages``).
-SLOW_FIXTURES = frozenset({"encoder", "memory_classifier", "tansu", "browser", "console_pages"})
+#: weights (the encoder, a classifier on it), a broker process, a headless browser (test_console.py's
+#: ``browser``, test_console_text.py's ``console_pages``) and the documentation site built by mkdocs as a process
+#: (test_site.py's ``site``).
+SLOW_FIXTURES = frozenset({"encoder", "memory_classifier", "tansu", "browser", "console_pages", "site"})
 #: Modules whose every test is slow without one of those fixtures, and why.
 SLOW_MODULES = {
     "test_adapter.py": "trains the adapter on real weights",

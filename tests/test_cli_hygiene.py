@@ -55,6 +55,7 @@ def test_suggest_refuses_an_id_outside_the_id_policy(tmp_path, monkeypatch):
                                                         "' ' at position 5 is not allowed"), res.output
 
 
+@pytest.mark.slow  # the CLI as three processes
 def test_a_bad_setting_or_override_is_one_line_without_a_traceback(tmp_path):
     env = {"NEWSMON_HOME": str(tmp_path)}
     res = _newsmon("suggest", "Vlada je sprejela proračun.", "--top-k", "0", env=env)
@@ -67,6 +68,7 @@ def test_a_bad_setting_or_override_is_one_line_without_a_traceback(tmp_path):
     assert res.returncode == 2 and "Traceback" not in res.stderr and "--limit" in res.stderr
 
 
+@pytest.mark.slow  # the CLI as a process
 def test_settings_masks_every_credential(tmp_path):
     res = _newsmon("settings", env={"NEWSMON_HOME": str(tmp_path), **SECRETS})
     assert res.returncode == 0, res.stderr
@@ -95,7 +97,11 @@ def test_secrets_are_masked_in_repr_and_errors_but_usable(monkeypatch):
     assert s.kafka.client_config()["ssl.key.password"] == "key-pass-8"
     s.worker.redis_url = "redis://:other-pass@r:6379/1"  # set in code (tests): not validated, still usable
     assert reveal(s.worker.redis_url).endswith("@r:6379/1")
-    res = _newsmon("settings", env={"NEWSMON_WORKER__HTTP_PORT": "x", **SECRETS})  # an error shows no secret
+
+
+@pytest.mark.slow  # the CLI as a process
+def test_a_settings_error_of_the_command_line_shows_no_secret():
+    res = _newsmon("settings", env={"NEWSMON_WORKER__HTTP_PORT": "x", **SECRETS})
     assert res.returncode == 2 and not any(plain in res.stderr for plain in PLAIN)
 
 
@@ -161,6 +167,7 @@ def test_help_wraps_at_words_not_at_the_docstrings_line_breaks():
     assert checked >= 10
 
 
+@pytest.mark.slow  # the CLI as two processes per command
 @pytest.mark.parametrize("command", [["memory", "stats"], ["memory", "index", "--status"], ["suggest", "x"],
                                      ["settings"]])
 def test_a_home_under_a_file_is_one_line_and_a_failure(command, tmp_path):

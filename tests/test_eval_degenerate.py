@@ -8,6 +8,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from newsmon.cli import app
@@ -20,6 +21,7 @@ def test_ndcg_with_one_label_is_undefined_with_the_reason():
     assert out["P@1"] == 1.0
 
 
+@pytest.mark.slow  # the real encoder weights (a fresh test home builds the ONNX encoder first)
 def test_eval_on_eight_articles_with_one_label(shared_data, newsmon_home, tmp_path, monkeypatch):
     monkeypatch.setenv("NEWSMON_HOME", str(newsmon_home))
     rows = [json.loads(x) for x in (shared_data / "sentinews_sl" / "articles.jsonl").read_text(

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import SLOW_FIXTURES, SLOW_MODULES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,6 +26,7 @@ def test_every_module_marked_slow_exists():
     assert SLOW_MODULES and not missing, missing
 
 
+@pytest.mark.slow  # pytest's collection as a process
 def test_the_fast_subset_leaves_out_the_weights_the_broker_the_browser_and_the_slow_modules():
     assert {"encoder", "tansu", "browser"} <= SLOW_FIXTURES
     kept = fast("tests/test_classifier.py", "tests/test_stream.py", "tests/test_helm.py", "tests/test_console_text.py",

@@ -31,6 +31,7 @@ def _run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           timeout=300, env=env)
 
 
+@pytest.mark.slow  # the script as a process
 def test_dry_run_checks_the_plan_and_the_settings(shared_data):
     out = _run("--dry-run", "--data", str(shared_data / "sentinews_sl"))
     assert out.returncode == 0, out.stderr
@@ -50,6 +51,7 @@ def test_dry_run_checks_the_plan_and_the_settings(shared_data):
     assert plan["weights"].startswith(("yes: ", "no: the weights of BAAI/bge-m3 are not on local disk"))
 
 
+@pytest.mark.slow  # the script as a process
 def test_a_plan_over_the_deadline_is_refused(shared_data):
     out = _run("--dry-run", "--data", str(shared_data / "sentinews_sl"), "--deadline", "500", "--max-steps", "400")
     assert out.returncode == 1
@@ -58,6 +60,7 @@ def test_a_plan_over_the_deadline_is_refused(shared_data):
     assert any("400 steps" in p and "finetune budget" in p for p in problems)
 
 
+@pytest.mark.slow  # the script as a process (without CUDA)
 def test_the_run_stops_without_cuda_or_weights(chain, tmp_path, shared_data):
     import torch
 

@@ -350,6 +350,7 @@ def test_edge_second_open_raises_memory_locked(tmp_path):
         assert again.count() == 1
 
 
+@pytest.mark.slow  # a second process opens the memory
 def test_edge_lock_across_processes(tmp_path):
     script = textwrap.dedent(
         f"""

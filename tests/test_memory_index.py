@@ -37,6 +37,7 @@ def _fill(mem: EdgeMemory, n: int, prefix: str = "a") -> np.ndarray:
     return vecs
 
 
+@pytest.mark.slow  # the index builder as a child process, 3,000 points
 def test_rebuild_swaps_to_a_new_generation_and_keeps_every_write_made_meanwhile(tmp_path):
     mem = EdgeMemory(tmp_path, "c", DIM, SMALL)
     vecs = _fill(mem, 3000)
@@ -81,6 +82,7 @@ def test_rebuild_swaps_to_a_new_generation_and_keeps_every_write_made_meanwhile(
     again.close()
 
 
+@pytest.mark.slow  # the index builder as a child process, 3,000 points
 def test_indexed_search_matches_exact_search(tmp_path):
     mem = EdgeMemory(tmp_path, "c", DIM, SMALL)
     vecs = _fill(mem, 3000)
@@ -144,6 +146,7 @@ def test_index_params_refuse_bad_values():
         IndexParams(ef=0)
 
 
+@pytest.mark.slow  # the index builder as a child process
 def test_the_maintainer_rebuilds_due_memories_only(tmp_path):
     from newsmon.shared.memory.maintain import IndexMaintainer
 
@@ -202,6 +205,7 @@ def test_memory_index_command_builds_the_index_offline(tmp_path, encoder, newsmo
                                                                          if kk != "seconds"} for k, v in out.items()}
 
 
+@pytest.mark.slow  # an optimisation of 20,000 points as a process, killed
 def test_a_killed_optimisation_leaves_nothing_behind(tmp_path):
     """Issue 42 item 4: a SIGKILL of ``newsmon memory index`` (the offline :meth:`EdgeMemory.optimize`) while the
     engine builds segments left ``temp_segments/segment_builder_*`` (133 MB at 60k points), through reopening and

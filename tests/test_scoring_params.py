@@ -5,6 +5,7 @@ field added without an effect, or without a line here, fails this test."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from pathlib import Path
@@ -96,6 +97,18 @@ OPTIONS = {
 
 
 def _outcome(fixture, params: dict) -> tuple:
+    """The scores and decisions of the queries under ``params`` (each test's base outcome is computed once: the
+    scorer is deterministic)."""
+    key = (id(fixture), json.dumps(params, sort_keys=True))
+    if key not in _OUTCOMES:
+        _OUTCOMES[key] = _scored(fixture, params)
+    return _OUTCOMES[key]
+
+
+_OUTCOMES: dict[tuple, tuple] = {}
+
+
+def _scored(fixture, params: dict) -> tuple:
     memory, texts, q, r = fixture
     res = Resolved(ScoringParams(**params), "r@1", frozenset({"agency", "economy", "local"}), "calibration")
     scorer = Scorer(OneRecord(res, FittedModels(memory)))
