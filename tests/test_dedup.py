@@ -177,6 +177,7 @@ def test_near_copies_of_real_articles_are_found(memory_index, long_articles, kin
         assert hit[0] == a["id"] and DEFAULT_THRESHOLD <= hit[1] <= 1.0, (kind, a["id"], hit)
 
 
+@pytest.mark.slow  # the whole corpus: 1,450 articles, about a million pairs
 def test_distinct_real_articles_are_not_flagged(articles):
     """The whole corpus (1450 articles, ~1M pairs, topic-sharing ones included) through check_and_add: the only
     link is the one real re-edited wire story."""
