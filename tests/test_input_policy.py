@@ -170,6 +170,7 @@ def test_a_cp1250_line_is_a_bad_line_not_replacement_characters(tmp_path):
     assert bad.line == 2 and "not UTF-8" in bad.reason and "0x8a" in bad.reason  # Š in cp1250
 
 
+@pytest.mark.slow  # `memory build` embeds with the real encoder weights
 def test_memory_build_reports_the_bad_lines(tmp_path, monkeypatch, newsmon_home):
     from newsmon.cli import app
 

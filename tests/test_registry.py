@@ -130,6 +130,7 @@ print(json.dumps({"loaded": loaded, "rules": list(registered("rule"))}))
 '''
 
 
+@pytest.mark.slow  # a fresh process imports the group
 def test_the_plug_ins_of_the_entry_point_group_are_imported_once(tmp_path):
     """A deployment's module named in the group ``newsmon.scoring`` is imported once per process, whichever of the
     wire and the scorer asks first, and its rule comes after the built-ins."""
