@@ -98,13 +98,13 @@ def test_the_calibrated_record_scores_through_the_stored_stacking_model(tiny, mo
 
 def test_the_benchmark_step_measures_both_records_in_one_run(tiny):
     clf, gen, counts, params = tiny
-    args = argparse.Namespace(calibrated_train=200, calibrated_sample=800, calibrated_rounds=2,
+    args = argparse.Namespace(calibrated_train=100, calibrated_sample=500, calibrated_rounds=2,
                               calibrated_lexical_search=True, batch=8)
-    out = scale.measure_calibrated(clf, gen.queries(32), gen, params, None, counts, args)
+    out = scale.measure_calibrated(clf, gen.queries(16), gen, params, None, counts, args)
     v = out["variants"]
     assert set(v) == {"uncalibrated", "uncalibrated_without_lexical_search", "calibrated",
                       "calibrated_with_lexical_search"}
-    assert all(x["batches"] == 2 * 4 for x in v.values())  # 2 rounds of the 4 batches of 8
+    assert all(x["batches"] == 2 * 2 for x in v.values())  # 2 rounds of the 2 batches of 8
     assert out["params"]["components"][-1]["name"] == "stacking"
     assert out["record"].startswith(clf.collection(LANG) + "@")
     assert set(out["ratios"]) == {"calibrated / uncalibrated p50_ms", "calibrated / uncalibrated p99_ms",
