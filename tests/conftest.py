@@ -17,17 +17,29 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 TMPFS_MIN_FREE = 4 << 30
 
 
+def _memory_available() -> int:
+    """Bytes of memory the kernel says are available (``MemAvailable`` of /proc/meminfo; 0 when unknown)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def pytest_configure(config):
-    """The session's temp dirs (``tmp_path``) in memory, on /dev/shm, when it has :data:`TMPFS_MIN_FREE` free and
-    no ``--basetemp`` is given: the embedded memory (qdrant-edge) syncs its files to disk on every open, index and
-    close (0.8 s to open a collection on this disk, 0.07 s on tmpfs), which made the tests that open many
-    collections wait on the disk. ``NEWSMON_TEST_TMPFS=0`` keeps them on disk (pytest's default); an
-    xdist worker inherits the controller's folder. Removed when the session ends."""
+    """The session's temp dirs (``tmp_path``) in memory, on /dev/shm, when it and the machine's available memory
+    both have :data:`TMPFS_MIN_FREE` and no ``--basetemp`` is given: the embedded memory (qdrant-edge) syncs its
+    files to disk on every open, index and close (0.8 s to open a collection on this disk, 0.07 s on tmpfs), which
+    made the tests that open many collections wait on the disk. ``NEWSMON_TEST_TMPFS=0`` keeps them on disk
+    (pytest's default); an xdist worker inherits the controller's folder. Removed when the session ends."""
     if config.option.basetemp or os.environ.get("NEWSMON_TEST_TMPFS", "1") == "0" or hasattr(config, "workerinput"):
         return
     shm = Path("/dev/shm")
     try:
-        if not (shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free >= TMPFS_MIN_FREE):
+        if not (shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free >= TMPFS_MIN_FREE
+                and _memory_available() >= TMPFS_MIN_FREE):
             return
         config.option.basetemp = config._newsmon_tmpfs = tempfile.mkdtemp(prefix="newsmon-pytest-", dir=shm)
     except OSError:
