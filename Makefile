@@ -52,7 +52,8 @@ test: install
 	if [ -n "$$failed" ]; then echo "FAILED modules:$$failed"; exit 1; fi; echo "all test modules passed"
 
 # The edit-test loop: every test not marked slow (pytest -m "not slow"; tests/conftest.py marks the tests that load
-# model weights or start a broker, a browser, a server or the CLI), in one process, with the test home of `make test`.
+# model weights or start a broker, a browser, a server, the CLI or another process), in one process, with the test
+# home of `make test`.
 # See docs/contributing/testing.md for its time on 2 cores.
 .PHONY: test-fast
 test-fast: install
