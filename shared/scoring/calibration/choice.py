@@ -28,7 +28,8 @@ default objective, which does not weigh it, it does not enter at all.
 Same inputs, same choice: the resamples are seeded, every count is an integer (their weighted sums are exact in
 float64 whatever the thread count: the same argument as
 :func:`~newsmon.shared.scoring.objective.resampled_parts`), and ties are broken by stated rules.
-Cost: ``RESAMPLES x n`` float64 weights (200 x 10k articles: 16 MB) and ``RESAMPLES`` floats per option.
+Cost: ``RESAMPLES x n`` float64 weights (200 x 10k articles: 16 MB), and ``RESAMPLES`` floats per option within
+:attr:`Choice.margin` of the best so far (the others are beyond the noise without resampling them).
 """
 
 from __future__ import annotations
@@ -124,7 +125,12 @@ class Choice:
         self.options: list[dict[str, Any]] = []
         self.payloads: list[Any] = []
         self.values: list[float] = []
-        self._resampled: list[np.ndarray] = []
+        self._resampled: list[np.ndarray | None] = []
+        self._top = -np.inf
+        #: How far below the best an option is beyond the noise without resampling it: 4 / sqrt(n) (the objective's
+        #: two fractions each have a standard error of at most 0.5 / sqrt(n), a paired difference of the sum at most
+        #: 2 / sqrt(n), and its one-sided 95 % bound is 1.65 of those); only the options within it are resampled.
+        self.margin = 4.0 / np.sqrt(max(n, 1)) * max(1.0, objective.micro + objective.subset + objective.macro) / 2
 
     def add(self, options: Sequence[Mapping[str, Any]], counts: RowCounts,
             macro: Sequence[float] | None = None, payloads: Sequence[Any] | None = None) -> None:
@@ -134,17 +140,25 @@ class Choice:
         if len(options) != T:
             raise ValueError(f"{len(options)} options for counts of {T} thresholds")
         n = max(self.n, 1)
-        stacked = np.concatenate([counts.tp, counts.size, counts.ok], axis=1).astype(np.float64)
-        sums = self._W @ stacked  # (resamples, 3T): integers, exact
-        tp, size, ok = sums[:, :T], sums[:, T:2 * T], sums[:, 2 * T:]
-        micro = np.divide(2.0 * tp, size, out=np.zeros_like(tp), where=size > 0)
+        macros = [0.0 if macro is None else float(macro[j]) for j in range(T)]
+        values = [self.objective.value((*counts.parts(j), macros[j])) for j in range(T)]
+        self._top = max([self._top, *values])
+        near = [j for j in range(T) if values[j] >= self._top - self.margin]  # the others: beyond the noise
+        resampled: dict[int, np.ndarray] = {}
+        if near:
+            stacked = np.concatenate([counts.tp[:, near], counts.size[:, near], counts.ok[:, near]], axis=1)
+            sums = self._W @ stacked.astype(np.float64)  # (resamples, 3 len(near)): integers, exact
+            m = len(near)
+            tp, size, ok = sums[:, :m], sums[:, m:2 * m], sums[:, 2 * m:]
+            micro = np.divide(2.0 * tp, size, out=np.zeros_like(tp), where=size > 0)
+            for c, j in enumerate(near):
+                resampled[j] = self.objective.weigh(np.stack([micro[:, c], ok[:, c] / n,
+                                                              np.full(len(tp), macros[j])], axis=1))
         for j in range(T):
-            m = 0.0 if macro is None else float(macro[j])
             self.options.append(dict(options[j]))
             self.payloads.append(None if payloads is None else payloads[j])
-            self.values.append(self.objective.value((*counts.parts(j), m)))
-            self._resampled.append(self.objective.weigh(np.stack(
-                [micro[:, j], ok[:, j] / n, np.full(len(tp), m)], axis=1)))
+            self.values.append(values[j])
+            self._resampled.append(resampled.get(j))
 
     def add_scores(self, Y: np.ndarray, S: np.ndarray | sp.csr_matrix, thresholds: Sequence[float],
                    options: Mapping[str, Any], payload: Any = None) -> None:
@@ -168,9 +182,14 @@ class Choice:
     def within_noise(self) -> list[int]:
         """The indices (grid order) of the options not worse than :meth:`best` beyond the noise."""
         b = self.best()
-        R = np.stack(self._resampled)
-        high = np.percentile(R - R[b], HIGH, axis=1)
-        return [i for i in range(len(R)) if i == b or high[i] >= 0.0]
+        top = self._resampled[b]
+        assert top is not None  # the best is always within the margin of the best
+        out = []
+        for i, r in enumerate(self._resampled):
+            if i == b or (r is not None and self.values[i] >= self.values[b] - self.margin
+                          and np.percentile(r - top, HIGH) >= 0.0):
+                out.append(i)
+        return out
 
     def pick(self) -> tuple[int, dict[str, Any], Any]:
         """(index, options, payload) of the centre of the options within the noise (the module docstring's rule)."""
