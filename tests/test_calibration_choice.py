@@ -14,8 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from newsmon.shared.scoring import LabelVocab, Retrieval
-from newsmon.shared.scoring.calibration import GRID_K, GRID_TAU, GRID_THRESHOLD, CalibrationSet, calibrate
-from newsmon.shared.scoring.calibration import search
+from newsmon.shared.scoring.calibration import GRID_K, GRID_TAU, GRID_THRESHOLD, CalibrationSet, calibrate, search
 from newsmon.shared.scoring.calibration.choice import Choice, RowCounts
 from newsmon.shared.scoring.calibration.run import gold_matrix
 from newsmon.shared.scoring.objective import Objective

@@ -167,7 +167,7 @@ class Choice:
         ts = sorted(float(t) for t in thresholds)
         macro = None
         if self.objective.macro:
-            dense = S.toarray() if sp.issparse(S) else S
+            dense = S.toarray() if isinstance(S, sp.spmatrix | sp.sparray) else np.asarray(S)
             macro = [p[2] for p in self.objective.sweep(Y, dense, np.asarray(ts, dtype=np.float64), True)]
         self.add([{**options, "threshold": t} for t in ts], RowCounts.sweep(Y, S, ts), macro,
                  [(payload, t) for t in ts])
