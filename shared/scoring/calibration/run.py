@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from newsmon.schemas.scoring import ScoringParams
+from newsmon.shared.scoring.calibration.choice import Choice
 from newsmon.shared.scoring.calibration.inputs import CalibrationSet
 from newsmon.shared.scoring.calibration.selection import HOLDS, measure, verdict
 from newsmon.shared.scoring.components import MixContext
@@ -124,6 +125,13 @@ class CalibrationRun:
         parts = self.judge.sweep(self.Y, S, t[order])
         got = {int(i): self.judge.value(p) for i, p in zip(order, parts, strict=True)}
         return [(float(t[i]), got[i]) for i in range(len(t))]
+
+    def choice(self, rows: np.ndarray | None = None) -> Choice:
+        """An empty :class:`~.choice.Choice` on the run's articles (or the ``rows`` of them, a bool mask) and
+        objective: a hook adds its grid's options to
+        it and takes the one :meth:`~.choice.Choice.pick` gives (the centre of those within the noise of the
+        best, not the best: the same record on re-splits of the same corpus)."""
+        return Choice(self.judge, len(self.Y) if rows is None else int(np.count_nonzero(rows)))
 
     def with_rule(self, name: str, options: Any, params: ScoringParams | None = None) -> ScoringParams:
         """The kept parameters (or ``params``) with rule ``name`` (``options``) in place of its earlier options, the

@@ -20,8 +20,12 @@ registered decision rule in the order of its ``CALIBRATE_AT``, each by its own `
 :meth:`~newsmon.shared.scoring.rules.DecisionRule.calibrate`) on a :class:`~.run.CalibrationRun`: this module names
 no component and no rule.
 
-Same inputs, same record: the grids are walked in a fixed order and a tie between two options goes to the first
-(the smaller k, tau, threshold, weight; the grid's order), the bootstrap resamples are seeded, the articles are in
+Which option of a grid is taken (the base grid, the lexical weights, each component's options): not the best on the
+calibration articles but the centre of the options within the noise of the best (:mod:`.choice`), so that a re-split
+of the same corpus gives the same record where its best option flips between near-equal ones.
+
+Same inputs, same record: the grids are walked in a fixed order and a tie goes by a stated rule (:mod:`.choice`;
+the grid's order last), the bootstrap resamples are seeded, the articles are in
 article-id order (:func:`~.inputs.calibration_set`), and every model the levers fit is deterministic whatever the
 thread count.
 """
@@ -35,6 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from newsmon.schemas.scoring import ScoringParams
+from newsmon.shared.scoring.calibration.choice import Choice
 from newsmon.shared.scoring.calibration.inputs import CalibrationSet
 from newsmon.shared.scoring.calibration.run import GRID_THRESHOLD, CalibrationRun, gold_matrix
 from newsmon.shared.scoring.objective import Objective
@@ -55,20 +60,34 @@ GRID_LEXICAL = (0.2, 0.3, 0.5, 0.7)
 OBJECTIVE = Objective().name
 
 
-def _base_grid(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], extra: dict[str, Any], judge: Objective
-               ) -> Found:
-    """The best (objective, params, figures) of the k / tau / threshold grid (``labels``: the columns of ``Yt``)."""
+def _base_grid(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], extra: dict[str, Any], judge: Objective,
+               choice: Choice | None = None) -> Found:
+    """The chosen (objective, params, figures) of the k / tau / threshold grid (``labels``: the columns of ``Yt``):
+    the centre of the cells within the noise of the best (:mod:`.choice`). With ``choice``, the cells (each with
+    ``extra``) are only added to it and nothing is returned (a step choosing over several grids at once)."""
     rows = retrieval.label_matrix(LabelVocab(labels))
-    L = Yt.shape[1]
-    best: tuple | None = None
-    for k, tau in itertools.product([k for k in GRID_K if k <= retrieval.k] or [retrieval.k], GRID_TAU):
-        S = _columns(rae_xmc_scores_sparse(retrieval.sims, rows, k, tau, 1.0, rows.shape[1]), L)
-        for thr, parts in zip(GRID_THRESHOLD, judge.sweep_sparse(Yt, S, GRID_THRESHOLD), strict=True):
-            if best is None or judge.value(parts) > best[0] + 1e-12:
-                best = (judge.value(parts), (k, tau, float(thr)), S)
-    (k, tau, thr) = best[1]
-    parts = judge.parts(Yt, best[2].toarray() > np.float64(thr))  # its figures, macro-F1 too (float64, as decided)
-    return best[0], ScoringParams(top_k=k, tau=tau, threshold=thr, **extra), parts
+    own = choice is None
+    choice = choice or Choice(judge, len(Yt))
+    for k, tau in itertools.product(_ks(retrieval), GRID_TAU):
+        S = _columns(rae_xmc_scores_sparse(retrieval.sims, rows, k, tau, 1.0, rows.shape[1]), Yt.shape[1])
+        choice.add_scores(Yt, S, GRID_THRESHOLD, {**extra, "top_k": k, "tau": tau})
+    return _chosen(choice, retrieval, Yt, labels, judge) if own else None  # type: ignore[return-value]
+
+
+def _ks(retrieval: Retrieval) -> list[int]:
+    """The grid's k (capped at the neighbours retrieved)."""
+    return [k for k in GRID_K if k <= retrieval.k] or [retrieval.k]
+
+
+def _chosen(choice: Choice, retrieval: Retrieval, Yt: np.ndarray, labels: list[str], judge: Objective) -> Found:
+    """The (objective, params, figures) of the cell ``choice`` takes, scored on ``retrieval`` (its figures,
+    macro-F1 too, from the dense scores in float64 as the decision compares them)."""
+    i, cell, _payload = choice.pick()
+    rows = retrieval.label_matrix(LabelVocab(labels))
+    S = _columns(rae_xmc_scores_sparse(retrieval.sims, rows, cell["top_k"], cell["tau"], 1.0, rows.shape[1]),
+                 Yt.shape[1])
+    parts = judge.parts(Yt, S.toarray() > np.float64(cell["threshold"]))
+    return choice.values[i], ScoringParams(**cell), parts
 
 
 def _columns(S: sp.csr_matrix, L: int) -> sp.csr_matrix:
@@ -81,19 +100,20 @@ def _columns(S: sp.csr_matrix, L: int) -> sp.csr_matrix:
 
 def _lexical_step(cal: CalibrationSet, terms: TermVectors, Yt: np.ndarray, labels: list[str], search: bool,
                   queries: sp.csr_matrix | None = None) -> tuple[Found, Retrieval]:
-    """The best base grid over the lexical weights of :data:`GRID_LEXICAL` (hybrid retrieval's fusion), with the
-    fused retrieval it was found on. ``search``: the candidates are the dense top-N united with the lexical top-N
-    (the calibration's retrieval); else the dense top-N alone (its first :data:`LEXICAL_CANDIDATES` by cosine).
-    ``queries``: the term rows of ``cal.texts`` when already at hand (both steps read the same)."""
+    """The chosen cell of the base grids over the lexical weights of :data:`GRID_LEXICAL` (hybrid retrieval's
+    fusion; one choice over every weight's grid), with the fused retrieval it was found on. ``search``: the
+    candidates are the dense top-N united with the lexical top-N (the calibration's retrieval); else the dense top-N
+    alone (its first :data:`LEXICAL_CANDIDATES` by cosine). ``queries``: the term rows of ``cal.texts`` when
+    already at hand (both steps read the same)."""
     candidates = cal.retrieval if search else cal.retrieval.head(LEXICAL_CANDIDATES)
     lexical = lexical_cosines(candidates, cal.texts, terms, queries)  # one pass of the texts for every weight
-    best = None
+    choice = Choice(cal.objective, len(Yt))
     for w in GRID_LEXICAL:
         fused = fuse(candidates, cal.texts, w, max(GRID_K), terms, lexical)
-        trial = _base_grid(fused, Yt, labels, {"lexical_weight": w, "lexical_search": search}, cal.objective)
-        if best is None or trial[0] > best[0][0]:
-            best = (trial, fused)
-    return best
+        _base_grid(fused, Yt, labels, {"lexical_weight": w, "lexical_search": search}, cal.objective, choice)
+    w = choice.options[choice.pick()[0]]["lexical_weight"]
+    fused = fuse(candidates, cal.texts, w, max(GRID_K), terms, lexical)
+    return _chosen(choice, fused, Yt, labels, cal.objective), fused
 
 
 def calibrate(cal: CalibrationSet, terms: TermVectors | None = None, rules: tuple[str, ...] | None = None,
@@ -126,7 +146,8 @@ def calibrate(cal: CalibrationSet, terms: TermVectors | None = None, rules: tupl
     dense = fuse(cal.retrieval, [], 0.0, max(GRID_K))
     _obj, params, _parts = _base_grid(dense, Yt, vocab.labels, {}, cal.objective)
     run = CalibrationRun(cal, dense, Yt, vocab.labels, params)
-    run.record("base (k, tau, threshold)", params, run.parts, True, why="the best of the k, tau and threshold grid")
+    run.record("base (k, tau, threshold)", params, run.parts, True,
+               why="the centre of the k, tau and threshold grid's cells within the noise of the best")
     if cal.texts is not None and cal.retrieval.texts is not None:
         terms = terms or TermVectors()
         queries = terms.rows(list(cal.texts))  # the calibration articles' term rows, for both steps

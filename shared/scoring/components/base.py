@@ -218,21 +218,23 @@ class ScoreComponent(ABC):
 
     def calibrate(self, run: Any) -> None:
         """The calibration's step for this component (``run``: a
-        :class:`~newsmon.shared.scoring.calibration.run.CalibrationRun`): the best of its options (:meth:`grid`,
-        with every threshold of ``run.THRESHOLDS`` when it re-chooses the threshold, else at the threshold already
-        chosen) mixed in after the components kept before it, offered to the run (kept when it lifts beyond the
+        :class:`~newsmon.shared.scoring.calibration.run.CalibrationRun`): one of its options (:meth:`grid`, with
+        every threshold of ``run.THRESHOLDS`` when it re-chooses the threshold, else at the threshold already chosen),
+        the centre of those within the noise of the best (:mod:`newsmon.shared.scoring.calibration.choice`), mixed in
+        after the components kept before it, offered to the run (kept when it lifts beyond the
         noise: :mod:`newsmon.shared.scoring.calibration.selection`). A component fitted by the calibration
         (``FITTED_BY_CALIBRATION``) is cross-fitted on the calibration articles (:meth:`cross_fit`: each judged by a
         model fitted without it) and its model fitted on all of them is the one the record stores. Override it for
         a component calibrated another way; options the calibration tries are its :attr:`GRID`. A component kept by
         ``"lifts"`` (:attr:`KEEP`) is judged on proposals cross-fitted in two seeded halves (:data:`CROSS_FIT_SEED`):
-        each half decided with the option best on the other (the option kept is the best on all the articles)."""
+        each half decided with the option chosen on the other (the option kept: the one chosen on all the articles)."""
         cal = run.cal
         before, context = run.scores_and_context()
         thresholds = run.THRESHOLDS if self.RECHOOSES_THRESHOLD else (run.params.threshold,)
         crossed = self.KEEP == "lifts"
         fold = np.random.default_rng(CROSS_FIT_SEED).permutation(len(run.Y)) % 2 == 0 if crossed else None
-        best, halves = None, dict.fromkeys((True, False))  # per half: (objective, option, threshold, evidence)
+        choice = run.choice()
+        halves = {half: run.choice(fold == half) for half in (True, False)} if fold is not None else {}
         for opt in self.grid():
             if self.FITTED_BY_CALIBRATION:
                 ev, model = self.cross_fit(before, run.vocab(), context, opt, run.Y)
@@ -242,33 +244,26 @@ class ScoreComponent(ABC):
             S = self.mix_in_context(before.copy(), run.vocab(), ev, opt, context) if self.READS_CONTEXT else \
                 self.mix(before.copy(), run.vocab(), ev, opt)
             S = S[:, :run.L] if S.shape[1] >= run.L else np.pad(S, ((0, 0), (0, run.L - S.shape[1])))
-            for thr, value in run.sweep(S, thresholds):
-                if best is None or value > best[0] + 1e-12:  # ties: the first option, the lowest threshold
-                    best = (value, opt, thr, ev)
-            for half in ((True, False) if crossed else ()):
-                rows = fold == half
-                t = np.sort(np.asarray(thresholds, dtype=np.float64))
-                for thr, parts in zip(t, run.judge.sweep(run.Y[rows], S[rows], t), strict=True):
-                    got = halves[half]
-                    if got is None or run.judge.value(parts) > got[0] + 1e-12:
-                        halves[half] = (run.judge.value(parts), opt, float(thr), ev)
-        if best is None:
+            choice.add_scores(run.Y, S, thresholds, opt.model_dump(), (opt, ev))
+            for half, on in halves.items():
+                on.add_scores(run.Y[fold == half], S[fold == half], thresholds, opt.model_dump(), (opt, ev))
+        if not choice.options:
             return
-        _value, opt, thr, ev = best
+        (opt, ev), thr = choice.pick()[2]
         trial, tried = run.with_component(self.name, opt, threshold=thr), {**run.evidence, self.name: ev}
         judged = self._crossed(run, fold, halves) if fold is not None else None
         run.offer(f"+ {self.name}", trial, run.decide(trial, tried), rule=self.KEEP, evidence=tried, judged=judged)
 
-    def _crossed(self, run: Any, fold: np.ndarray, halves: dict[bool, tuple | None]) -> np.ndarray:
+    def _crossed(self, run: Any, fold: np.ndarray, halves: dict[bool, Any]) -> np.ndarray:
         """``(n, L)`` bool proposals of the component judged on articles its option was not chosen on (``KEEP``
         ``"lifts"``): the calibration articles in two seeded halves (``fold``), each decided with the option and
-        threshold best on the other half (``halves``: per half, (objective, option, threshold, evidence))."""
+        threshold the choice of the other half takes (``halves``: per half, its
+        :class:`~newsmon.shared.scoring.calibration.choice.Choice`)."""
         P = run.proposed.copy()
         for chosen_on, applied in ((True, ~fold), (False, fold)):
-            got = halves[chosen_on]
-            if got is None or not applied.any():
+            if not halves[chosen_on].options or not applied.any():
                 continue
-            _v, opt, thr, ev = got
+            (opt, ev), thr = halves[chosen_on].pick()[2]
             trial = run.with_component(self.name, opt, threshold=thr)
             P[applied] = run.decide(trial, {**run.evidence, self.name: ev})[applied]
         return P
