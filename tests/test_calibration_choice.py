@@ -9,6 +9,7 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -52,6 +53,7 @@ def _cell(p: dict) -> tuple:
     return (p["top_k"], p["tau"], p["threshold"])
 
 
+@pytest.mark.slow  # eight whole calibrations, on resamples of 3,000 articles
 def test_the_recorded_base_cell_moves_less_than_the_best_on_resampled_articles():
     rows, gold = _population(3000)
     best, recorded = [], []
