@@ -184,12 +184,12 @@ class Choice:
         b = self.best()
         top = self._resampled[b]
         assert top is not None  # the best is always within the margin of the best
-        out = []
-        for i, r in enumerate(self._resampled):
-            if i == b or (r is not None and self.values[i] >= self.values[b] - self.margin
-                          and np.percentile(r - top, HIGH) >= 0.0):
-                out.append(i)
-        return out
+        cand = [(i, r) for i, r in enumerate(self._resampled)
+                if i != b and r is not None and self.values[i] >= self.values[b] - self.margin]
+        high: np.ndarray = np.percentile(np.stack([r for _i, r in cand]) - top, HIGH, axis=1) if cand \
+            else np.zeros(0)
+        keep = {b} | {i for (i, _r), h in zip(cand, high, strict=True) if h >= 0.0}
+        return sorted(keep)
 
     def pick(self) -> tuple[int, dict[str, Any], Any]:
         """(index, options, payload) of the centre of the options within the noise (the module docstring's rule)."""
