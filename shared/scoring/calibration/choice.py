@@ -172,6 +172,12 @@ class Choice:
         self.add([{**options, "threshold": t} for t in ts], RowCounts.sweep(Y, S, ts), macro,
                  [(payload, t) for t in ts])
 
+    def add_proposals(self, Y: np.ndarray, P: np.ndarray, options: Mapping[str, Any], payload: Any = None) -> None:
+        """Add ``options`` whose ``(n, L)`` bool proposals are ``P`` (gold ``Y``); :meth:`pick` returns ``payload``
+        with it."""
+        macro = [self.objective.parts(Y, P)[2]] if self.objective.macro else None
+        self.add([options], RowCounts.of(Y, P), macro, [payload])
+
     def best(self) -> int:
         """The index of the highest point objective (the first on a tie)."""
         if not self.values:

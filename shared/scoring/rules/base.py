@@ -128,21 +128,19 @@ class DecisionRule(ABC):
 
     def calibrate(self, run: Any) -> None:
         """The calibration's step for this rule (``run``: a
-        :class:`~newsmon.shared.scoring.calibration.run.CalibrationRun`): the best of its options (:meth:`grid`,
-        ties to the first) on top of the rules kept before it, on the scores so far, offered to the run and kept as
-        :attr:`KEEP` says. Override it for a rule calibrated another way (a replay, thresholds of its own)."""
+        :class:`~newsmon.shared.scoring.calibration.run.CalibrationRun`): one of its options (:meth:`grid`), the
+        centre of those within the noise of the best (:mod:`newsmon.shared.scoring.calibration.choice`), on top of
+        the rules kept before it, on the scores so far, offered to the run and kept as :attr:`KEEP` says. Override
+        it for a rule calibrated another way (a replay, thresholds of its own)."""
         options = self.grid(run.cal)
         if not options:
             return
-        scores, best = run.scores(), None
+        scores, choice = run.scores(), run.choice()
         for option in options:
             trial = run.with_rule(self.name, option)
-            P = run.decide(trial, scores=scores)
-            value = run.value(P)
-            if best is None or value > best[0]:
-                best = (value, trial, P)
-        assert best is not None
-        run.offer(f"+ {self.name}", best[1], best[2], rule=self.KEEP)
+            choice.add_proposals(run.Y, run.decide(trial, scores=scores), option.model_dump(), trial)
+        trial = choice.pick()[2]
+        run.offer(f"+ {self.name}", trial, run.decide(trial, scores=scores), rule=self.KEEP)
 
 
 #: The registered rules (the wire's registry of rules, :data:`newsmon.schemas.scoring.RULES`): ``@register_rule``
