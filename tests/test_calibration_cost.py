@@ -324,3 +324,18 @@ def test_handing_the_heap_back_changes_nothing_in_the_calibration(monkeypatch):
     assert fitted() == counted
     monkeypatch.undo()
     assert fitted() == counted  # the real calls
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 8), st.integers(0, 10_000))
+def test_neighbour_codes_equal_np_unique_of_the_unicode_ids(m, K, seed):
+    """The new-label replay's id codes (missing neighbours' "" included) are those np.unique gave it."""
+    from newsmon.shared.scoring.rules.new_label_support import neighbour_codes
+
+    rng = np.random.default_rng(seed)
+    ids = np.array([["" if rng.random() < 0.2 else f"reuters-{rng.integers(0, 15)}" for _ in range(K)]
+                    for _ in range(m)], dtype=object)
+    uniq, first, codes = np.unique(ids.astype(str), return_index=True, return_inverse=True)
+    got = neighbour_codes(ids)
+    assert got[0] == list(uniq) and np.array_equal(got[1], first)
+    assert np.array_equal(got[2], codes.reshape(m, K))
