@@ -32,8 +32,13 @@ class EmbeddingCache:
         return hashlib.sha256(f"{space}\x00{text}".encode()).hexdigest()
 
     def get(self, keys: Sequence[str], dim: int) -> np.ndarray:
+        """``(n, dim)`` float32 vectors of ``keys``, NaN rows for misses. A key given more than once (the same
+        text twice in a corpus: reuters21578_en has 121 such articles) gets its vector at every position: it was
+        filled at its last only, so every eval embedded those articles again and loaded the encoder for them."""
         out = np.full((len(keys), dim), np.nan, dtype=np.float32)
-        pos = {k: i for i, k in enumerate(keys)}
+        pos: dict[str, list[int]] = {}
+        for i, k in enumerate(keys):
+            pos.setdefault(k, []).append(i)
         with self._lock:
             for start in range(0, len(keys), 500):
                 chunk = list(keys[start:start + 500])

@@ -16,8 +16,10 @@ counting still frees them), so it collects once first.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import time
+from collections.abc import Callable
 
 import structlog
 
@@ -34,3 +36,31 @@ def freeze_long_lived(why: str) -> int:
     log.info("long-lived objects frozen out of the cyclic collector", why=why, frozen=frozen,
              seconds=round(time.perf_counter() - t0, 3))
     return frozen
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (None under another C library)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+_TRIM = _malloc_trim()
+
+
+def trim_heap() -> bool:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim(0)``, which also returns the wholly
+    free pages inside the heap, not only its top); False where there is no such call. No garbage collection: a few
+    milliseconds on a heap of a few GB.
+
+    Why: a calibration step allocates and frees millions of small objects and arrays (per-article rows, label
+    tuples, the fused neighbours' lists); glibc keeps the pages they leave free, so a process's resident memory
+    grows by every step's churn and never comes down: the eval row of sentinews_sl grew from 854 to 1,580 MiB while
+    what it held alive grew by less than 200 MiB, and stayed below 900 MiB with the free pages handed back. The
+    calibration trims after each step (:meth:`~newsmon.shared.scoring.calibration.run.CalibrationRun.record`) and
+    after each grid of its searches."""
+    if _TRIM is None:
+        return False
+    _TRIM(0)
+    return True

@@ -5,6 +5,8 @@ sparse product built from triplets, the head model's out-of-fold probabilities a
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -262,3 +264,78 @@ def test_the_head_model_is_the_same_whatever_the_blas_thread_count(shared_data):
     assert len(models[0].columns) > 10_000 and len(models[0].labels) >= 5
     assert np.array_equal(models[0].coef, models[1].coef)
     assert np.array_equal(models[0].intercept, models[1].intercept)
+
+
+def _trim_modules():
+    """The modules that call :func:`newsmon.shared.heap.trim_heap` (each imported it by name)."""
+    from newsmon.shared.predictors import newsmon as predictor
+    from newsmon.shared.scoring.calibration import inputs, run, search
+    from newsmon.shared.scoring.components import base, label_tree, stacking
+
+    return (predictor, inputs, run, search, base, head_model, label_tree, stacking)
+
+
+def test_handing_the_heap_back_changes_nothing_in_the_calibration(monkeypatch):
+    """The calibration hands the heap's free pages back after each step, grid, evidence, option and fold (glibc's
+    ``malloc_trim``): the same record and the same test scores as with the calls made no-ops, and they are made."""
+    from dataclasses import dataclass
+
+    from newsmon.shared.predictors import QueryBatch, TrainingSet, get_predictor
+    from newsmon.shared.scoring.retrieval import LabelVocab
+
+    @dataclass
+    class Hit:
+        article_id: str
+        similarity: float
+        labels: tuple
+
+    rng = np.random.default_rng(5)
+    n, topics = 240, ("vlada", "krka", "nogomet", "banka")
+    gold = [tuple(sorted({topics[int(rng.integers(4))] for _ in range(int(rng.integers(1, 3)))})) for _ in range(n)]
+    texts = [" ".join([*(g for g in gold[i] for _ in range(3)), *rng.choice(WORDS, 8)]) for i in range(n)]
+    vecs = rng.normal(size=(n, 8)).astype(np.float32)
+    for i, g in enumerate(gold):
+        vecs[i, [topics.index(t) for t in g]] += 2.0
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ids = [f"a{i:03d}" for i in range(n)]
+    sims = vecs @ vecs.T
+    np.fill_diagonal(sims, -np.inf)
+    order = np.argsort(-sims, axis=1, kind="stable")[:, :30]
+    loo = Retrieval.from_neighbours([[Hit(ids[j], float(sims[i, j]), gold[j]) for j in order[i]] for i in range(n)])
+    vocab = LabelVocab(sorted(topics))
+    train = TrainingSet(texts, vocab.encode(gold), vocab, retrieval=loo, ids=ids)
+    train.vectors = vecs
+    test = QueryBatch(texts[:20], ["sl"] * 20, vectors=vecs[:20], retrieval=loo.rows(range(20)))
+
+    def fitted() -> tuple[str, bytes]:
+        p = get_predictor("newsmon").fit(train)
+        scores, decided = p.score_and_decide(test)
+        return json.dumps(p.calibration.steps, sort_keys=True, default=str), scores.tobytes() + decided.tobytes()
+
+    calls = []
+    for module in _trim_modules():
+        monkeypatch.setattr(module, "trim_heap", lambda: calls.append(1) or True)
+    counted = fitted()
+    assert len(calls) > 10
+    steps = [s["step"] for s in json.loads(counted[0])]
+    assert {"+ head_model", "+ label_tree", "+ stacking", "+ lexical fusion"} <= set(steps), steps
+    for module in _trim_modules():
+        monkeypatch.setattr(module, "trim_heap", lambda: False)
+    assert fitted() == counted
+    monkeypatch.undo()
+    assert fitted() == counted  # the real calls
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 8), st.integers(0, 10_000))
+def test_neighbour_codes_equal_np_unique_of_the_unicode_ids(m, K, seed):
+    """The new-label replay's id codes (missing neighbours' "" included) are those np.unique gave it."""
+    from newsmon.shared.scoring.rules.new_label_support import neighbour_codes
+
+    rng = np.random.default_rng(seed)
+    ids = np.array([["" if rng.random() < 0.2 else f"reuters-{rng.integers(0, 15)}" for _ in range(K)]
+                    for _ in range(m)], dtype=object)
+    uniq, first, codes = np.unique(ids.astype(str), return_index=True, return_inverse=True)
+    got = neighbour_codes(ids)
+    assert got[0] == list(uniq) and np.array_equal(got[1], first)
+    assert np.array_equal(got[2], codes.reshape(m, K))

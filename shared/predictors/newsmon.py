@@ -13,6 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from newsmon.schemas.scoring import ScoringParams
+from newsmon.shared.heap import trim_heap
 from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
 from newsmon.shared.scoring import FittedModels, LabelVocab, MemoryArticles, OneRecord, Queries, Resolved, Scorer
 from newsmon.shared.scoring.calibration import GRID_K, LEXICAL_CANDIDATES, Objective, calibrate, calibration_set
@@ -67,6 +68,8 @@ class NewsmonPredictor(Predictor):
             self.calibration = calibrate(cal, self.terms)
             params, judged = self.calibration.params, cal.models  # the models the calibration judged run
             memory = cal.memory or memory  # in id order: the models not judged are fitted as the calibration's were
+            del cal  # its articles' neighbours (a copy of train.retrieval's and the validation's), before scoring
+            trim_heap()
         known = frozenset(lb for labels in own for lb in labels)
         self.resolved = Resolved(params, EVAL_RECORD, known, "calibration" if self.fixed is None else "settings")
         self.models = FittedModels(memory, judged)

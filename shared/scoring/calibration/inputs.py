@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from newsmon.shared.heap import trim_heap
 from newsmon.shared.scoring.components import MemoryArticles, Queries, components
 from newsmon.shared.scoring.objective import Objective
 from newsmon.shared.scoring.retrieval import Retrieval
@@ -85,6 +86,7 @@ class CalibrationSet:
             if self.validation is not None and len(self.validation.texts):
                 parts.append(component.evidence(model, self.validation, options))
             self._evidence[key] = component.concat(parts)
+            trim_heap()  # what fitting and scoring freed (newsmon.shared.heap.trim_heap)
         return self._evidence[key]
 
     def cross_fitted(self, component: Any, options: Any, evidence: Any, model: Any) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from newsmon.schemas.scoring import ScoringParams
+from newsmon.shared.heap import trim_heap
 from newsmon.shared.scoring.calibration.choice import Choice
 from newsmon.shared.scoring.calibration.inputs import CalibrationSet
 from newsmon.shared.scoring.calibration.selection import HOLDS, measure, verdict
@@ -176,3 +177,4 @@ class CalibrationRun:
         self.steps.append({"step": name, "params": params.model_dump(mode="json"), "micro_f1": parts[0],
                            "subset_accuracy": parts[1], "macro_f1": parts[2], "objective": self.judge.value(parts),
                            "kept": kept, **extra})
+        trim_heap()  # the step's freed memory back to the system (newsmon.shared.heap.trim_heap)

@@ -39,6 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from newsmon.schemas.scoring import ScoringParams
+from newsmon.shared.heap import trim_heap
 from newsmon.shared.scoring.calibration.choice import Choice
 from newsmon.shared.scoring.calibration.inputs import CalibrationSet
 from newsmon.shared.scoring.calibration.run import GRID_THRESHOLD, CalibrationRun, gold_matrix
@@ -111,6 +112,8 @@ def _lexical_step(cal: CalibrationSet, terms: TermVectors, Yt: np.ndarray, label
     for w in GRID_LEXICAL:
         fused = fuse(candidates, cal.texts, w, max(GRID_K), terms, lexical)
         _base_grid(fused, Yt, labels, {"lexical_weight": w, "lexical_search": search}, cal.objective, choice)
+        del fused
+        trim_heap()  # each weight's fused neighbours freed before the next (newsmon.shared.heap.trim_heap)
     w = choice.options[choice.pick()[0]]["lexical_weight"]
     fused = fuse(candidates, cal.texts, w, max(GRID_K), terms, lexical)
     return _chosen(choice, fused, Yt, labels, cal.objective), fused
@@ -143,6 +146,7 @@ def calibrate(cal: CalibrationSet, terms: TermVectors | None = None, rules: tupl
         first = comp.grid()[0]
         vocab.extend(comp.labels(cal.evidence(comp, first), first))
     Yt = gold_matrix(cal.gold, vocab)
+    trim_heap()  # what fitting the components' first models freed
     dense = fuse(cal.retrieval, [], 0.0, max(GRID_K))
     _obj, params, _parts = _base_grid(dense, Yt, vocab.labels, {}, cal.objective)
     run = CalibrationRun(cal, dense, Yt, vocab.labels, params)

@@ -30,6 +30,7 @@ import numpy as np
 from newsmon.schemas import scoring
 from newsmon.schemas.registry import Registry
 from newsmon.schemas.scoring import Options
+from newsmon.shared.heap import trim_heap
 from newsmon.shared.scoring.retrieval import LabelVocab
 
 __all__ = ["COMPONENTS", "MemoryArticles", "MixContext", "Queries", "ScoreComponent", "components",
@@ -247,6 +248,8 @@ class ScoreComponent(ABC):
             choice.add_scores(run.Y, S, thresholds, opt.model_dump(), (opt, ev))
             for half, on in halves.items():
                 on.add_scores(run.Y[fold == half], S[fold == half], thresholds, opt.model_dump(), (opt, ev))
+            del S
+            trim_heap()  # the option's scores and counts freed (newsmon.shared.heap.trim_heap)
         if not choice.options:
             return
         (opt, ev), thr = choice.pick()[2]

@@ -39,6 +39,7 @@ from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
 from newsmon.schemas.scoring import Options
+from newsmon.shared.heap import trim_heap
 from newsmon.shared.scoring.arrays import save_arrays
 from newsmon.shared.scoring.components.base import MemoryArticles, Queries, ScoreComponent, register_component
 from newsmon.shared.scoring.retrieval import LabelVocab
@@ -194,6 +195,8 @@ def out_of_fold(texts: Sequence[str], label_sets: Sequence[Sequence[str]], c: fl
         for j, lb in enumerate(full.labels):
             if lb in cols:
                 out[held, j] = part.probs[:, cols[lb]]
+        del part
+        trim_heap()  # the fold's model freed (newsmon.shared.heap.trim_heap)
     return HeadScores(list(full.labels), out)
 
 

@@ -26,6 +26,7 @@ import scipy.sparse as sp
 from pydantic import Field
 
 from newsmon.schemas.scoring import Options
+from newsmon.shared.heap import trim_heap
 from newsmon.shared.scoring.arrays import load_arrays, save_arrays
 from newsmon.shared.scoring.components.base import MemoryArticles, Queries, ScoreComponent, register_component
 from newsmon.shared.scoring.components.parabel import BEAM, Forest, train_forest
@@ -176,6 +177,7 @@ def top_labels_out_of_fold(texts: Sequence[str], label_sets: Sequence[Sequence[s
             continue
         got_fold.append((held, fit_and_score([texts[i] for i in rest], [label_sets[i] for i in rest],
                                              [texts[i] for i in held])))
+        trim_heap()  # the fold's model freed (newsmon.shared.heap.trim_heap)
     width = max((got.scores.shape[1] for _h, got in got_fold), default=0)
     scores = np.zeros((len(texts), width), dtype=np.float32)
     for held, got in got_fold:

@@ -44,6 +44,7 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 from threadpoolctl import threadpool_limits
 
 from newsmon.schemas.scoring import Options
+from newsmon.shared.heap import trim_heap
 from newsmon.shared.scoring.components.base import (
     MemoryArticles,
     MixContext,
@@ -345,6 +346,7 @@ class StackingComponent(ScoreComponent):
                 with one_thread():
                     probs = dict(zip(counts, staged(model.classifier, X[held], counts), strict=True))
             out.append((model, probs))
+            trim_heap()  # the fold's training copies freed (newsmon.shared.heap.trim_heap)
         self._folded = (key, out)
         return out
 
