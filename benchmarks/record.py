@@ -107,6 +107,7 @@ class BenchmarkRecord:
         self._t0 = time.perf_counter()
         self._started = datetime.now(UTC)
         self._load_before = _load()
+        self._commit = _git("rev-parse", "HEAD"), _git("status", "--porcelain", "--untracked-files=no")
         return self
 
     def table(self, title: str, columns: list[str], rows: list[list[Any]], note: str = "") -> None:
@@ -116,12 +117,16 @@ class BenchmarkRecord:
         print(f"\n{title}\n\n{markdown_table(list(columns), rows)}" + (f"\n\n{note}" if note else ""), flush=True)
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        dirty = _git("status", "--porcelain", "--untracked-files=no")
-        record = {"benchmark": self.name, "command": self.command, "commit": _git("rev-parse", "HEAD"),
+        # the commit the run started on (the code it imported); a checkout that moved while it ran is named too
+        commit, dirty = getattr(self, "_commit", (None, None))
+        now = _git("rev-parse", "HEAD"), _git("status", "--porcelain", "--untracked-files=no")
+        record = {"benchmark": self.name, "command": self.command, "commit": commit,
                   "dirty": bool(dirty) if dirty is not None else None,
                   "date": self._started.isoformat(timespec="seconds"), "machine": machine(),
                   "load": {"before": self._load_before, "after": _load()},
                   "seconds": round(time.perf_counter() - self._t0, 1), "tables": self.tables, "data": self.data}
+        if now != (commit, dirty):
+            record["checkout_at_end"] = {"commit": now[0], "dirty": bool(now[1]) if now[1] is not None else None}
         if exc_type is not None:
             record["error"] = f"{exc_type.__name__}: {exc}"
         folder = results_dir() / self.name
