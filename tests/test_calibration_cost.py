@@ -189,7 +189,10 @@ def _tree_tokenising_each_time(label_tree, texts, label_sets, held):
 @settings(max_examples=80, deadline=None)
 @given(st.integers(1, 9), st.integers(1, 12), st.integers(0, 10_000), st.booleans())
 def test_the_sparse_sweep_equals_the_dense_sweep(n, L, seed, below_zero):
-    """Rows with every label gold, none gold, gold labels not stored, stored zeros, scores on the thresholds."""
+    """Rows with every label gold, none gold, gold labels not stored, stored zeros, scores on the thresholds: the
+    calibration's per-article counts of sparse scores equal those of the dense ones and sum to the objective's
+    sweep."""
+    from newsmon.shared.scoring.calibration.choice import RowCounts
     from newsmon.shared.scoring.objective import Objective
 
     rng = np.random.default_rng(seed)
@@ -202,8 +205,11 @@ def test_the_sparse_sweep_equals_the_dense_sweep(n, L, seed, below_zero):
     rr, cc = np.nonzero(stored)
     Ssp = sp.csr_matrix((S[rr, cc], (rr, cc)), shape=(n, L), dtype=np.float32)
     t = np.round(np.arange(-0.2 if below_zero else 0.1, 0.76, 0.05), 2).astype(np.float64)
-    for judge in (Objective(), Objective(1.0, 1.0, 1.0)):
-        assert judge.sweep_sparse(Y, Ssp, t) == judge.sweep(Y, S, t)
+    swept = Objective().sweep(Y, S, t)
+    sparse, dense = RowCounts.sweep(Y, Ssp, t), RowCounts.sweep(Y, S, t)
+    for j in range(len(t)):
+        assert sparse.parts(j) == dense.parts(j) == swept[j][:2]
+    assert all((a == b).all() for a, b in ((sparse.tp, dense.tp), (sparse.size, dense.size), (sparse.ok, dense.ok)))
 
 
 @settings(max_examples=30, deadline=None)

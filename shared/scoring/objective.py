@@ -71,42 +71,6 @@ class Objective:
         macros = self._sweep_macro(Yb, b, T) if (self.macro if macro is None else macro) else [0.0] * T
         return [(float(micro[j]), float(ok[j] / n), macros[j]) for j in range(T)]
 
-    def sweep_sparse(self, Y: np.ndarray, S: sp.csr_matrix, thresholds: np.ndarray, macro: bool | None = None
-                     ) -> list[tuple[float, float, float]]:
-        """:meth:`sweep` of the scores ``S.toarray()`` given as an ``(n, L)`` float32 CSR matrix without repeated
-        entries (a score matrix is mostly zeros): every count is taken over the stored scores, the others counted
-        at once in the bin of 0, with no ``(n, L)`` pass. The same figures as :meth:`sweep` of the dense scores
-        (macro-F1, when computed, from them)."""
-        if self.macro if macro is None else macro:
-            return self.sweep(Y, S.toarray(), thresholds, macro)
-        t = np.asarray(thresholds, dtype=np.float64)
-        T, (n, L) = len(t), Y.shape
-        if not n:
-            return [(0.0, 0.0, 0.0)] * T
-        S = sp.csr_matrix(S)
-        per_row = np.diff(S.indptr)
-        r, c = np.repeat(np.arange(n), per_row), S.indices
-        bz = np.searchsorted(t, np.asarray(S.data, dtype=np.float32).astype(np.float64), side="left")
-        b0 = int(np.searchsorted(t, 0.0, side="left"))  # the bin of every score not stored
-        Yb = Y.astype(bool, copy=False)
-        gold = Yb[r, c]
-        gold_row = Yb.sum(axis=1)
-        gold_stored_row = np.bincount(r[gold], minlength=n)
-        ngold = int(gold_row.sum())
-        tp_bins = np.bincount(bz[gold], minlength=T + 1)
-        tp_bins[b0] += ngold - int(gold.sum())
-        all_bins = np.bincount(bz, minlength=T + 1)
-        all_bins[b0] += n * L - len(bz)
-        tp, npred = _above(tp_bins), _above(all_bins)
-        lo = np.where(L - per_row - (gold_row - gold_stored_row) > 0, b0, -1)  # a wrong label not stored: bin b0
-        np.maximum.at(lo, r[~gold], bz[~gold])
-        lo = np.clip(lo, 0, None)                  # nothing wrong proposed from threshold lo on
-        hi = np.where(gold_row - gold_stored_row > 0, b0, T + 1)
-        np.minimum.at(hi, r[gold], bz[gold])       # every gold label proposed below threshold hi
-        ok = np.cumsum(np.bincount(lo, minlength=T + 2) - np.bincount(np.maximum(hi, lo), minlength=T + 2))[:T]
-        micro = [2.0 * tp[j] / (npred[j] + ngold) if npred[j] + ngold else 0.0 for j in range(T)]
-        return [(float(micro[j]), float(ok[j] / n), 0.0) for j in range(T)]
-
     @staticmethod
     def _sweep_macro(Yb: np.ndarray, b: np.ndarray, T: int) -> list[float]:
         """macro-F1 (:func:`macro_f1`) of ``S > t[j]`` for each ``j``, from the bins ``b`` of the scores."""

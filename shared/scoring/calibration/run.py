@@ -119,14 +119,6 @@ class CalibrationRun:
         """The objective of ``(n, L)`` bool proposals."""
         return self.judge(self.Y, P)
 
-    def sweep(self, S: np.ndarray, thresholds: Sequence[float]) -> list[tuple[float, float]]:
-        """``(threshold, objective of S > threshold)`` for each of ``thresholds`` (one pass over ``S``)."""
-        t = np.asarray(thresholds, dtype=np.float64)
-        order = np.argsort(t, kind="stable")
-        parts = self.judge.sweep(self.Y, S, t[order])
-        got = {int(i): self.judge.value(p) for i, p in zip(order, parts, strict=True)}
-        return [(float(t[i]), got[i]) for i in range(len(t))]
-
     def choice(self, rows: np.ndarray | None = None) -> Choice:
         """An empty :class:`~.choice.Choice` on the run's articles (or the ``rows`` of them, a bool mask) and
         objective: a hook adds its grid's options to
