@@ -80,10 +80,13 @@ def _ks(retrieval: Retrieval) -> list[int]:
     return [k for k in GRID_K if k <= retrieval.k] or [retrieval.k]
 
 
-def _chosen(choice: Choice, retrieval: Retrieval, Yt: np.ndarray, labels: list[str], judge: Objective) -> Found:
-    """The (objective, params, figures) of the cell ``choice`` takes, scored on ``retrieval`` (its figures,
-    macro-F1 too, from the dense scores in float64 as the decision compares them)."""
-    i, cell, _payload = choice.pick()
+def _chosen(choice: Choice, retrieval: Retrieval, Yt: np.ndarray, labels: list[str], judge: Objective,
+            picked: int | None = None) -> Found:
+    """The (objective, params, figures) of the cell ``choice`` takes (``picked``: its index when already
+    taken), scored on ``retrieval`` (its figures, macro-F1 too, from the dense scores in float64 as the decision
+    compares them)."""
+    i = choice.pick()[0] if picked is None else picked
+    cell = choice.options[i]
     rows = retrieval.label_matrix(LabelVocab(labels))
     S = _columns(rae_xmc_scores_sparse(retrieval.sims, rows, cell["top_k"], cell["tau"], 1.0, rows.shape[1]),
                  Yt.shape[1])
@@ -114,9 +117,9 @@ def _lexical_step(cal: CalibrationSet, terms: TermVectors, Yt: np.ndarray, label
         _base_grid(fused, Yt, labels, {"lexical_weight": w, "lexical_search": search}, cal.objective, choice)
         del fused
         trim_heap()  # each weight's fused neighbours freed before the next (newsmon.shared.heap.trim_heap)
-    w = choice.options[choice.pick()[0]]["lexical_weight"]
-    fused = fuse(candidates, cal.texts, w, max(GRID_K), terms, lexical)
-    return _chosen(choice, fused, Yt, labels, cal.objective), fused
+    picked = choice.pick()[0]
+    fused = fuse(candidates, cal.texts, choice.options[picked]["lexical_weight"], max(GRID_K), terms, lexical)
+    return _chosen(choice, fused, Yt, labels, cal.objective, picked), fused
 
 
 def calibrate(cal: CalibrationSet, terms: TermVectors | None = None, rules: tuple[str, ...] | None = None,
