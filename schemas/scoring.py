@@ -48,6 +48,12 @@ class Options(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """``{field: default}`` of every field with a plain default (what the options are without calibration: the
+        prior the calibration's choice of them stays nearest to)."""
+        return {k: f.default for k, f in cls.model_fields.items() if not f.is_required() and f.default_factory is None}
+
 
 def registered(kind: Kind) -> tuple[str, ...]:
     """The registered names of ``kind``, in registration order."""

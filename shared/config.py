@@ -275,9 +275,8 @@ class WorkerSettings(BaseModel):
 
 
 class CalibrationSettings(BaseModel):
-    """What the calibration (``newsmon tune``, ``memory build --calibrate``, the nightly job, the demo, ``eval``'s
-    ``newsmon`` row) maximises on the calibration articles: a weighted sum of micro-F1, subset accuracy and
-    macro-F1, and how many memory articles it scores."""
+    """What the calibration (``tune``, ``memory build --calibrate``, nightly, demo, ``eval``'s ``newsmon`` row)
+    maximises (micro-F1, subset accuracy, macro-F1 weighed), on how many memory articles, with which components."""
 
     micro_f1: float = Field(1.0, ge=0, le=10, description="Weight of micro-F1 (every proposal alike).")
     subset_accuracy: float = Field(1.0, ge=0, le=10, description="Weight of subset accuracy (articles whose whole "
@@ -293,8 +292,9 @@ class CalibrationSettings(BaseModel):
                                      "it implies).")
     adapted_memory_articles: bool = Field(
         False, description="Calibrate an adapted model (the nightly job's CPU candidate) on its memory's own articles "
-        "leave-one-out too, as production is, not on the validation split alone. The adapter was trained on them, "
-        "so they may flatter it; the gate still judges on held-out articles. Off: the validation split alone.")
+        "leave-one-out too (they trained its adapter, so they may flatter it); off: on the validation split alone.")
+    components: list[str] | None = Field(None, description="The score components the calibration may try ([]: "
+                                         "retrieval alone; unset: every registered one; an unknown name is refused).")
 
 
 class LabelSettings(BaseModel):

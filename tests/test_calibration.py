@@ -533,10 +533,14 @@ def test_calibration_tries_bucket_thresholds_and_keeps_them_only_when_they_lift(
     base = res.steps[0]["objective"]
     assert step["kept"] == (step["objective"] > base + 1e-9)
     assert step["kept"] and res.params.bucket_thresholds is not None
-    b = res.params.bucket_thresholds
-    k = min(res.params.top_k, 10)  # equal similarities: a label's score is its share of the first k neighbours
-    rare_score, f_where_wrong = 2 / k, min(5, k - 2) / k
-    assert b[0] < rare_score and b[3] >= f_where_wrong  # the rare labels pass, the frequent one where it is wrong not
+    # the rare labels pass, the frequent one where it is wrong not: every article's label set, as the decision
+    # compares the scores (whatever k the base grid took: equal similarities, a label's share of the first k)
+    vocab = LabelVocab()
+    _, chosen = newsmon_decide(r, vocab, res.params, label_counts=counts)
+    assert [{vocab.labels[j] for j in np.flatnonzero(row)} for row in chosen] == [set(g) for g in gold]
+    _, one = newsmon_decide(r, LabelVocab(), res.params.model_copy(update={"bucket_thresholds": None}),
+                            label_counts=counts)
+    assert one.sum(axis=1).tolist() != [len(g) for g in gold]  # one threshold cannot serve both
     assert "+ bucket thresholds" not in [s["step"] for s in _calibrate(r, gold, rules=()).steps]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 
 from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.scoring import LabelVocab, MemoryArticles, Retrieval
@@ -97,3 +98,34 @@ def test_the_label_names_are_refused_where_they_add_nothing():
     LabelNamesComponent().calibrate(run)
     step = run.steps[-1]
     assert step["step"] == "+ label_names" and not step["kept"], step["why"]
+
+
+def test_calibration_components_limits_the_components_tried_on_every_path():
+    """``calibration.components``: the components the calibration may try (issue 38's cost lever; the gate drills
+    judge the encoder with none); unset, every registered one; an unknown name is refused before any work."""
+    from newsmon.shared.config import Settings
+    from newsmon.shared.predictors.newsmon import NewsmonPredictor
+    from newsmon.shared.scoring.calibration import allowed_components, calibrate
+
+    texts = [f"Stavka in {w} {i}" for i in range(10) for w in ("delavci", "vlada", "sindikat", "plače")]
+    gold = [("stavka", "delo")] * len(texts)
+
+    def steps(only):
+        memory = MemoryArticles(None, texts, gold)
+        r = Retrieval.from_neighbours([[Hit("a", 0.9, ("delo",)), Hit("b", 0.9, ("drugo",))]] * len(texts))
+        cal = calibration_set(memory, r)
+        cal.only = only
+        return [s["step"] for s in calibrate(cal).steps]
+
+    every = steps(None)
+    assert "+ label_names" in every
+    from newsmon.shared.scoring.components import components
+
+    names = {c.name for c in components()}
+    assert steps(frozenset()) == [s for s in every if s[2:] not in names]
+    assert "+ label_names" in steps(frozenset({"label_names"})) and "+ label_tree" not in steps(
+        frozenset({"label_names"}))
+    with pytest.raises(ValueError, match="calibration.components: unknown score component 'nope'; registered: "):
+        allowed_components(["nope"])
+    assert NewsmonPredictor.from_settings(Settings(calibration={"components": []})).components == frozenset()
+    assert NewsmonPredictor.from_settings(Settings()).components is None

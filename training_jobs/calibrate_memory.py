@@ -21,6 +21,7 @@ import numpy as np
 import structlog
 
 from newsmon.shared.classifier import Classifier
+from newsmon.shared.config import Settings
 from newsmon.training_jobs import calibration_cache
 from newsmon.training_jobs.calibration_cache import calibration_inputs
 from newsmon.shared.data import Article
@@ -28,7 +29,7 @@ from newsmon.shared.evaluation.neighbours import search_by_language
 from newsmon.shared.memory import SearchFilter
 from newsmon.shared.scoring import MemoryArticles, Queries, Retrieval, get_component
 from newsmon.shared.scoring.calibration import (GRID_K, LEXICAL_CANDIDATES, CalibrationResult, CalibrationSet,
-                                                Objective, calibrate, calibration_set)
+                                                Objective, allowed_components, calibrate, calibration_set)
 from newsmon.shared.scoring.calibration.selection import report_entry
 from newsmon.shared.scoring.models import ModelCache
 from newsmon.shared.scoring.records import CalibrationRecord, record_id
@@ -90,9 +91,15 @@ def label_counts(clf: Classifier, lang: str) -> dict[str, int]:
     return out
 
 
+def adapted_alone(settings: Settings, adapted: bool) -> bool:
+    """Whether a model (``adapted``: its encoder carries an adapter) is calibrated on the validation articles alone,
+    not on its memory's own articles too: an adapted one unless ``calibration.adapted_memory_articles``."""
+    return adapted and not settings.calibration.adapted_memory_articles
+
+
 def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), written_by: str = "tune",
-                     corpus: str | None = None, max_memory_articles: int | None = None, reuse: bool = True
-                     ) -> dict[str, LanguageCalibration]:
+                     corpus: str | None = None, max_memory_articles: int | None = None, reuse: bool = True,
+                     memory_articles: bool | None = None) -> dict[str, LanguageCalibration]:
     """Calibrate every language memory of ``clf``'s model version and store the records; a language whose
     calibration inputs (memory articles, model version, validation articles, settings, code) are those of an
     earlier calibration gets that one instead (:mod:`newsmon.training_jobs.calibration_cache`), unless ``reuse``
@@ -105,6 +112,9 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
         written_by: recorded in the record (``tune``, ``memory build``, ``nightly``, ``demo``).
         corpus: the corpus path, recorded; max_memory_articles: cap on leave-one-out articles per language
             (default ``settings.calibration.max_memory_articles``).
+        memory_articles: whether the memory's own articles (leave-one-out) are calibration articles beside the
+            validation ones (always without them); None: yes, unless :func:`adapted_alone` (the gate passes the
+            candidate's answer for production too: both sides calibrated on the same articles).
 
     Returns:
         per language, the record written and the ablation steps.
@@ -112,31 +122,24 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
     Raises:
         ValueError: no language memory holds labelled articles.
     """
-    k = max(max(GRID_K), LEXICAL_CANDIDATES)
     max_memory_articles = max_memory_articles or clf.settings.calibration.max_memory_articles
-    adapted = getattr(clf.encoder, "adapter", None) is not None and not clf.settings.calibration.adapted_memory_articles
+    allowed_components(clf.settings.calibration.components)  # an unknown name refused before any work
+    if memory_articles is None:
+        memory_articles = not adapted_alone(clf.settings, getattr(clf.encoder, "adapter", None) is not None)
     out: dict[str, LanguageCalibration] = {}
     for lang in clf.languages():
         t0 = time.perf_counter()
         val = [a for a in validation if a.lang == lang and a.labels]
-        inputs = calibration_inputs(clf, lang, val)
+        held_out = memory_articles or not val
+        inputs = calibration_inputs(clf, lang, val, held_out)
         found = _reusable(clf, lang, inputs) if reuse else None
         if found is not None:
             out[lang] = LanguageCalibration(found[0], found[1], time.perf_counter() - t0, reused=True)
             log.info("calibration reused (same inputs)", collection=found[0].collection, inputs=inputs[:12])
             continue
-        memory, loo = _leave_one_out(clf, lang, k, max_memory_articles)
-        if not len(memory):
+        cal = _calibration_articles(clf, lang, val, held_out, max_memory_articles)
+        if cal is None:
             continue
-        val_r, queries = None, None
-        if val:
-            queries = Queries([a.text for a in val], clf.encoder.encode([a.text for a in val], role="query"))
-            val_r = clf.search(queries.vectors, [lang] * len(val), k, (), queries.texts, LEXICAL_CANDIDATES)[0]
-        cal = calibration_set(memory, loo, val_r, [a.labels for a in val], queries, held_out=not (adapted and val),
-                              validation_ids=[a.id for a in val])
-        cal.objective = Objective.from_settings(clf.settings)
-        if max_memory_articles is not None and len(memory) >= max_memory_articles:
-            cal.label_counts = label_counts(clf, lang)  # a sample of the memory: the buckets count the whole
         result = calibrate(cal, clf.terms)
         record = _write_record(clf, lang, result, cal, {"memory_articles_leave_one_out": cal.held_out,
                                                         "validation_articles": len(val), "corpus": corpus},
@@ -150,6 +153,28 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
         raise ValueError("nothing to calibrate: no language memory holds labelled articles (run `newsmon memory "
                          "build --data PATH --calibrate` first)")
     return out
+
+
+def _calibration_articles(clf: Classifier, lang: str, val: Sequence[Article], held_out: bool,
+                          max_memory_articles: int | None) -> CalibrationSet | None:
+    """``lang``'s calibration articles: its memory's own (leave-one-out, up to ``max_memory_articles``) and ``val``
+    (``held_out``: with the memory's own; else ``val`` alone), with the settings' objective and components; None
+    when the language memory holds no labelled article."""
+    k = max(max(GRID_K), LEXICAL_CANDIDATES)
+    memory, loo = _leave_one_out(clf, lang, k, max_memory_articles)
+    if not len(memory):
+        return None
+    val_r, queries = None, None
+    if val:
+        queries = Queries([a.text for a in val], clf.encoder.encode([a.text for a in val], role="query"))
+        val_r = clf.search(queries.vectors, [lang] * len(val), k, (), queries.texts, LEXICAL_CANDIDATES)[0]
+    cal = calibration_set(memory, loo, val_r, [a.labels for a in val], queries, held_out=held_out,
+                          validation_ids=[a.id for a in val])
+    cal.objective = Objective.from_settings(clf.settings)
+    cal.only = allowed_components(clf.settings.calibration.components)
+    if max_memory_articles is not None and len(memory) >= max_memory_articles:
+        cal.label_counts = label_counts(clf, lang)  # a sample of the memory: the buckets count the whole
+    return cal
 
 
 def _reusable(clf: Classifier, lang: str, inputs: str) -> tuple[CalibrationRecord, list[dict]] | None:

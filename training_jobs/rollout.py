@@ -46,6 +46,7 @@ from newsmon.shared.scoring.records import CalibrationStore, record_id
 from newsmon.shared.scoring.stored import ModelStore
 from newsmon.shared.promotion import (atomic_write_json, effective_encoder_settings, promoted_file,
                                       read_promoted, settings_with_model)
+from newsmon.training_jobs.calibrate_memory import adapted_alone
 from newsmon.training_jobs.gate import GATED, calibrated_row, judge
 
 log = structlog.get_logger(__name__)
@@ -64,7 +65,8 @@ def candidate_settings(settings: Settings, candidate_path: str) -> Settings:
     return s
 
 
-def measure_calibrated(settings: Settings, corpus: Corpus, keep_records: bool = True) -> dict:
+def measure_calibrated(settings: Settings, corpus: Corpus, keep_records: bool = True,
+                       memory_articles: bool | None = None) -> dict:
     """The calibrated ``newsmon`` row of the model ``settings`` name (:func:`newsmon.training_jobs.gate.calibrated_row`:
     calibrated on its memory plus the corpus's validation split, measured on its test split).
 
@@ -72,12 +74,13 @@ def measure_calibrated(settings: Settings, corpus: Corpus, keep_records: bool = 
     (:class:`~newsmon.shared.scoring.records.ScratchCalibrations`) that reads the served records and is never
     written to them: judging production does not change what it serves, whatever the verdict, not even while the
     row is measured. The row's ``records`` still name the records it was measured with (their models are in the
-    model store)."""
+    model store). ``memory_articles``: whether the memory's own articles are calibration articles too (None: the
+    model's default, :func:`~newsmon.training_jobs.calibrate_memory.calibrate_memory`)."""
     validation = [a for a in corpus.split("validation") if a.labels]
     test = [a for a in corpus.split("test") if a.labels]
     clf = Classifier(settings, scratch_calibrations=not keep_records)
     try:
-        return calibrated_row(clf, validation, test, str(corpus.path))
+        return calibrated_row(clf, validation, test, str(corpus.path), memory_articles)
     finally:
         clf.close()
 
@@ -99,7 +102,8 @@ class RolloutDecision:
 def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutDecision:
     """Carry the memory into the candidate's collections (re-embedded, or for an adapter trained on the current
     version its stored vectors transformed by the adapter's matrix); calibrate the candidate and production the same
-    way (:func:`newsmon.training_jobs.calibrate_memory.calibrate_memory`, as ``memory build --calibrate``) and measure
+    way on the same articles (:func:`newsmon.training_jobs.calibrate_memory.calibrate_memory`, as ``memory build
+    --calibrate``; for an adapted candidate both on the validation split alone) and measure
     both scorers on the same test articles; promote when the candidate's calibrated ``newsmon`` row is not worse
     (micro-F1 and subset accuracy, within ``training.tolerance``: :func:`newsmon.training_jobs.gate.judge`):
     switch aliases (server) and write ``promoted.json``, which names the candidate's calibration records. Otherwise
@@ -113,9 +117,12 @@ def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutD
         raise ValueError(f"the gate needs labelled test articles; {corpus.path} has none")
     current_enc = effective_encoder_settings(settings)
     reembedded, replaces, target, transform = _carry_memory(settings, current_enc, candidate_path)
-    cur = measure_calibrated(settings, corpus, keep_records=False)  # production serves what it served
+    # both sides calibrated on the same articles: an adapted candidate on the validation split alone (its adapter
+    # learnt from the memory's own articles), and production then too; else both on the memory's articles as well
+    same = not adapted_alone(settings, read_adapter(candidate_path) is not None)
+    cur = measure_calibrated(settings, corpus, keep_records=False, memory_articles=same)  # serves what it served
     cand_settings = candidate_settings(settings, candidate_path)
-    cand = measure_calibrated(cand_settings, corpus)
+    cand = measure_calibrated(cand_settings, corpus, memory_articles=same)
     promoted, reason = judge({GATED: cur}, {GATED: cand}, settings.training.tolerance)
     now = datetime.now(UTC).isoformat()
     if promoted:
@@ -226,8 +233,11 @@ def _update_aliases(settings: Settings, router: MemoryRouter, models: Any) -> No
     router.client().update_collection_aliases(change_aliases_operations=ops)
 
 
-def degrade(model_path: str, out_dir: Path, noise: float = 0.5, seed: int = 0) -> Path:
-    """A deliberately worse copy of a model (Gaussian noise on every weight matrix), for gate drills."""
+def degrade(model_path: str, out_dir: Path, noise: float = 0.5, seed: int = 0, blind: bool = False) -> Path:
+    """A deliberately worse copy of a model (Gaussian noise on every weight matrix), for gate drills. Noise alone
+    leaves a model that still tells texts apart by their words (each token keeps an embedding of its own: a random
+    projection of the bag of words, which retrieves topics well); ``blind`` also gives every token the same input
+    embedding (their mean), so the vectors depend only on a text's length: its neighbours are chance."""
     import torch  # deferred: seconds to import; only gate drills use this
     from safetensors.torch import load_file, save_file  # deferred: needs torch
 
@@ -237,6 +247,8 @@ def degrade(model_path: str, out_dir: Path, noise: float = 0.5, seed: int = 0) -
     for k, v in weights.items():
         if v.ndim == 2:
             weights[k] = v + noise * v.std() * torch.randn(v.shape, generator=g)
+        if blind and k.endswith("word_embeddings.weight"):
+            weights[k] = weights[k].mean(dim=0, keepdim=True).expand_as(weights[k]).contiguous()
     save_file(weights, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     info_path = out_dir / "newsmon_model.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else {}

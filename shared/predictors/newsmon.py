@@ -7,6 +7,7 @@ baselines.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,14 @@ from newsmon.schemas.scoring import ScoringParams
 from newsmon.shared.heap import trim_heap
 from newsmon.shared.predictors.base import Predictor, QueryBatch, TrainingSet, register
 from newsmon.shared.scoring import FittedModels, LabelVocab, MemoryArticles, OneRecord, Queries, Resolved, Scorer
-from newsmon.shared.scoring.calibration import GRID_K, LEXICAL_CANDIDATES, Objective, calibrate, calibration_set
+from newsmon.shared.scoring.calibration import (
+    GRID_K,
+    LEXICAL_CANDIDATES,
+    Objective,
+    allowed_components,
+    calibrate,
+    calibration_set,
+)
 from newsmon.shared.scoring.decision import retrieval_size
 from newsmon.shared.scoring.lexical import TermVectors
 
@@ -39,9 +47,12 @@ class NewsmonPredictor(Predictor):
     needs_training_retrieval = True
     needs_validation_retrieval = True
 
-    def __init__(self, params: ScoringParams | None = None, objective: Objective | None = None) -> None:
+    def __init__(self, params: ScoringParams | None = None, objective: Objective | None = None,
+                 components: Sequence[str] | None = None) -> None:
         self.fixed = params
         self.objective = objective or Objective()
+        #: The components the calibration may try (``calibration.components``; None: every registered one).
+        self.components = allowed_components(components)
         self.calibration: Any = None
         self.vocab = LabelVocab()
         self.terms = TermVectors()
@@ -64,7 +75,7 @@ class NewsmonPredictor(Predictor):
             val_gold = _label_sets(train.validation_labels, train.vocab) if val is not None else []
             queries = Queries(list(train.validation_texts or [""] * len(val_gold)), train.validation_vectors)
             cal = calibration_set(memory, train.retrieval, val, val_gold, queries, validation_ids=train.validation_ids)
-            cal.objective = self.objective
+            cal.objective, cal.only = self.objective, self.components
             self.calibration = calibrate(cal, self.terms)
             params, judged = self.calibration.params, cal.models  # the models the calibration judged run
             memory = cal.memory or memory  # in id order: the models not judged are fitted as the calibration's were
@@ -78,8 +89,8 @@ class NewsmonPredictor(Predictor):
 
     @classmethod
     def from_settings(cls, settings: Any, **params: Any) -> NewsmonPredictor:
-        """Calibrated in :meth:`fit` with the objective of ``settings.calibration``."""
-        return cls(objective=Objective.from_settings(settings), **params)
+        """Calibrated in :meth:`fit` with the objective and the components of ``settings.calibration``."""
+        return cls(objective=Objective.from_settings(settings), components=settings.calibration.components, **params)
 
     def with_params(self, params: ScoringParams) -> NewsmonPredictor:
         """A fitted copy scoring with ``params`` (the same memory, models and known labels: an ablation row)."""

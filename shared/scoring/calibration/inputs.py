@@ -15,9 +15,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from newsmon.shared.heap import trim_heap
-from newsmon.shared.scoring.components import MemoryArticles, Queries, components
+from newsmon.shared.scoring.components import MemoryArticles, Queries, components, get_component
 from newsmon.shared.scoring.objective import Objective
 from newsmon.shared.scoring.retrieval import Retrieval
+
+
+def allowed_components(names: Sequence[str] | None) -> frozenset[str] | None:
+    """The components the calibration may try (``calibration.components``) as :attr:`CalibrationSet.only`; None for
+    every registered one.
+
+    Raises:
+        ValueError: a name no component is registered under (the message lists the registered ones)."""
+    if names is None:
+        return None
+    for name in names:
+        try:
+            get_component(name)
+        except KeyError as e:
+            raise ValueError(f"calibration.components: {e.args[0]}") from None
+    return frozenset(names)
 
 
 @dataclass
@@ -35,6 +51,7 @@ class CalibrationSet:
         given: per component name, its evidence for the ``n`` articles as a function of the options, instead of
             models fitted on ``memory`` (the component is then tried whether or not there is a memory).
         objective: what the calibration maximises on these articles (:class:`Objective`).
+        only: the names of the components the calibration may try (``calibration.components``; None: every one).
         models: the components' models fitted on ``memory`` so far, by (component, model key): the ones the
             calibration judged, which the workers and ``eval`` then use.
     """
@@ -49,12 +66,17 @@ class CalibrationSet:
     known_labels: set[str] | None = None
     given: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
     objective: Objective = field(default_factory=Objective)
+    only: frozenset[str] | None = None
     models: dict[tuple, Any] = field(default_factory=dict, repr=False)
     _evidence: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     def components(self) -> list[Any]:
-        """The registered components the calibration can try: those whose inputs (``NEEDS``: embeddings, texts)
-        the memory and the validation articles have."""
+        """The registered components the calibration can try: those :attr:`only` names (all without it) whose inputs
+        (``NEEDS``: embeddings, texts) the memory and the validation articles have."""
+        return [c for c in self._usable() if self.only is None or c.name in self.only]
+
+    def _usable(self) -> list[Any]:
+        """The registered components whose inputs the calibration articles have (or whose evidence is given)."""
         if self.memory is None or not len(self.memory):
             return [c for c in components() if c.name in self.given]
         have = set()

@@ -119,12 +119,13 @@ class CalibrationRun:
         """The objective of ``(n, L)`` bool proposals."""
         return self.judge(self.Y, P)
 
-    def choice(self, rows: np.ndarray | None = None) -> Choice:
+    def choice(self, rows: np.ndarray | None = None, prior: Mapping[str, Any] | None = None) -> Choice:
         """An empty :class:`~.choice.Choice` on the run's articles (or the ``rows`` of them, a bool mask) and
-        objective: a hook adds its grid's options to
-        it and takes the one :meth:`~.choice.Choice.pick` gives (the centre of those within the noise of the
-        best, not the best: the same record on re-splits of the same corpus)."""
-        return Choice(self.judge, len(self.Y) if rows is None else int(np.count_nonzero(rows)))
+        objective, with ``prior`` (the option values it stays nearest to: a hook's default options,
+        :meth:`~newsmon.schemas.scoring.Options.defaults`): a hook adds its grid's options to it and takes the one
+        :meth:`~.choice.Choice.pick` gives (of those within the noise of the best, the one nearest the prior, then
+        the centre; not the best: the same record on re-splits of the same corpus)."""
+        return Choice(self.judge, len(self.Y) if rows is None else int(np.count_nonzero(rows)), prior=prior)
 
     def with_rule(self, name: str, options: Any, params: ScoringParams | None = None) -> ScoringParams:
         """The kept parameters (or ``params``) with rule ``name`` (``options``) in place of its earlier options, the

@@ -234,8 +234,9 @@ class ScoreComponent(ABC):
         thresholds = run.THRESHOLDS if self.RECHOOSES_THRESHOLD else (run.params.threshold,)
         crossed = self.KEEP == "lifts"
         fold = np.random.default_rng(CROSS_FIT_SEED).permutation(len(run.Y)) % 2 == 0 if crossed else None
-        choice = run.choice()
-        halves = {half: run.choice(fold == half) for half in (True, False)} if fold is not None else {}
+        prior = {**self.Options.defaults(), "threshold": run.params.threshold}  # its defaults, the threshold so far
+        choice = run.choice(prior=prior)
+        halves = {half: run.choice(fold == half, prior) for half in (True, False)} if fold is not None else {}
         for opt in self.grid():
             if self.FITTED_BY_CALIBRATION:
                 ev, model = self.cross_fit(before, run.vocab(), context, opt, run.Y)

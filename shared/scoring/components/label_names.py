@@ -147,7 +147,9 @@ def out_of_fold(texts: Sequence[str], label_sets: Sequence[Sequence[str]]) -> To
 class LabelNamesOptions(Options):
     """The label names' options."""
 
-    weight: float = Field(0.5, gt=0, le=1, allow_inf_nan=False, description="The names' weight in the mix.")
+    weight: float = Field(1.0, gt=0, le=1, allow_inf_nan=False, description="The names' weight in the mix (default "
+                          "1: at the default threshold 0.5 a name proposes its label where it meant the label in more "
+                          "than half of the memory articles it occurs in).")
     unsure_below: float | None = Field(
         None, gt=0, le=1, allow_inf_nan=False,
         description="The names score only articles whose best score before them is below this (where the "

@@ -135,7 +135,7 @@ class DecisionRule(ABC):
         options = self.grid(run.cal)
         if not options:
             return
-        scores, choice = run.scores(), run.choice()
+        scores, choice = run.scores(), run.choice(prior=self.Options.defaults())  # nearest its default options
         for option in options:
             trial = run.with_rule(self.name, option)
             choice.add_proposals(run.Y, run.decide(trial, scores=scores), option.model_dump(), trial)
