@@ -161,7 +161,8 @@ def calibrate(cal: CalibrationSet, terms: TermVectors | None = None, rules: tupl
     _obj, params, _parts = _base_grid(dense, Yt, vocab.labels, {}, cal.objective)
     run = CalibrationRun(cal, dense, Yt, vocab.labels, params)
     run.record("base (k, tau, threshold)", params, run.parts, True,
-               why="the centre of the k, tau and threshold grid's cells within the noise of the best")
+               why="of the k, tau and threshold grid's cells within the noise of the best, the one nearest the "
+                   "defaults (k 50, tau 0.04, threshold 0.5)")
     if cal.texts is not None and cal.retrieval.texts is not None:
         terms = terms or TermVectors()
         queries = terms.rows(list(cal.texts))  # the calibration articles' term rows, for both steps

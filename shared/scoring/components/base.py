@@ -221,7 +221,8 @@ class ScoreComponent(ABC):
         """The calibration's step for this component (``run``: a
         :class:`~newsmon.shared.scoring.calibration.run.CalibrationRun`): one of its options (:meth:`grid`, with
         every threshold of ``run.THRESHOLDS`` when it re-chooses the threshold, else at the threshold already chosen),
-        the centre of those within the noise of the best (:mod:`newsmon.shared.scoring.calibration.choice`), mixed in
+        of those within the noise of the best the one nearest its default options (then their centre:
+        :mod:`newsmon.shared.scoring.calibration.choice`), mixed in
         after the components kept before it, offered to the run (kept when it lifts beyond the
         noise: :mod:`newsmon.shared.scoring.calibration.selection`). A component fitted by the calibration
         (``FITTED_BY_CALIBRATION``) is cross-fitted on the calibration articles (:meth:`cross_fit`: each judged by a

@@ -128,8 +128,9 @@ class DecisionRule(ABC):
 
     def calibrate(self, run: Any) -> None:
         """The calibration's step for this rule (``run``: a
-        :class:`~newsmon.shared.scoring.calibration.run.CalibrationRun`): one of its options (:meth:`grid`), the
-        centre of those within the noise of the best (:mod:`newsmon.shared.scoring.calibration.choice`), on top of
+        :class:`~newsmon.shared.scoring.calibration.run.CalibrationRun`): one of its options (:meth:`grid`), of
+        those within the noise of the best the one nearest its default options
+        (:mod:`newsmon.shared.scoring.calibration.choice`), on top of
         the rules kept before it, on the scores so far, offered to the run and kept as :attr:`KEEP` says. Override
         it for a rule calibrated another way (a replay, thresholds of its own)."""
         options = self.grid(run.cal)
