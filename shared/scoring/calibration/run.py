@@ -121,10 +121,10 @@ class CalibrationRun:
 
     def choice(self, rows: np.ndarray | None = None, prior: Mapping[str, Any] | None = None) -> Choice:
         """An empty :class:`~.choice.Choice` on the run's articles (or the ``rows`` of them, a bool mask) and
-        objective, with ``prior`` (the option values it stays nearest to: a hook's default options,
+        objective, with ``prior`` (the option taken when within the noise of the best: a hook's default options,
         :meth:`~newsmon.schemas.scoring.Options.defaults`): a hook adds its grid's options to it and takes the one
-        :meth:`~.choice.Choice.pick` gives (of those within the noise of the best, the one nearest the prior, then
-        the centre; not the best: the same record on re-splits of the same corpus)."""
+        :meth:`~.choice.Choice.pick` gives (the prior when within the noise of the best, else the centre of those
+        within it; not the best: the same record on re-splits of the same corpus)."""
         return Choice(self.judge, len(self.Y) if rows is None else int(np.count_nonzero(rows)), prior=prior)
 
     def with_rule(self, name: str, options: Any, params: ScoringParams | None = None) -> ScoringParams:

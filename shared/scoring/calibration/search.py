@@ -20,11 +20,9 @@ registered decision rule in the order of its ``CALIBRATE_AT``, each by its own `
 :meth:`~newsmon.shared.scoring.rules.DecisionRule.calibrate`) on a :class:`~.run.CalibrationRun`: this module names
 no component and no rule.
 
-Which option of a grid is taken (the base grid, the lexical weights, each component's and rule's options): not the
-best on the calibration articles but, of the options within the noise of the best, the one nearest the defaults
-(then the centre of those: :mod:`.choice`), so that a re-split of the same corpus gives the same record where its
-best option flips between near-equal ones, and a small calibration set keeps the defaults it cannot tell apart from
-the best.
+Which option of a grid is taken (the base grid, the lexical weights, each component's options): not the best on the
+calibration articles but the centre of the options within the noise of the best (:mod:`.choice`), so that a re-split
+of the same corpus gives the same record where its best option flips between near-equal ones.
 
 Same inputs, same record: the grids are walked in a fixed order and a tie goes by a stated rule (:mod:`.choice`;
 the grid's order last), the bootstrap resamples are seeded, the articles are in
@@ -55,8 +53,9 @@ from newsmon.shared.scoring.rules import rules as registered_rules
 #: The grid of the base parameters (k is capped at the neighbours retrieved).
 GRID_K = (5, 10, 20, 30, 50, 75, 100, 150, 200)
 GRID_TAU = (0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
-#: The prior of the base grid's choice (:mod:`.choice`): the settings' defaults of k, tau and the threshold.
-BASE_PRIOR = {k: ScoringParams.model_fields[k].default for k in ("top_k", "tau", "threshold")}
+#: The prior of the base grid's choice (:mod:`.choice`: taken when within the noise of the best): its cell nearest
+#: the settings' defaults (k 50, threshold 0.5; tau 0.04 lies between the grid's 0.03 and 0.05).
+BASE_PRIOR = {"top_k": 50, "tau": 0.05, "threshold": 0.5}
 #: (objective, parameters, figures) of a grid's best.
 Found = tuple[float, ScoringParams, tuple[float, float, float]]
 #: Lexical weights tried for hybrid retrieval (0 = dense only).
@@ -68,9 +67,8 @@ OBJECTIVE = Objective().name
 def _base_grid(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], extra: dict[str, Any], judge: Objective,
                choice: Choice | None = None) -> Found:
     """The chosen (objective, params, figures) of the k / tau / threshold grid (``labels``: the columns of ``Yt``):
-    of the cells within the noise of the best, the one nearest :data:`BASE_PRIOR` (:mod:`.choice`). With
-    ``choice``, the cells (each with ``extra``) are only added to it and nothing is returned (a step choosing over
-    several grids at once)."""
+    the centre of the cells within the noise of the best (:mod:`.choice`). With ``choice``, the cells (each with
+    ``extra``) are only added to it and nothing is returned (a step choosing over several grids at once)."""
     rows = retrieval.label_matrix(LabelVocab(labels))
     own = choice is None
     choice = choice or Choice(judge, len(Yt), prior=BASE_PRIOR)
@@ -108,7 +106,7 @@ def _columns(S: sp.csr_matrix, L: int) -> sp.csr_matrix:
 
 
 def _lexical_step(cal: CalibrationSet, terms: TermVectors, Yt: np.ndarray, labels: list[str], search: bool,
-                  base: ScoringParams, queries: sp.csr_matrix | None = None) -> tuple[Found, Retrieval]:
+                  queries: sp.csr_matrix | None = None) -> tuple[Found, Retrieval]:
     """The chosen cell of the base grids over the lexical weights of :data:`GRID_LEXICAL` (hybrid retrieval's
     fusion; one choice over every weight's grid), with the fused retrieval it was found on. ``search``: the
     candidates are the dense top-N united with the lexical top-N (the calibration's retrieval); else the dense top-N
@@ -116,9 +114,7 @@ def _lexical_step(cal: CalibrationSet, terms: TermVectors, Yt: np.ndarray, label
     already at hand (both steps read the same)."""
     candidates = cal.retrieval if search else cal.retrieval.head(LEXICAL_CANDIDATES)
     lexical = lexical_cosines(candidates, cal.texts, terms, queries)  # one pass of the texts for every weight
-    prior = {"lexical_weight": ScoringParams.model_fields["lexical_weight"].default,
-             **{k: getattr(base, k) for k in BASE_PRIOR}}  # dense only, with the base grid's choice
-    choice = Choice(cal.objective, len(Yt), prior=prior)
+    choice = Choice(cal.objective, len(Yt))
     for w in GRID_LEXICAL:
         fused = fuse(candidates, cal.texts, w, max(GRID_K), terms, lexical)
         _base_grid(fused, Yt, labels, {"lexical_weight": w, "lexical_search": search}, cal.objective, choice)
@@ -161,13 +157,12 @@ def calibrate(cal: CalibrationSet, terms: TermVectors | None = None, rules: tupl
     _obj, params, _parts = _base_grid(dense, Yt, vocab.labels, {}, cal.objective)
     run = CalibrationRun(cal, dense, Yt, vocab.labels, params)
     run.record("base (k, tau, threshold)", params, run.parts, True,
-               why="of the k, tau and threshold grid's cells within the noise of the best, the one nearest the "
-                   "defaults (k 50, tau 0.04, threshold 0.5)")
+               why="the defaults' cell when within the noise of the best, else the centre of the cells within it")
     if cal.texts is not None and cal.retrieval.texts is not None:
         terms = terms or TermVectors()
         queries = terms.rows(list(cal.texts))  # the calibration articles' term rows, for both steps
         for name, search in (("+ lexical fusion", False), ("+ lexical search", True)):
-            (_obj, found, _parts), fused = _lexical_step(cal, terms, Yt, vocab.labels, search, run.params, queries)
+            (_obj, found, _parts), fused = _lexical_step(cal, terms, Yt, vocab.labels, search, queries)
             if run.offer(name, found, run.decide(found, retrieval=fused)):
                 run.use_retrieval(fused)
     for comp in cal.components():

@@ -221,8 +221,8 @@ class ScoreComponent(ABC):
         """The calibration's step for this component (``run``: a
         :class:`~newsmon.shared.scoring.calibration.run.CalibrationRun`): one of its options (:meth:`grid`, with
         every threshold of ``run.THRESHOLDS`` when it re-chooses the threshold, else at the threshold already chosen),
-        of those within the noise of the best the one nearest its default options (then their centre:
-        :mod:`newsmon.shared.scoring.calibration.choice`), mixed in
+        its default options when within the noise of the best, else the centre of those within it
+        (:mod:`newsmon.shared.scoring.calibration.choice`), mixed in
         after the components kept before it, offered to the run (kept when it lifts beyond the
         noise: :mod:`newsmon.shared.scoring.calibration.selection`). A component fitted by the calibration
         (``FITTED_BY_CALIBRATION``) is cross-fitted on the calibration articles (:meth:`cross_fit`: each judged by a
@@ -235,7 +235,7 @@ class ScoreComponent(ABC):
         thresholds = run.THRESHOLDS if self.RECHOOSES_THRESHOLD else (run.params.threshold,)
         crossed = self.KEEP == "lifts"
         fold = np.random.default_rng(CROSS_FIT_SEED).permutation(len(run.Y)) % 2 == 0 if crossed else None
-        prior = {**self.Options.defaults(), "threshold": run.params.threshold}  # its defaults, the threshold so far
+        prior = {**self.Options.defaults(), "threshold": run.params.threshold}  # taken when within the noise
         choice = run.choice(prior=prior)
         halves = {half: run.choice(fold == half, prior) for half in (True, False)} if fold is not None else {}
         for opt in self.grid():

@@ -128,15 +128,15 @@ class DecisionRule(ABC):
 
     def calibrate(self, run: Any) -> None:
         """The calibration's step for this rule (``run``: a
-        :class:`~newsmon.shared.scoring.calibration.run.CalibrationRun`): one of its options (:meth:`grid`), of
-        those within the noise of the best the one nearest its default options
+        :class:`~newsmon.shared.scoring.calibration.run.CalibrationRun`): one of its options (:meth:`grid`), its
+        default options when within the noise of the best, else the centre of those within it
         (:mod:`newsmon.shared.scoring.calibration.choice`), on top of
         the rules kept before it, on the scores so far, offered to the run and kept as :attr:`KEEP` says. Override
         it for a rule calibrated another way (a replay, thresholds of its own)."""
         options = self.grid(run.cal)
         if not options:
             return
-        scores, choice = run.scores(), run.choice(prior=self.Options.defaults())  # nearest its default options
+        scores, choice = run.scores(), run.choice(prior=self.Options.defaults())  # taken when within the noise
         for option in options:
             trial = run.with_rule(self.name, option)
             choice.add_proposals(run.Y, run.decide(trial, scores=scores), option.model_dump(), trial)
