@@ -1,5 +1,6 @@
-"""Which option of a grid the calibration takes (issue 38, the stability of the record): the centre of the options
-within the noise of the best (:mod:`newsmon.shared.scoring.calibration.choice`), not the best. On resamples of the
+"""Which option of a grid the calibration takes (issue 38, the stability of the record): the defaults when within the
+noise of the best, else the centre of the options within it (:mod:`newsmon.shared.scoring.calibration.choice`), not
+the best. On resamples of the
 same articles the best cell of the k / tau / threshold grid jumps between near-equal cells several grid steps apart;
 the cell the calibration records stays within two steps."""
 
@@ -93,6 +94,37 @@ def test_options_equal_on_the_articles_give_the_centre_of_the_grid():
     i, options, payload = choice.pick()
     assert (options, payload) == ({"threshold": 0.3}, 0.3)
     assert choice.best() == 0  # the best alone would be the first of the equal options
+
+
+def test_the_prior_is_kept_where_the_articles_cannot_tell_it_from_the_best():
+    """30 calibration articles (the gate's validation split): every option is within the noise, and which few fall
+    out moves the centre; the prior (the defaults), within the noise, is taken whatever the others do."""
+    rng = np.random.default_rng(3)
+    Y = rng.random((30, 6)) < 0.3
+    P = [Y ^ (rng.random(Y.shape) < 0.08) for _ in range(3)]
+    grid = [{"weight": w, "unsure_below": g} for g in (None, 0.3, 0.5, 0.7, 0.9) for w in (0.3, 0.5, 0.75, 0.9, 1.0)]
+
+    def chosen(prior, worse=()):
+        choice = Choice(Objective(), len(Y), prior=prior)
+        for j, opt in enumerate(grid):
+            choice.add([opt], RowCounts.of(Y, ~Y if j in worse else P[j % 3]))  # ~Y: every label wrong
+        return choice.pick()[1]
+
+    assert chosen(None) == {"weight": 0.75, "unsure_below": 0.5}  # the centre of the whole grid
+    assert chosen(None, worse=range(5, 15)) != chosen(None)  # two rows of options out: the centre moves
+    prior = {"weight": 1.0, "unsure_below": None}
+    assert chosen(prior) == chosen(prior, worse=range(5, 15)) == prior  # the prior stays
+    assert chosen({"weight": 0.8}) == chosen(None)  # a prior the grid does not hold: the centre
+
+
+def test_an_option_better_beyond_the_noise_wins_over_the_prior():
+    rng = np.random.default_rng(0)
+    Y = rng.random((400, 6)) < 0.3
+    choice = Choice(Objective(), len(Y), prior={"threshold": 0.0})
+    for t in range(9):
+        P = Y.copy() if t == 8 else (Y ^ (rng.random(Y.shape) < 0.2))
+        choice.add([{"threshold": t / 10}], RowCounts.of(Y, P))
+    assert choice.pick()[0] == 8
 
 
 @settings(max_examples=40, deadline=None)
