@@ -275,8 +275,7 @@ class WorkerSettings(BaseModel):
 
 
 class CalibrationSettings(BaseModel):
-    """What the calibration (``tune``, ``memory build --calibrate``, nightly, demo, ``eval``'s ``newsmon`` row)
-    maximises (micro-F1, subset accuracy, macro-F1 weighed), on how many memory articles, with which components."""
+    """What the calibration (tune, memory build, nightly, demo, eval) maximises, on which articles, with what."""
 
     micro_f1: float = Field(1.0, ge=0, le=10, description="Weight of micro-F1 (every proposal alike).")
     subset_accuracy: float = Field(1.0, ge=0, le=10, description="Weight of subset accuracy (articles whose whole "
@@ -295,6 +294,7 @@ class CalibrationSettings(BaseModel):
         "leave-one-out too (they trained its adapter, so they may flatter it); off: on the validation split alone.")
     components: list[str] | None = Field(None, description="The score components the calibration may try ([]: "
                                          "retrieval alone; unset: every registered one; an unknown name is refused).")
+    hybrid: bool = Field(True, description="Try hybrid retrieval (lexical fusion and search); off: dense alone.")
 
 
 class LabelSettings(BaseModel):

@@ -582,6 +582,11 @@ def test_the_lexical_search_is_kept_only_where_its_candidates_lift(far):
     assert result.params.lexical_search is far
     assert steps["+ lexical fusion"]["kept"] is not far  # near: the fusion alone finds the right candidates
     assert result.params.lexical_weight > 0 and result.figures["micro_f1"] == 1.0
+    dense = _lexical_case(40, far)
+    dense.hybrid = False  # calibration.hybrid off: dense retrieval alone, no lexical step tried
+    result = calibrate(dense, rules=(), replay=False)
+    assert not [s for s in result.steps if "lexical" in s["step"]] and result.params.lexical_weight == 0
+    assert result.figures["micro_f1"] < 1.0
 
 
 def test_a_scratch_calibration_store_reads_the_served_records_and_never_writes_them(tmp_path):

@@ -127,5 +127,6 @@ def test_calibration_components_limits_the_components_tried_on_every_path():
         frozenset({"label_names"}))
     with pytest.raises(ValueError, match="calibration.components: unknown score component 'nope'; registered: "):
         allowed_components(["nope"])
-    assert NewsmonPredictor.from_settings(Settings(calibration={"components": []})).components == frozenset()
+    p = NewsmonPredictor.from_settings(Settings(calibration={"components": [], "hybrid": False}))
+    assert p.components == frozenset() and p.hybrid is False
     assert NewsmonPredictor.from_settings(Settings()).components is None

@@ -103,10 +103,10 @@ def test_finetune_and_rollout_gate_both_ways(train_settings, reuters_topics, tmp
     assert manifest["hyperparameters"]["in_batch_negatives"] is False
     assert manifest["hyperparameters"]["max_steps"] == 3
 
-    # the rows judge the encoder: the calibration tries no score component (calibration.components = []: the label
-    # tree and the head model read the text alone and, on these six topics, score a degraded encoder's row as high
-    # as production's: 63.0 against 59.0 micro-F1 on 6 December)
-    s.calibration.components = []
+    # the rows judge the encoder: dense retrieval alone (no score component, no hybrid retrieval: the label tree,
+    # the head model and the lexical similarity read the text alone and, on these six topics, score a degraded
+    # encoder's row as high as production's: 63.0 against 59.0, 56.7 against 54.2 micro-F1 on 6 December)
+    s.calibration.components, s.calibration.hybrid = [], False
     # gate, refused: a deliberately degraded model (its calibrated newsmon row falls); production untouched
     bad = degrade(str(cand), tmp_path / "degraded", noise=3.0, blind=True)  # chance neighbours: clearly worse
     from newsmon.shared.scoring.records import CalibrationStore, ScratchCalibrations

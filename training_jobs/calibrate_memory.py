@@ -171,7 +171,7 @@ def _calibration_articles(clf: Classifier, lang: str, val: Sequence[Article], he
     cal = calibration_set(memory, loo, val_r, [a.labels for a in val], queries, held_out=held_out,
                           validation_ids=[a.id for a in val])
     cal.objective = Objective.from_settings(clf.settings)
-    cal.only = allowed_components(clf.settings.calibration.components)
+    cal.only, cal.hybrid = allowed_components(clf.settings.calibration.components), clf.settings.calibration.hybrid
     if max_memory_articles is not None and len(memory) >= max_memory_articles:
         cal.label_counts = label_counts(clf, lang)  # a sample of the memory: the buckets count the whole
     return cal

@@ -48,11 +48,11 @@ class NewsmonPredictor(Predictor):
     needs_validation_retrieval = True
 
     def __init__(self, params: ScoringParams | None = None, objective: Objective | None = None,
-                 components: Sequence[str] | None = None) -> None:
+                 components: Sequence[str] | None = None, hybrid: bool = True) -> None:
         self.fixed = params
         self.objective = objective or Objective()
         #: The components the calibration may try (``calibration.components``; None: every registered one).
-        self.components = allowed_components(components)
+        self.components, self.hybrid = allowed_components(components), hybrid  # and whether it tries hybrid retrieval
         self.calibration: Any = None
         self.vocab = LabelVocab()
         self.terms = TermVectors()
@@ -75,7 +75,7 @@ class NewsmonPredictor(Predictor):
             val_gold = _label_sets(train.validation_labels, train.vocab) if val is not None else []
             queries = Queries(list(train.validation_texts or [""] * len(val_gold)), train.validation_vectors)
             cal = calibration_set(memory, train.retrieval, val, val_gold, queries, validation_ids=train.validation_ids)
-            cal.objective, cal.only = self.objective, self.components
+            cal.objective, cal.only, cal.hybrid = self.objective, self.components, self.hybrid
             self.calibration = calibrate(cal, self.terms)
             params, judged = self.calibration.params, cal.models  # the models the calibration judged run
             memory = cal.memory or memory  # in id order: the models not judged are fitted as the calibration's were
@@ -89,8 +89,9 @@ class NewsmonPredictor(Predictor):
 
     @classmethod
     def from_settings(cls, settings: Any, **params: Any) -> NewsmonPredictor:
-        """Calibrated in :meth:`fit` with the objective and the components of ``settings.calibration``."""
-        return cls(objective=Objective.from_settings(settings), components=settings.calibration.components, **params)
+        """Calibrated in :meth:`fit` with the objective, components and hybrid retrieval of ``settings.calibration``."""
+        c = settings.calibration
+        return cls(objective=Objective.from_settings(settings), components=c.components, hybrid=c.hybrid, **params)
 
     def with_params(self, params: ScoringParams) -> NewsmonPredictor:
         """A fitted copy scoring with ``params`` (the same memory, models and known labels: an ablation row)."""

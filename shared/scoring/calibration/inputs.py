@@ -52,6 +52,7 @@ class CalibrationSet:
             models fitted on ``memory`` (the component is then tried whether or not there is a memory).
         objective: what the calibration maximises on these articles (:class:`Objective`).
         only: the names of the components the calibration may try (``calibration.components``; None: every one).
+        hybrid: whether the calibration tries hybrid retrieval (``calibration.hybrid``; it needs the texts too).
         models: the components' models fitted on ``memory`` so far, by (component, model key): the ones the
             calibration judged, which the workers and ``eval`` then use.
     """
@@ -67,6 +68,7 @@ class CalibrationSet:
     given: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
     objective: Objective = field(default_factory=Objective)
     only: frozenset[str] | None = None
+    hybrid: bool = True
     models: dict[tuple, Any] = field(default_factory=dict, repr=False)
     _evidence: dict[tuple, Any] = field(default_factory=dict, repr=False)
 

@@ -158,7 +158,7 @@ def calibrate(cal: CalibrationSet, terms: TermVectors | None = None, rules: tupl
     run = CalibrationRun(cal, dense, Yt, vocab.labels, params)
     run.record("base (k, tau, threshold)", params, run.parts, True,
                why="the defaults' cell when within the noise of the best, else the centre of the cells within it")
-    if cal.texts is not None and cal.retrieval.texts is not None:
+    if cal.hybrid and cal.texts is not None and cal.retrieval.texts is not None:
         terms = terms or TermVectors()
         queries = terms.rows(list(cal.texts))  # the calibration articles' term rows, for both steps
         for name, search in (("+ lexical fusion", False), ("+ lexical search", True)):
