@@ -113,8 +113,7 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
         corpus: the corpus path, recorded; max_memory_articles: cap on leave-one-out articles per language
             (default ``settings.calibration.max_memory_articles``).
         memory_articles: whether the memory's own articles (leave-one-out) are calibration articles beside the
-            validation ones (always without them); None: yes, unless :func:`adapted_alone` (the gate passes the
-            candidate's answer for production too: both sides calibrated on the same articles).
+            validation ones (always without them); None: yes, unless :func:`adapted_alone`.
 
     Returns:
         per language, the record written and the ablation steps.

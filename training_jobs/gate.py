@@ -63,7 +63,7 @@ def judge(current: Mapping[str, Mapping[str, Any]], candidate: Mapping[str, Mapp
 
 
 def calibrated_row(clf: Classifier, validation: Sequence[Article], test: Sequence[Article],
-                   corpus: str | None = None, memory_articles: bool | None = None) -> dict[str, Any]:
+                   corpus: str | None = None) -> dict[str, Any]:
     """Calibrate ``clf``'s model version (every language memory, :func:`calibrate_memory` with ``written_by=
     "nightly"``; an earlier calibration of the same inputs is reused) and measure its scorer on ``test``.
 
@@ -72,8 +72,6 @@ def calibrated_row(clf: Classifier, validation: Sequence[Article], test: Sequenc
         validation: labelled articles not in the memory (the corpus's validation split), for the calibration.
         test: labelled held-out articles (the corpus's test split); never neighbours of one another.
         corpus: the corpus path, recorded in the calibration records.
-        memory_articles: whether the memory's own articles are calibration articles too (:func:`calibrate_memory`'s;
-            None: its default for the model).
 
     Returns:
         the row: :func:`newsmon.shared.metrics.classification_metrics` of the proposals (``uF1``, ``Acc``, ...,
@@ -86,7 +84,7 @@ def calibrated_row(clf: Classifier, validation: Sequence[Article], test: Sequenc
     """
     if not test:
         raise ValueError("the gate needs labelled held-out (test) articles")
-    done = calibrate_memory(clf, validation, written_by="nightly", corpus=corpus, memory_articles=memory_articles)
+    done = calibrate_memory(clf, validation, written_by="nightly", corpus=corpus)
     exclude = [a.id for a in test]
     props = []
     for i in range(0, len(test), BATCH):

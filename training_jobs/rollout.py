@@ -46,7 +46,6 @@ from newsmon.shared.scoring.records import CalibrationStore, record_id
 from newsmon.shared.scoring.stored import ModelStore
 from newsmon.shared.promotion import (atomic_write_json, effective_encoder_settings, promoted_file,
                                       read_promoted, settings_with_model)
-from newsmon.training_jobs.calibrate_memory import adapted_alone
 from newsmon.training_jobs.gate import GATED, calibrated_row, judge
 
 log = structlog.get_logger(__name__)
@@ -65,8 +64,7 @@ def candidate_settings(settings: Settings, candidate_path: str) -> Settings:
     return s
 
 
-def measure_calibrated(settings: Settings, corpus: Corpus, keep_records: bool = True,
-                       memory_articles: bool | None = None) -> dict:
+def measure_calibrated(settings: Settings, corpus: Corpus, keep_records: bool = True) -> dict:
     """The calibrated ``newsmon`` row of the model ``settings`` name (:func:`newsmon.training_jobs.gate.calibrated_row`:
     calibrated on its memory plus the corpus's validation split, measured on its test split).
 
@@ -74,13 +72,12 @@ def measure_calibrated(settings: Settings, corpus: Corpus, keep_records: bool = 
     (:class:`~newsmon.shared.scoring.records.ScratchCalibrations`) that reads the served records and is never
     written to them: judging production does not change what it serves, whatever the verdict, not even while the
     row is measured. The row's ``records`` still name the records it was measured with (their models are in the
-    model store). ``memory_articles``: whether the memory's own articles are calibration articles too (None: the
-    model's default, :func:`~newsmon.training_jobs.calibrate_memory.calibrate_memory`)."""
+    model store)."""
     validation = [a for a in corpus.split("validation") if a.labels]
     test = [a for a in corpus.split("test") if a.labels]
     clf = Classifier(settings, scratch_calibrations=not keep_records)
     try:
-        return calibrated_row(clf, validation, test, str(corpus.path), memory_articles)
+        return calibrated_row(clf, validation, test, str(corpus.path))
     finally:
         clf.close()
 
@@ -102,8 +99,7 @@ class RolloutDecision:
 def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutDecision:
     """Carry the memory into the candidate's collections (re-embedded, or for an adapter trained on the current
     version its stored vectors transformed by the adapter's matrix); calibrate the candidate and production the same
-    way on the same articles (:func:`newsmon.training_jobs.calibrate_memory.calibrate_memory`, as ``memory build
-    --calibrate``; for an adapted candidate both on the validation split alone) and measure
+    way (:func:`newsmon.training_jobs.calibrate_memory.calibrate_memory`, as ``memory build --calibrate``) and measure
     both scorers on the same test articles; promote when the candidate's calibrated ``newsmon`` row is not worse
     (micro-F1 and subset accuracy, within ``training.tolerance``: :func:`newsmon.training_jobs.gate.judge`):
     switch aliases (server) and write ``promoted.json``, which names the candidate's calibration records. Otherwise
@@ -117,12 +113,9 @@ def rollout(settings: Settings, candidate_path: str, corpus: Corpus) -> RolloutD
         raise ValueError(f"the gate needs labelled test articles; {corpus.path} has none")
     current_enc = effective_encoder_settings(settings)
     reembedded, replaces, target, transform = _carry_memory(settings, current_enc, candidate_path)
-    # both sides calibrated on the same articles: an adapted candidate on the validation split alone (its adapter
-    # learnt from the memory's own articles), and production then too; else both on the memory's articles as well
-    same = not adapted_alone(settings, read_adapter(candidate_path) is not None)
-    cur = measure_calibrated(settings, corpus, keep_records=False, memory_articles=same)  # serves what it served
+    cur = measure_calibrated(settings, corpus, keep_records=False)  # production serves what it served
     cand_settings = candidate_settings(settings, candidate_path)
-    cand = measure_calibrated(cand_settings, corpus, memory_articles=same)
+    cand = measure_calibrated(cand_settings, corpus)
     promoted, reason = judge({GATED: cur}, {GATED: cand}, settings.training.tolerance)
     now = datetime.now(UTC).isoformat()
     if promoted:
