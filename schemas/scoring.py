@@ -51,7 +51,7 @@ class Options(BaseModel):
     @classmethod
     def defaults(cls) -> dict[str, Any]:
         """``{field: default}`` of every field with a plain default (what the options are without calibration: the
-        prior the calibration's choice of them stays nearest to)."""
+        prior the calibration's choice takes when it is within the noise of the best)."""
         return {k: f.default for k, f in cls.model_fields.items() if not f.is_required() and f.default_factory is None}
 
 

@@ -21,7 +21,6 @@ import numpy as np
 import structlog
 
 from newsmon.shared.classifier import Classifier
-from newsmon.shared.config import Settings
 from newsmon.training_jobs import calibration_cache
 from newsmon.training_jobs.calibration_cache import calibration_inputs
 from newsmon.shared.data import Article
@@ -91,15 +90,9 @@ def label_counts(clf: Classifier, lang: str) -> dict[str, int]:
     return out
 
 
-def adapted_alone(settings: Settings, adapted: bool) -> bool:
-    """Whether a model (``adapted``: its encoder carries an adapter) is calibrated on the validation articles alone,
-    not on its memory's own articles too: an adapted one unless ``calibration.adapted_memory_articles``."""
-    return adapted and not settings.calibration.adapted_memory_articles
-
-
 def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), written_by: str = "tune",
-                     corpus: str | None = None, max_memory_articles: int | None = None, reuse: bool = True,
-                     memory_articles: bool | None = None) -> dict[str, LanguageCalibration]:
+                     corpus: str | None = None, max_memory_articles: int | None = None, reuse: bool = True
+                     ) -> dict[str, LanguageCalibration]:
     """Calibrate every language memory of ``clf``'s model version and store the records; a language whose
     calibration inputs (memory articles, model version, validation articles, settings, code) are those of an
     earlier calibration gets that one instead (:mod:`newsmon.training_jobs.calibration_cache`), unless ``reuse``
@@ -112,8 +105,6 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
         written_by: recorded in the record (``tune``, ``memory build``, ``nightly``, ``demo``).
         corpus: the corpus path, recorded; max_memory_articles: cap on leave-one-out articles per language
             (default ``settings.calibration.max_memory_articles``).
-        memory_articles: whether the memory's own articles (leave-one-out) are calibration articles beside the
-            validation ones (always without them); None: yes, unless :func:`adapted_alone`.
 
     Returns:
         per language, the record written and the ablation steps.
@@ -123,14 +114,13 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
     """
     max_memory_articles = max_memory_articles or clf.settings.calibration.max_memory_articles
     allowed_components(clf.settings.calibration.components)  # an unknown name refused before any work
-    if memory_articles is None:
-        memory_articles = not adapted_alone(clf.settings, getattr(clf.encoder, "adapter", None) is not None)
+    adapted = getattr(clf.encoder, "adapter", None) is not None and not clf.settings.calibration.adapted_memory_articles
     out: dict[str, LanguageCalibration] = {}
     for lang in clf.languages():
         t0 = time.perf_counter()
         val = [a for a in validation if a.lang == lang and a.labels]
-        held_out = memory_articles or not val
-        inputs = calibration_inputs(clf, lang, val, held_out)
+        held_out = not (adapted and val)
+        inputs = calibration_inputs(clf, lang, val)
         found = _reusable(clf, lang, inputs) if reuse else None
         if found is not None:
             out[lang] = LanguageCalibration(found[0], found[1], time.perf_counter() - t0, reused=True)

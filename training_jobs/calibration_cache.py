@@ -2,8 +2,7 @@
 
 A calibration (:func:`newsmon.training_jobs.calibrate_memory.calibrate_memory`) is a function of: the language memory's
 labelled articles (ids, labels, texts), the model version (encoder, runtime, adapter), the validation articles of
-the language (and whether the memory's own articles are scored leave-one-out beside them), the
-settings it reads (``calibration``, ``memory.min_language_articles``, ``labels``) and the code
+the language, the settings it reads (``calibration``, ``memory.min_language_articles``, ``labels``) and the code
 (the package version, the source of ``shared/scoring`` and of the calibration job). :func:`calibration_inputs` is
 the SHA-256 of all of them; the record carries it (``CalibrationRecord.inputs``).
 
@@ -67,9 +66,8 @@ def memory_digest(clf: Classifier, lang: str) -> str:
     return hashlib.sha256(json.dumps(rows, ensure_ascii=False).encode()).hexdigest()
 
 
-def calibration_inputs(clf: Classifier, lang: str, validation: Sequence[Article], leave_one_out: bool = True) -> str:
-    """The SHA-256 of everything ``lang``'s calibration depends on (see the module docstring; ``leave_one_out``:
-    whether the memory's articles are among the calibration articles)."""
+def calibration_inputs(clf: Classifier, lang: str, validation: Sequence[Article]) -> str:
+    """The SHA-256 of everything ``lang``'s calibration depends on (see the module docstring)."""
     s = clf.settings
     calibration = s.calibration.model_dump(mode="json")
     if getattr(clf.encoder, "adapter", None) is None:  # read for adapted models only: production's stays reusable
@@ -78,7 +76,7 @@ def calibration_inputs(clf: Classifier, lang: str, validation: Sequence[Article]
              "validation": sorted((a.id, a.text, sorted(a.labels)) for a in validation),
              "settings": {"calibration": calibration, "labels": s.labels.model_dump(
                  mode="json"), "min_language_articles": s.memory.min_language_articles},
-             "code": code_digest(), "memory_articles_leave_one_out": leave_one_out}
+             "code": code_digest()}
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
 
 
