@@ -113,7 +113,7 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
         ValueError: no language memory holds labelled articles.
     """
     max_memory_articles = max_memory_articles or clf.settings.calibration.max_memory_articles
-    allowed_components(clf.settings.calibration.components)  # an unknown name refused before any work
+    only = allowed_components(clf.settings.calibration.components)  # an unknown name refused before any work
     adapted = getattr(clf.encoder, "adapter", None) is not None and not clf.settings.calibration.adapted_memory_articles
     out: dict[str, LanguageCalibration] = {}
     for lang in clf.languages():
@@ -126,7 +126,7 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
             out[lang] = LanguageCalibration(found[0], found[1], time.perf_counter() - t0, reused=True)
             log.info("calibration reused (same inputs)", collection=found[0].collection, inputs=inputs[:12])
             continue
-        cal = _calibration_articles(clf, lang, val, held_out, max_memory_articles)
+        cal = _calibration_articles(clf, lang, val, held_out, max_memory_articles, only)
         if cal is None:
             continue
         result = calibrate(cal, clf.terms)
@@ -145,9 +145,10 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
 
 
 def _calibration_articles(clf: Classifier, lang: str, val: Sequence[Article], held_out: bool,
-                          max_memory_articles: int | None) -> CalibrationSet | None:
+                          max_memory_articles: int | None, only: frozenset[str] | None) -> CalibrationSet | None:
     """``lang``'s calibration articles: its memory's own (leave-one-out, up to ``max_memory_articles``) and ``val``
-    (``held_out``: with the memory's own; else ``val`` alone), with the settings' objective and components; None
+    (``held_out``: with the memory's own; else ``val`` alone), with the settings' objective, the components ``only``
+    names and hybrid retrieval or not; None
     when the language memory holds no labelled article."""
     k = max(max(GRID_K), LEXICAL_CANDIDATES)
     memory, loo = _leave_one_out(clf, lang, k, max_memory_articles)
@@ -160,7 +161,7 @@ def _calibration_articles(clf: Classifier, lang: str, val: Sequence[Article], he
     cal = calibration_set(memory, loo, val_r, [a.labels for a in val], queries, held_out=held_out,
                           validation_ids=[a.id for a in val])
     cal.objective = Objective.from_settings(clf.settings)
-    cal.only, cal.hybrid = allowed_components(clf.settings.calibration.components), clf.settings.calibration.hybrid
+    cal.only, cal.hybrid = only, clf.settings.calibration.hybrid
     if max_memory_articles is not None and len(memory) >= max_memory_articles:
         cal.label_counts = label_counts(clf, lang)  # a sample of the memory: the buckets count the whole
     return cal
