@@ -4,6 +4,7 @@ and scored on a real slice of sentinews_sl beside the TF-IDF SVM; limit and thre
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from pathlib import Path
 
@@ -95,12 +96,15 @@ def test_eval_with_the_annif_peer_on_a_slice(annif_installed, monkeypatch, newsm
         assert m["params"]["annif"] == "1.4.3" and 1 <= m["params"]["limit"] <= 20
         assert 0 <= m["params"]["threshold"] < 1 and m["measured_in"] == "peer processes"
         assert m["wall_s"] > 0 and 10 < m["peak_rss_mib"] < 4096
+        # CPU time of Annif's processes (training a tree and loading its Python cost seconds of CPU)
+        assert 0.5 < m["cpu_s"] < m["wall_s"] * (os.cpu_count() or 1) + 1
         assert 0 <= m["metrics"]["all"]["uF1"] <= 1
     # Annif suggests from what it learned: on 10 test articles its best project finds some gold labels
     assert max(methods[k]["metrics"]["all"]["uF1"] for k in ANNIF_ROWS) > 0.1
     assert methods["svm"]["measured_in"].startswith("eval process") and methods["svm"]["peak_rss_mib"] > 10
+    assert 0 < methods["svm"]["cpu_s"] < methods["svm"]["wall_s"] * (os.cpu_count() or 1) + 1
     md = (out / "results.md").read_text()
-    assert "| Annif omikuji-parabel |" in md and "| method | wall s | peak RSS MiB | measured in |" in md
+    assert "| Annif omikuji-parabel |" in md and "| method | wall s | CPU s | peak RSS MiB | measured in |" in md
     # --record: the benchmark record eval.<corpus> with the quality and the cost tables
     record = json.loads(next((tmp_path / "results").glob("eval.*/*.json")).read_text())
     assert [t["title"] for t in record["tables"]] == ["Quality on the test split (%)", "Cost of each row"]

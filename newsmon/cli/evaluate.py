@@ -65,8 +65,8 @@ def eval_cmd(
         console.print(format_ratios(report["methods"][key]["name"], r), highlight=False)
     if report.get("ratio_to_peer"):
         console.print(format_peer_ratios(report["ratio_to_peer"]), highlight=False)
-    for name, wall, rss, where in cost_rows(report):
-        console.print(f"{name}: {wall} s, peak RSS {rss} MiB ({where})", highlight=False)
+    for name, wall, cpu, rss, where in cost_rows(report):
+        console.print(f"{name}: {wall} s, CPU {cpu} s, peak RSS {rss} MiB ({where})", highlight=False)
     if recorder is not None:
         given = {"--data": data, "--methods": methods, "--tune": tune or None, "--out": out, "--limit": limit,
                  "--peers": peers or None}
@@ -105,8 +105,8 @@ def _recorder():
 
 
 def _write_record(recorder, report: dict, data: Path, command: str) -> None:
-    """The run of ``command`` as the benchmark record ``eval.<corpus>``: the quality table, the cost table (wall time
-    and peak RSS of each row) and the ratios; the full report stays in the output folder."""
+    """The run of ``command`` as the benchmark record ``eval.<corpus>``: the quality table, the cost table (wall time,
+    CPU time and peak RSS of each row) and the ratios; the full report stays in the output folder."""
     from newsmon.shared.evaluation import table_notes, table_rows
     from newsmon.shared.evaluation.report import cost_rows
 
@@ -114,7 +114,8 @@ def _write_record(recorder, report: dict, data: Path, command: str) -> None:
     with recorder.BenchmarkRecord(recorder.run_name("eval", data)) as rec:
         rec.command = command
         rec.table("Quality on the test split (%)", header, rows, note=" ".join(table_notes(report)))
-        rec.table("Cost of each row", ["method", "wall s", "peak RSS MiB", "measured in"], cost_rows(report),
+        rec.table("Cost of each row", ["method", "wall s", "CPU s", "peak RSS MiB", "measured in"],
+                  cost_rows(report),
                   note="Rows measured in the eval process exclude the shared embedding and search "
                        "(timings below); a peer's row is its own processes' training and suggestions.")
         rec.data.update({"ratio_to_peer": report.get("ratio_to_peer"), "ratio_to_svm": report.get("ratio_to_svm"),

@@ -98,8 +98,10 @@ def format_peer_ratios(r: dict) -> str:
 
 
 def cost_rows(report: dict) -> list[list]:
-    """Per row: method, wall time (s) and peak RSS (MiB) of the process(es) that computed it, and which."""
+    """Per row: method, wall time (s), CPU time (s, None where not measured) and peak RSS (MiB) of the
+    process(es) that computed it, and which."""
     return [[m["name"], round(m.get("wall_s", m["seconds"]), 1),
+             None if m.get("cpu_s") is None else round(m["cpu_s"], 1),
              None if m.get("peak_rss_mib") is None else round(m["peak_rss_mib"]), m.get("measured_in", "")]
             for m in report["methods"].values()]
 
@@ -214,7 +216,7 @@ def write_outputs(report: dict, out_dir: Path) -> None:
         md.append(f"- {format_ratios(report['methods'][key]['name'], r)}")
     if report.get("ratio_to_peer"):
         md.append(f"- {format_peer_ratios(report['ratio_to_peer'])}")
-    md += ["", "| method | wall s | peak RSS MiB | measured in |", "|---|---|---|---|"]
+    md += ["", "| method | wall s | CPU s | peak RSS MiB | measured in |", "|---|---|---|---|---|"]
     md += ["| " + " | ".join("–" if v is None else str(v) for v in row) + " |" for row in cost_rows(report)]
     md.append("")
     md.append(f"- timings (s): {json.dumps({k: round(v, 2) for k, v in report['timings'].items()})}")

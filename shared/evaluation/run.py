@@ -189,14 +189,16 @@ def ablation_rows(p: Predictor, test_q: QueryBatch, labels: Labels) -> dict[str,
     return out
 
 
-def _usage(p: Predictor, seconds: float, peak_reset: bool) -> dict:
-    """A row's cost: ``wall_s`` and ``peak_rss_mib`` of its own processes for a method that runs outside this
-    process (:meth:`Predictor.usage`), else of this process during the row (its peak since start where the peak
-    could not be reset), and ``measured_in`` saying which."""
+def _usage(p: Predictor, seconds: float, cpu_seconds: float, peak_reset: bool) -> dict:
+    """A row's cost: ``wall_s``, ``cpu_s`` (user + system CPU seconds, every thread: what the load changes least)
+    and ``peak_rss_mib`` of its own processes for a method that runs outside this process
+    (:meth:`Predictor.usage`), else of this process during the row (its peak since start where the peak could not
+    be reset), and ``measured_in`` saying which."""
     own = p.usage()
     if own is not None:
-        return {"wall_s": own["wall_s"], "peak_rss_mib": own["peak_rss_mib"], "measured_in": "peer processes"}
-    return {"wall_s": seconds, "peak_rss_mib": peak_rss_mib(),
+        return {"wall_s": own["wall_s"], "cpu_s": own.get("cpu_s"), "peak_rss_mib": own["peak_rss_mib"],
+                "measured_in": "peer processes"}
+    return {"wall_s": seconds, "cpu_s": cpu_seconds, "peak_rss_mib": peak_rss_mib(),
             "measured_in": "eval process" + ("" if peak_reset else " (peak since start)")}
 
 
@@ -206,7 +208,7 @@ def _evaluate_one(p: Predictor, train_set: TrainingSet, test_q: QueryBatch, val_
     entries to ``report["methods"]``. The memory freed before it is handed back first
     (:func:`~newsmon.shared.evaluation.usage.release_free_heap`), so its peak RSS starts from what is in use."""
     release_free_heap()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     if progress:
         log.info(f"evaluating {p.display_name}", labels=labels.n_train_labels)
     peak_reset = reset_peak()
@@ -220,7 +222,7 @@ def _evaluate_one(p: Predictor, train_set: TrainingSet, test_q: QueryBatch, val_
                                      "seconds": time.perf_counter() - t0, "f1_by_frequency": []}
         return
     entry = _method_entry(p.display_name, labels, scores, decided, time.perf_counter() - t0, p.params)
-    report["methods"][p.name] = {**entry, **_usage(p, entry["seconds"], peak_reset)}
+    report["methods"][p.name] = {**entry, **_usage(p, entry["seconds"], time.process_time() - cpu0, peak_reset)}
     for key, entry in ablation_rows(p, test_q, labels).items():
         report["methods"][key] = entry
     if tune and p.tunable:

@@ -69,13 +69,16 @@ class PeerUnavailable(RuntimeError):
 
 @dataclass
 class Usage:
-    """What Annif's processes used: ``seconds`` of wall time, ``peak_rss_mib`` of the largest process."""
+    """What Annif's processes used: ``seconds`` of wall time, ``peak_rss_mib`` of the largest process,
+    ``cpu_seconds`` of CPU time (user + system) of all of them."""
 
     seconds: float = 0.0
     peak_rss_mib: float = 0.0
+    cpu_seconds: float = 0.0
 
     def add(self, other: Usage) -> Usage:
-        return Usage(self.seconds + other.seconds, max(self.peak_rss_mib, other.peak_rss_mib))
+        return Usage(self.seconds + other.seconds, max(self.peak_rss_mib, other.peak_rss_mib),
+                     self.cpu_seconds + other.cpu_seconds)
 
 
 def peer_dir(home: Path) -> Path:
@@ -143,16 +146,19 @@ def _clean(text: str) -> str:
     return " ".join(text.split())
 
 
-#: Run by the peer's Python around each Annif command: the command's peak RSS (KiB) into the file ``argv[1]``. A
+#: Run by the peer's Python around each Annif command: the command's peak RSS (KiB) and CPU seconds (user +
+#: system, the command and its children) into the file ``argv[1]``. A
 #: child forked from this (large) process would report this process's RSS as its own peak (Linux carries the
 #: high-water mark across fork and exec); forked from this small launcher it reports its own.
 _MEASURE = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[2:]); "
-            "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); "
+            "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+            "open(sys.argv[1], 'w').write(f'{u.ru_maxrss} {u.ru_utime + u.ru_stime}'); "
             "sys.exit(rc)")
 
 
 def _run(cmd: Sequence[str], env: dict[str, str], cwd: Path) -> Usage:
-    """Run one Annif command (``cmd[0]``: the ``annif`` of a peer environment); its wall time and peak RSS.
+    """Run one Annif command (``cmd[0]``: the ``annif`` of a peer environment); its wall time, peak RSS and CPU
+    time.
 
     Raises:
         RuntimeError: it exited non-zero or ran past :data:`COMMAND_TIMEOUT_S` (its last output lines in the message).
@@ -172,8 +178,8 @@ def _run(cmd: Sequence[str], env: dict[str, str], cwd: Path) -> Usage:
             log.seek(0)
             tail = "\n".join(log.read().strip().splitlines()[-8:])
             raise RuntimeError(f"`annif {' '.join(cmd[1:3])}` exited {rc}: {tail}")
-        peak_kib = float(rss.read().strip() or 0)
-    return Usage(time.perf_counter() - t0, peak_kib / 1024)
+        peak_kib, cpu_s = (float(x) for x in (rss.read().split() + ["0", "0"])[:2])
+    return Usage(time.perf_counter() - t0, peak_kib / 1024, cpu_s)
 
 
 def projects_cfg(language: str) -> str:
@@ -366,8 +372,10 @@ class AnnifPredictor(Predictor):
         return decide_limit_threshold(scores, self.limit, self.threshold)
 
     def usage(self) -> dict[str, float] | None:
-        """Annif's processes so far: ``{"wall_s": s, "peak_rss_mib": MiB}`` (training, validation, test)."""
-        return {"wall_s": self._usage.seconds, "peak_rss_mib": self._usage.peak_rss_mib}
+        """Annif's processes so far: ``{"wall_s": s, "peak_rss_mib": MiB, "cpu_s": s}`` (training, validation,
+        test)."""
+        return {"wall_s": self._usage.seconds, "peak_rss_mib": self._usage.peak_rss_mib,
+                "cpu_s": self._usage.cpu_seconds}
 
     @property
     def params(self) -> dict[str, Any]:

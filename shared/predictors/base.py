@@ -126,7 +126,7 @@ class Predictor(ABC):
 
     def usage(self) -> dict[str, float] | None:
         """What the method's own processes used, for a method that runs outside this process (a peer):
-        ``{"wall_s": seconds, "peak_rss_mib": MiB}``; None (the default) when it runs in this process, whose
+        ``{"wall_s": seconds, "peak_rss_mib": MiB, "cpu_s": seconds}``; None (the default) when it runs in this process, whose
         wall time and peak memory the evaluation measures itself."""
         return None
 
