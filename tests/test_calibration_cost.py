@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from newsmon.shared.scoring.components import head_model
-from newsmon.shared.scoring.lexical import TermVectors, _candidate_rows, lexical_cosines, local_tfidf_cosine
+from newsmon.shared.scoring.lexical import TermVectors, _candidate_rows, fuse, lexical_cosines, local_tfidf_cosine
 from newsmon.shared.scoring.objective import bins
 from newsmon.shared.scoring.retrieval import Retrieval, aggregate
 from newsmon.shared.terms import sparse_terms
@@ -345,3 +345,45 @@ def test_neighbour_codes_equal_np_unique_of_the_unicode_ids(m, K, seed):
     got = neighbour_codes(ids)
     assert got[0] == list(uniq) and np.array_equal(got[1], first)
     assert np.array_equal(got[2], codes.reshape(m, K))
+
+
+def _fuse_per_query(retrieval: Retrieval, lex: np.ndarray, weight: float, k: int) -> Retrieval:
+    """The per-query loop ``fuse`` replaced (its code before 7 December)."""
+    m, n = retrieval.sims.shape
+    ids, sims, cos, labels, texts, stored = [], [], [], [], [], []
+    for i in range(m):
+        present = np.flatnonzero(np.isfinite(retrieval.sims[i]))
+        fused = np.full(n, -np.inf, dtype=np.float32)
+        fused[present] = (1.0 - weight) * retrieval.sims[i, present] + weight * lex[i, present]
+        order = np.argsort(-fused, kind="stable")[:k]
+        ids.append(retrieval.ids[i, order])
+        sims.append(fused[order])
+        cos.append(retrieval.cosine[i, order])
+        labels.append([retrieval.labels[i][j] for j in order])
+        texts.append([retrieval.texts[i][j] for j in order])
+        stored.append([retrieval.terms[i][j] for j in order])
+    return Retrieval(np.array(ids, dtype=object).reshape(m, -1), np.array(sims, dtype=np.float32).reshape(m, -1),
+                     labels, None, texts, np.array(cos, dtype=np.float32).reshape(m, -1), stored)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 12), st.integers(1, 14), st.sampled_from([0.2, 0.3, 0.5, 0.7, 1.0]),
+       st.integers(0, 10_000))
+def test_fuse_of_every_query_at_once_equals_the_per_query_loop(m, K, k, weight, seed):
+    """Missing candidates (-inf), ties of the fused score (kept in the candidates' order), k above and below K,
+    float64 lexical cosines: the same neighbours, fused scores and cosines, bit for bit."""
+    rng = np.random.default_rng(seed)
+    sims = np.full((m, K), -np.inf, dtype=np.float32)
+    for i in range(m):
+        n = int(rng.integers(0, K + 1))
+        sims[i, :n] = np.sort(rng.choice([0.5, 0.6, 0.7], n) if rng.random() < 0.3 else rng.random(n))[::-1]
+    ids = np.array([[f"a{i}-{j}" for j in range(K)] for i in range(m)], dtype=object)
+    r = Retrieval(ids, sims, [[(f"l{j % 3}",) for j in range(K)] for _ in range(m)], None,
+                  [[f"t{j}" for j in range(K)] for _ in range(m)], terms=[[None] * K for _ in range(m)])
+    lex = rng.choice([0.0, 0.25, 0.5], (m, K)) if rng.random() < 0.3 else rng.random((m, K))
+    for lexical in (lex, lex.astype(np.float32)):
+        want, got = _fuse_per_query(r, lexical, weight, k), fuse(r, [""] * m, weight, k, lexical=lexical)
+        assert np.array_equal(got.ids, want.ids) and got.ids.dtype == object
+        assert got.sims.dtype == np.float32 and np.array_equal(got.sims.view(np.int32), want.sims.view(np.int32))
+        assert np.array_equal(got.cosines.view(np.int32), want.cosines.view(np.int32))
+        assert got.labels == want.labels and got.texts == want.texts and got.terms == want.terms

@@ -22,9 +22,8 @@ The bridge, per training set (:class:`AnnifWorkspace`, one temporary folder shar
   ``--limit`` / ``--threshold`` do), the pair chosen on the validation split by micro-F1
   (:func:`choose_limit_threshold`), never on the test split.
 
-Each row reports what Annif's processes used (:meth:`AnnifPredictor.usage`): wall time of its training (the
-ensemble counts both sources') and of its suggestions for validation and test, and the peak resident memory of the
-largest of those processes.
+Each row reports what Annif's processes used (:meth:`AnnifPredictor.usage`): wall and CPU time of its training (the
+ensemble counts both sources') and suggestions for validation and test, and the peak RSS of the largest process.
 """
 
 from __future__ import annotations
@@ -69,8 +68,7 @@ class PeerUnavailable(RuntimeError):
 
 @dataclass
 class Usage:
-    """What Annif's processes used: ``seconds`` of wall time, ``peak_rss_mib`` of the largest process,
-    ``cpu_seconds`` of CPU time (user + system) of all of them."""
+    """What Annif's processes used: ``seconds`` of wall and ``cpu_seconds`` of CPU time, ``peak_rss_mib``."""
 
     seconds: float = 0.0
     peak_rss_mib: float = 0.0
@@ -146,19 +144,18 @@ def _clean(text: str) -> str:
     return " ".join(text.split())
 
 
-#: Run by the peer's Python around each Annif command: the command's peak RSS (KiB) and CPU seconds (user +
-#: system, the command and its children) into the file ``argv[1]``. A
-#: child forked from this (large) process would report this process's RSS as its own peak (Linux carries the
-#: high-water mark across fork and exec); forked from this small launcher it reports its own.
+#: Run by the peer's Python around each Annif command: the command's peak RSS (KiB) and CPU seconds (user + system,
+#: with its children) into the file ``argv[1]``. A child forked from this (large) process would report this
+#: process's RSS as its own peak (Linux carries the high-water mark across fork and exec); forked from this small
+#: launcher it reports its own.
 _MEASURE = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[2:]); "
-            "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
-            "open(sys.argv[1], 'w').write(f'{u.ru_maxrss} {u.ru_utime + u.ru_stime}'); "
+            "u = resource.getrusage(resource.RUSAGE_CHILDREN); open(sys.argv[1], 'w')"
+            ".write(f'{u.ru_maxrss} {u.ru_utime + u.ru_stime}'); "
             "sys.exit(rc)")
 
 
 def _run(cmd: Sequence[str], env: dict[str, str], cwd: Path) -> Usage:
-    """Run one Annif command (``cmd[0]``: the ``annif`` of a peer environment); its wall time, peak RSS and CPU
-    time.
+    """Run one Annif command (``cmd[0]``: the ``annif`` of a peer environment); its wall time, peak RSS, CPU time.
 
     Raises:
         RuntimeError: it exited non-zero or ran past :data:`COMMAND_TIMEOUT_S` (its last output lines in the message).
@@ -372,8 +369,7 @@ class AnnifPredictor(Predictor):
         return decide_limit_threshold(scores, self.limit, self.threshold)
 
     def usage(self) -> dict[str, float] | None:
-        """Annif's processes so far: ``{"wall_s": s, "peak_rss_mib": MiB, "cpu_s": s}`` (training, validation,
-        test)."""
+        """Annif's processes so far (training, validation, test): ``wall_s``, ``peak_rss_mib``, ``cpu_s``."""
         return {"wall_s": self._usage.seconds, "peak_rss_mib": self._usage.peak_rss_mib,
                 "cpu_s": self._usage.cpu_seconds}
 

@@ -256,24 +256,20 @@ def fuse(retrieval: Retrieval, query_texts: Sequence[str], weight: float, k: int
         return retrieval.head(k)
     lex = lexical if lexical is not None else lexical_cosines(retrieval, query_texts, terms)
     m, n = retrieval.sims.shape
-    ids, sims, cos, labels, titles, texts, stored = [], [], [], [], [], [], []
-    dense = retrieval.cosine
-    for i in range(m):
-        present = np.flatnonzero(np.isfinite(retrieval.sims[i]))
-        fused = np.full(n, -np.inf, dtype=np.float32)
-        fused[present] = (1.0 - weight) * retrieval.sims[i, present] + weight * lex[i, present]
-        order = np.argsort(-fused, kind="stable")[:k]
-        ids.append(retrieval.ids[i, order])
-        sims.append(fused[order])
-        cos.append(dense[i, order])
-        labels.append([retrieval.labels[i][j] for j in order])
-        titles.append([retrieval.titles[i][j] for j in order] if retrieval.titles is not None else None)
-        texts.append([retrieval.texts[i][j] for j in order] if retrieval.texts is not None else None)
-        stored.append([retrieval.terms[i][j] for j in order] if retrieval.terms is not None else None)
-    return Retrieval(np.array(ids, dtype=object).reshape(m, -1), np.array(sims, dtype=np.float32).reshape(m, -1),
-                     labels, titles if retrieval.titles is not None else None,
-                     texts if retrieval.texts is not None else None, np.array(cos, dtype=np.float32).reshape(m, -1),
-                     stored if retrieval.terms is not None else None)
+    # every query at once, each value as the per-query expression gives it (the same float32 / float64 operations)
+    present = np.isfinite(retrieval.sims)
+    fused = np.full((m, n), -np.inf, dtype=np.float32)
+    fused[present] = (1.0 - weight) * retrieval.sims[present] + weight * np.asarray(lex)[present]
+    order = np.argsort(-fused, axis=1, kind="stable")[:, :k]  # a row's stable sort: its order alone
+    picked = order.tolist()
+
+    def pick(rows: list | None) -> list | None:
+        return None if rows is None else [[row[j] for j in o] for row, o in zip(rows, picked, strict=True)]
+
+    return Retrieval(np.take_along_axis(retrieval.ids, order, axis=1), np.take_along_axis(fused, order, axis=1),
+                     pick(retrieval.labels) or [], pick(retrieval.titles), pick(retrieval.texts),
+                     np.take_along_axis(np.asarray(retrieval.cosine, dtype=np.float32), order, axis=1),
+                     pick(retrieval.terms))
 
 
 def _candidate_rows(retrieval: Retrieval, i: int, present: np.ndarray, terms: TermVectors) -> sp.csr_matrix:

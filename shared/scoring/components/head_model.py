@@ -40,6 +40,7 @@ from threadpoolctl import threadpool_limits
 
 from newsmon.schemas.scoring import Options
 from newsmon.shared.heap import trim_heap
+from newsmon.shared.parallel import run_jobs
 from newsmon.shared.scoring.arrays import save_arrays
 from newsmon.shared.scoring.components.base import MemoryArticles, Queries, ScoreComponent, register_component
 from newsmon.shared.scoring.retrieval import LabelVocab
@@ -184,19 +185,23 @@ def out_of_fold(texts: Sequence[str], label_sets: Sequence[Sequence[str]], c: fl
         return HeadScores([], out)
     X = style_rows(texts)
     fold = np.arange(len(texts)) % folds
-    for f in range(folds):
+
+    def one_fold(f: int) -> None:
         held, rest = np.flatnonzero(fold == f), np.flatnonzero(fold != f)
         if not len(held):
-            continue
+            return
         part = HeadModel(c, max(1, full.min_articles * (folds - 1) // folds)).fit(
             [texts[i] for i in rest], [label_sets[i] for i in rest], X[rest]).scores([texts[i] for i in held],
                                                                                       X[held])
         cols = {lb: j for j, lb in enumerate(part.labels)}
         for j, lb in enumerate(full.labels):
             if lb in cols:
-                out[held, j] = part.probs[:, cols[lb]]
+                out[held, j] = part.probs[:, cols[lb]]  # each fold writes its own rows only
         del part
         trim_heap()  # the fold's model freed (newsmon.shared.heap.trim_heap)
+
+    # the folds side by side (newsmon.shared.parallel: liblinear on one BLAS thread, the same models as in turn)
+    run_jobs([functools.partial(one_fold, f) for f in range(folds)])
     return HeadScores(list(full.labels), out)
 
 

@@ -29,6 +29,7 @@ memory's size.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import pickle
@@ -45,6 +46,7 @@ from threadpoolctl import threadpool_limits
 
 from newsmon.schemas.scoring import Options
 from newsmon.shared.heap import trim_heap
+from newsmon.shared.parallel import run_jobs
 from newsmon.shared.scoring.components.base import (
     MemoryArticles,
     MixContext,
@@ -336,8 +338,8 @@ class StackingComponent(ScoreComponent):
         cached = getattr(self, "_folded", None)
         if cached is not None and cached[0] == key:
             return cached[1]
-        out = []
-        for f in range(folds):
+
+        def one_fold(f: int) -> tuple[StackingModel, dict[int, np.ndarray]]:
             train, held = fold != f, fold == f
             model = fit_model(X[train], y[train], names, counts[-1])
             if model.classifier is None:
@@ -345,8 +347,11 @@ class StackingComponent(ScoreComponent):
             else:
                 with one_thread():
                     probs = dict(zip(counts, staged(model.classifier, X[held], counts), strict=True))
-            out.append((model, probs))
             trim_heap()  # the fold's training copies freed (newsmon.shared.heap.trim_heap)
+            return model, probs
+
+        # the folds side by side (newsmon.shared.parallel: each fit on one thread, the same models as in turn)
+        out = run_jobs([functools.partial(one_fold, f) for f in range(folds)])
         self._folded = (key, out)
         return out
 
