@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from newsmon.shared.scoring.components import head_model
 from newsmon.shared.scoring.lexical import TermVectors, _candidate_rows, fuse, lexical_cosines, local_tfidf_cosine
 from newsmon.shared.scoring.objective import bins
-from newsmon.shared.scoring.retrieval import Retrieval, aggregate
+from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval, aggregate
 from newsmon.shared.terms import sparse_terms
 
 WORDS = ("vlada", "proračun", "krka", "dobiček", "stavka", "plača", "delavci", "sindikat", "banka", "obresti",
@@ -387,3 +387,55 @@ def test_fuse_of_every_query_at_once_equals_the_per_query_loop(m, K, k, weight, 
         assert got.sims.dtype == np.float32 and np.array_equal(got.sims.view(np.int32), want.sims.view(np.int32))
         assert np.array_equal(got.cosines.view(np.int32), want.cosines.view(np.int32))
         assert got.labels == want.labels and got.texts == want.texts and got.terms == want.terms
+
+
+def _encode_one_by_one(vocab: LabelVocab, label_sets, grow: bool = True) -> sp.csr_matrix:
+    """The loop ``LabelVocab.encode`` replaced (its code before 7 December)."""
+    known: dict = {}
+    indptr, indices = [0], []
+    for labels in label_sets:
+        key = labels if isinstance(labels, tuple) else tuple(labels)
+        cols = known.get(key)
+        if cols is None:
+            if grow:
+                vocab.extend(key)
+            cols = known[key] = sorted({vocab.index[lb] for lb in key if lb in vocab.index})
+        indices.extend(cols)
+        indptr.append(len(indices))
+    return sp.csr_matrix((np.ones(len(indices), dtype=np.float32), np.asarray(indices, dtype=np.int64),
+                          np.asarray(indptr, dtype=np.int64)), shape=(len(label_sets), len(vocab)), dtype=np.float32)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.sampled_from("abcdefgh"), max_size=4), max_size=30), st.booleans(), st.booleans(),
+       st.lists(st.sampled_from("abcxyz"), max_size=3))
+def test_encode_of_each_distinct_set_once_equals_the_loop(sets, as_tuples, grow, known):
+    """Repeated, empty and unordered sets with repeated labels, lists or tuples, labels the vocabulary has and has
+    not, growing or not: the same matrix (indices, order, shape) and the same vocabulary after it."""
+    label_sets = [tuple(s) for s in sets] if as_tuples else [list(s) for s in sets]
+    a, b = LabelVocab(known), LabelVocab(known)
+    want, got = _encode_one_by_one(a, label_sets, grow), b.encode(label_sets, grow)
+    assert a.labels == b.labels and got.shape == want.shape and got.dtype == want.dtype
+    assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+    assert np.array_equal(got.data, want.data)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 12), st.integers(0, 10_000), st.sampled_from([7, 9]))
+def test_scores_over_taus_equal_one_product_per_tau(m, K, seed, n_labels):
+    """Missing neighbours, neighbours without labels, tiny taus whose far weights underflow to 0 (scipy's product
+    leaves those sums out), k above K: the same entries in the same order and the same values as the product."""
+    from newsmon.shared.scoring.rae_xmc import rae_xmc_scores_over_taus, rae_xmc_scores_sparse
+
+    rng = np.random.default_rng(seed)
+    sims = np.sort(rng.random((m, K)).astype(np.float32), axis=1)[:, ::-1].copy()
+    sims[:, int(rng.integers(1, K + 1)):] = -np.inf
+    Y = sp.csr_matrix((rng.random((m * K, 7)) < rng.choice([0.1, 0.3, 0.6])).astype(np.float32))
+    taus = [0.0005, 0.002, 0.01, 0.05, 0.2]
+    for k in (1, max(1, K // 2), K, K + 3):
+        for tau, got in zip(taus, rae_xmc_scores_over_taus(sims, Y, k, taus, n_labels), strict=True):
+            want = rae_xmc_scores_sparse(sims, Y, k, tau, 1.0, n_labels)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+            assert np.array_equal(got.data.view(np.int32), want.data.view(np.int32))
+    assert list(rae_xmc_scores_over_taus(sims, Y, 1, [], n_labels)) == []

@@ -35,22 +35,35 @@ class LabelVocab:
         return len(self.labels)
 
     def encode(self, label_sets: Sequence[Iterable[str]], grow: bool = True) -> sp.csr_matrix:
-        """Label sets -> ``(n, L)`` 0/1 CSR matrix (float32). Unknown labels are added when ``grow``,
-        ignored otherwise."""
-        known: dict[Any, list[int]] = {}  # each distinct label set's sorted columns, once (neighbours repeat them)
-        indptr, indices = [0], []
-        for labels in label_sets:
-            key = labels if isinstance(labels, tuple) else tuple(labels)
-            cols = known.get(key)
-            if cols is None:
-                if grow:
-                    self.extend(key)
-                cols = known[key] = sorted({self.index[lb] for lb in key if lb in self.index})
-            indices.extend(cols)
-            indptr.append(len(indices))
-        return sp.csr_matrix((np.ones(len(indices), dtype=np.float32), np.asarray(indices, dtype=np.int64),
-                              np.asarray(indptr, dtype=np.int64)), shape=(len(label_sets), len(self)),
-                             dtype=np.float32)
+        """Label sets -> ``(n, L)`` 0/1 CSR matrix (float32). Unknown labels are added when ``grow`` (in the order
+        they are first seen), ignored otherwise.
+
+        Each distinct label set is read once (the neighbours of many queries repeat the same articles' sets), the
+        rows are gathered with array operations: 1.9 million label sets (reuters21578_en's calibration articles x
+        200 candidates) in a fraction of a second."""
+        try:
+            keyed: Sequence[Any] = label_sets
+            distinct = dict.fromkeys(keyed)  # the distinct sets in first-seen order (hashing in C)
+        except TypeError:  # a set that cannot be hashed (a list): as a tuple
+            keyed = [ls if isinstance(ls, tuple) else tuple(ls) for ls in label_sets]
+            distinct = dict.fromkeys(keyed)
+        cols_of = []
+        for key in distinct:
+            if grow:
+                self.extend(key)
+            cols_of.append(sorted({self.index[lb] for lb in key if lb in self.index}))
+        code = dict(zip(distinct, range(len(distinct)), strict=True))
+        codes = np.fromiter(map(code.__getitem__, keyed), dtype=np.int64, count=len(keyed))
+        lengths = np.fromiter(map(len, cols_of), dtype=np.int64, count=len(cols_of))
+        flat = np.fromiter((c for cols in cols_of for c in cols), dtype=np.int64, count=int(lengths.sum()))
+        starts = np.cumsum(lengths) - lengths
+        row_len = lengths[codes]
+        indptr = np.zeros(len(keyed) + 1, dtype=np.int64)
+        np.cumsum(row_len, out=indptr[1:])
+        within = np.arange(indptr[-1], dtype=np.int64) - np.repeat(indptr[:-1], row_len)
+        indices = flat[np.repeat(starts[codes], row_len) + within]
+        return sp.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr),
+                             shape=(len(keyed), len(self)), dtype=np.float32)
 
 
 @dataclass
