@@ -419,23 +419,3 @@ def test_encode_of_each_distinct_set_once_equals_the_loop(sets, as_tuples, grow,
     assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
     assert np.array_equal(got.data, want.data)
 
-
-@settings(max_examples=60, deadline=None)
-@given(st.integers(1, 8), st.integers(1, 12), st.integers(0, 10_000), st.sampled_from([7, 9]))
-def test_scores_over_taus_equal_one_product_per_tau(m, K, seed, n_labels):
-    """Missing neighbours, neighbours without labels, tiny taus whose far weights underflow to 0 (scipy's product
-    leaves those sums out), k above K: the same entries in the same order and the same values as the product."""
-    from newsmon.shared.scoring.rae_xmc import rae_xmc_scores_over_taus, rae_xmc_scores_sparse
-
-    rng = np.random.default_rng(seed)
-    sims = np.sort(rng.random((m, K)).astype(np.float32), axis=1)[:, ::-1].copy()
-    sims[:, int(rng.integers(1, K + 1)):] = -np.inf
-    Y = sp.csr_matrix((rng.random((m * K, 7)) < rng.choice([0.1, 0.3, 0.6])).astype(np.float32))
-    taus = [0.0005, 0.002, 0.01, 0.05, 0.2]
-    for k in (1, max(1, K // 2), K, K + 3):
-        for tau, got in zip(taus, rae_xmc_scores_over_taus(sims, Y, k, taus, n_labels), strict=True):
-            want = rae_xmc_scores_sparse(sims, Y, k, tau, 1.0, n_labels)
-            assert got.shape == want.shape and got.dtype == want.dtype
-            assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
-            assert np.array_equal(got.data.view(np.int32), want.data.view(np.int32))
-    assert list(rae_xmc_scores_over_taus(sims, Y, 1, [], n_labels)) == []

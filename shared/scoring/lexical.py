@@ -261,10 +261,9 @@ def fuse(retrieval: Retrieval, query_texts: Sequence[str], weight: float, k: int
     fused = np.full((m, n), -np.inf, dtype=np.float32)
     fused[present] = (1.0 - weight) * retrieval.sims[present] + weight * np.asarray(lex)[present]
     order = np.argsort(-fused, axis=1, kind="stable")[:, :k]  # a row's stable sort: its order alone
-    picked = order.tolist()
 
-    def pick(rows: list | None) -> list | None:
-        return None if rows is None else [[row[j] for j in o] for row, o in zip(rows, picked, strict=True)]
+    def pick(rows: list | None) -> list | None:  # each row's positions as Python ints, one row at a time
+        return None if rows is None else [[row[j] for j in o.tolist()] for row, o in zip(rows, order, strict=True)]
 
     return Retrieval(np.take_along_axis(retrieval.ids, order, axis=1), np.take_along_axis(fused, order, axis=1),
                      pick(retrieval.labels) or [], pick(retrieval.titles), pick(retrieval.texts),

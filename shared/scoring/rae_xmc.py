@@ -6,8 +6,6 @@ components (:mod:`newsmon.shared.scoring.components`) are mixed into it; the res
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-
 import numpy as np
 import scipy.sparse as sp
 
@@ -67,47 +65,3 @@ def _checked_weights(sims: np.ndarray, label_rows: sp.csr_matrix, k: int, tau: f
     if label_rows.shape[0] != sims.shape[0] * K:
         raise ValueError(f"label_rows has {label_rows.shape[0]} rows, expected {sims.shape[0] * K}")
     return neighbour_weights(sims, min(k, K), tau) * lam
-
-
-def rae_xmc_scores_over_taus(sims: np.ndarray, label_rows: sp.csr_matrix, k: int, taus: Sequence[float],
-                             n_labels: int | None = None) -> Iterator[sp.csr_matrix]:
-    """:func:`rae_xmc_scores_sparse` (``lam`` 1) for each of ``taus`` in turn, the same CSR matrices bit for bit
-    (entries, their order in a row, values), for the calibration's grid: which labels a query's first ``k``
-    neighbours carry does not depend on tau, so the product's structure is found once and each tau costs one
-    weighted count of the neighbours' labels.
-
-    How it matches scipy's product ``W @ Y`` (``sparsetools`` ``csr_matmat``): per query, each label's sum is
-    accumulated over the neighbours in their order (here ``np.bincount`` over the (query, neighbour, label)
-    triplets in that order: the same additions from 0.0), a row's entries come in the reverse order of their first
-    appearance, and the entries whose sum is 0 (every carrier's weight underflowed) are left out.
-    Cost per tau: ``O(m k l)`` for ``l`` labels per neighbour, plus one ``O(m k l log(m k l))`` sort per call.
-
-    Raises:
-        ValueError: as :func:`rae_xmc_scores`."""
-    L = max(n_labels or 0, label_rows.shape[1])  # as aggregate_sparse widens, never cuts
-    K = sims.shape[1]
-    taus = list(taus)
-    if not taus:
-        return
-    _checked_weights(sims, label_rows, k, taus[0], 1.0)
-    kk = min(k, K)
-    m = sims.shape[0]
-    slot = (np.arange(m)[:, None] * K + np.arange(kk)[None, :]).reshape(-1)  # label rows of the first k
-    lens = (label_rows.indptr[slot + 1] - label_rows.indptr[slot]).astype(np.int64)
-    starts = np.repeat(label_rows.indptr[slot].astype(np.int64) - np.cumsum(lens) + lens, lens)
-    labels = label_rows.indices[starts + np.arange(int(lens.sum()), dtype=np.int64)].astype(np.int64)
-    weight_at = np.repeat(np.arange(m * kk, dtype=np.int64), lens)  # each triplet's neighbour, as w.ravel() reads
-    row = weight_at // kk
-    keys, first, entry = np.unique(row * L + labels, return_index=True, return_inverse=True)
-    ordered = np.lexsort((-first, keys // L))  # per query, the reverse order of first appearance
-    position = np.empty(len(keys), dtype=np.int64)
-    position[ordered] = np.arange(len(keys))
-    at = position[entry.reshape(-1)]
-    rows_sorted, cols_sorted = (keys // L)[ordered], (keys % L)[ordered]
-    for tau in taus:
-        w = _checked_weights(sims, label_rows, k, tau, 1.0)
-        data = np.bincount(at, weights=w.reshape(-1)[weight_at], minlength=len(keys))
-        kept = data != 0
-        indptr = np.zeros(m + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows_sorted[kept], minlength=m), out=indptr[1:])
-        yield sp.csr_matrix((data[kept].astype(np.float32), cols_sorted[kept], indptr), shape=(m, L))

@@ -60,8 +60,12 @@ class LabelVocab:
         row_len = lengths[codes]
         indptr = np.zeros(len(keyed) + 1, dtype=np.int64)
         np.cumsum(row_len, out=indptr[1:])
-        within = np.arange(indptr[-1], dtype=np.int64) - np.repeat(indptr[:-1], row_len)
-        indices = flat[np.repeat(starts[codes], row_len) + within]
+        at = np.arange(indptr[-1], dtype=np.int64)  # each entry's place in ``flat``: its set's start + its rank
+        at -= np.repeat(indptr[:-1], row_len)
+        at += np.repeat(starts[codes], row_len)
+        del codes, row_len
+        indices = flat[at]
+        del at
         return sp.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr),
                              shape=(len(keyed), len(self)), dtype=np.float32)
 

@@ -32,6 +32,7 @@ thread count.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,7 @@ from newsmon.shared.scoring.calibration.run import GRID_THRESHOLD, CalibrationRu
 from newsmon.shared.scoring.objective import Objective
 from newsmon.shared.scoring.calibration.result import LEXICAL_CANDIDATES, CalibrationResult
 from newsmon.shared.scoring.lexical import TermVectors, fuse, lexical_cosines
-from newsmon.shared.scoring.rae_xmc import rae_xmc_scores_over_taus, rae_xmc_scores_sparse
+from newsmon.shared.scoring.rae_xmc import rae_xmc_scores_sparse
 from newsmon.shared.scoring.retrieval import LabelVocab, Retrieval
 from newsmon.shared.scoring.rules import rules as registered_rules
 
@@ -71,10 +72,9 @@ def _base_grid(retrieval: Retrieval, Yt: np.ndarray, labels: list[str], extra: d
     rows = retrieval.label_matrix(LabelVocab(labels))
     own = choice is None
     choice = choice or Choice(judge, len(Yt), prior=BASE_PRIOR)
-    for k in _ks(retrieval):  # each k's product structure once for its taus (the same scores as one product each)
-        for tau, S in zip(GRID_TAU, rae_xmc_scores_over_taus(retrieval.sims, rows, k, GRID_TAU, rows.shape[1]),
-                          strict=True):
-            choice.add_scores(Yt, _columns(S, Yt.shape[1]), GRID_THRESHOLD, {**extra, "top_k": k, "tau": tau})
+    for k, tau in itertools.product(_ks(retrieval), GRID_TAU):
+        S = _columns(rae_xmc_scores_sparse(retrieval.sims, rows, k, tau, 1.0, rows.shape[1]), Yt.shape[1])
+        choice.add_scores(Yt, S, GRID_THRESHOLD, {**extra, "top_k": k, "tau": tau})
     return _chosen(choice, retrieval, Yt, labels, judge) if own else None  # type: ignore[return-value]
 
 
