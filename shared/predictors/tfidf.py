@@ -25,7 +25,6 @@ class TfidfOneVsAll:
 
     kind: Literal["svm", "logreg"] = "svm"
     max_features: int = 200_000
-    n_jobs: int = 2
 
     def fit(self, texts: Sequence[str], Y: sp.csr_matrix) -> TfidfOneVsAll:
         """Fit on ``n`` texts and their ``(n, L)`` 0/1 labels.
@@ -35,7 +34,6 @@ class TfidfOneVsAll:
                 one); the message says why.
         """
         # deferred: scikit-learn is slow to import; the live classifier imports this module only to register it
-        from joblib import parallel_config
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
         from sklearn.multiclass import OneVsRestClassifier
@@ -50,12 +48,15 @@ class TfidfOneVsAll:
         Yd = sp.csr_matrix(Y, dtype=np.int64)  # not int8: OneVsRestClassifier mis-fits int8 indicators
         self.n_labels = Yd.shape[1]
         self.columns = np.flatnonzero(np.asarray(Yd.sum(axis=0)).ravel() > 0)  # a classifier needs >= 1 positive
+        # Same inputs, same model: liblinear's dual solvers visit the coordinates in a random order drawn from one
+        # generator shared by the whole process, seeded by each fit (random_state; unseeded, two fits of the same
+        # data differed by 3e-5 in their decision values). The labels are fitted one after the other: in threads
+        # two fits reseed and draw from that one generator at once.
         if self.kind == "svm":
-            base = LinearSVC(C=1.0)
+            base = LinearSVC(C=1.0, random_state=0)
         else:
-            base = LogisticRegression(C=10.0, solver="liblinear", dual=True, max_iter=200)  # dual: 10x faster here
-        # threads, not processes: liblinear releases the GIL, and joblib's process pool hands the workers
-        # read-only memory-mapped inputs that liblinear cannot use ("WRITEBACKIFCOPY base is read-only")
+            base = LogisticRegression(C=10.0, solver="liblinear", dual=True, max_iter=200,  # dual: 10x faster here
+                                      random_state=0)
         Ysub = Yd[:, self.columns]
         if Ysub.shape[1] == 0 or (np.asarray(Ysub.sum(axis=0)).ravel() == Ysub.shape[0]).all():
             raise ValueError("cannot be fitted: every training article carries each label, so a one-vs-rest "
@@ -63,8 +64,7 @@ class TfidfOneVsAll:
                              "cannot be fitted: no training article carries a label")
         if Ysub.shape[1] == 1:  # one label: a binary target (sklearn refuses a one-column sparse indicator)
             Ysub = Ysub.toarray().ravel()
-        with parallel_config(backend="threading", n_jobs=self.n_jobs):
-            self.model = OneVsRestClassifier(base, n_jobs=self.n_jobs).fit(X, Ysub)
+        self.model = OneVsRestClassifier(base).fit(X, Ysub)
         return self
 
     def scores(self, texts: Sequence[str]) -> np.ndarray:
@@ -89,8 +89,8 @@ class _TfidfPredictor(Predictor):
 
     kind: Literal["svm", "logreg"] = "svm"
 
-    def __init__(self, max_features: int = 200_000, n_jobs: int = 2) -> None:
-        self.model = TfidfOneVsAll(kind=self.kind, max_features=max_features, n_jobs=n_jobs)
+    def __init__(self, max_features: int = 200_000) -> None:
+        self.model = TfidfOneVsAll(kind=self.kind, max_features=max_features)
 
     def fit(self, train: TrainingSet) -> _TfidfPredictor:
         """One binary classifier per label with at least one training article."""
