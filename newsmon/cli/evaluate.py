@@ -66,7 +66,8 @@ def eval_cmd(
     if report.get("ratio_to_peer"):
         console.print(format_peer_ratios(report["ratio_to_peer"]), highlight=False)
     for name, wall, cpu, rss, where in cost_rows(report):
-        console.print(f"{name}: {wall} s, CPU {cpu} s, peak RSS {rss} MiB ({where})", highlight=False)
+        if where:  # an ablation row has no cost of its own (its row's calibration computed it)
+            console.print(f"{name}: {wall} s, CPU {cpu} s, peak RSS {rss} MiB ({where})", highlight=False)
     if recorder is not None:
         given = {"--data": data, "--methods": methods, "--tune": tune or None, "--out": out, "--limit": limit,
                  "--peers": peers or None}
