@@ -5,10 +5,11 @@ The calibration's cross-fitting fits one model per fold (stacking's boosted tree
 tree's liblinear fits); each fit is independent of the others and spends its time in compiled code that releases
 the GIL (scikit-learn's tree growing, liblinear), so two threads on two cores take about half the wall time.
 
-Same inputs, same outputs: every job keeps its own single-threaded compiled code (OpenMP's thread count is set per
-thread, inside the job, by the component's own context: :func:`~newsmon.shared.scoring.components.stacking.
-one_thread`; BLAS's is process-wide and held at one thread here for the whole pool, so one job leaving its own
-one-thread context cannot hand a second BLAS thread to another job still running), jobs share no mutable state, and
+Same inputs, same outputs: every job keeps its own single-threaded compiled code: every BLAS and OpenMP library is
+held at one thread for the whole pool (a process-wide setting, such as OpenBLAS's own threads: so one job leaving
+its own one-thread context, e.g. :func:`~newsmon.shared.scoring.components.head_model.one_blas_thread`, cannot hand
+a second thread to another job still running) and again inside each worker thread (a per-thread setting, such as
+OpenMP's and a BLAS built on it, which the calling thread's limit does not reach); jobs share no mutable state, and
 the results come back in job order. So the models and scores are bit for bit those of a sequential run whatever
 the number of workers (``tests/test_parallel.py`` compares them).
 """
@@ -45,9 +46,16 @@ def run_jobs(jobs: Sequence[Callable[[], T]], max_workers: int | None = None) ->
     Raises:
         whatever a job raises (the first failing job's error, in job order; the others are waited for)."""
     n = workers(len(jobs)) if max_workers is None else max(1, min(max_workers, len(jobs)))
-    with threadpool_limits(limits=1, user_api="blas"):
+    with threadpool_limits(limits=1):
         if n == 1:
             return [job() for job in jobs]
         with ThreadPoolExecutor(max_workers=n, thread_name_prefix="newsmon-fold") as pool:
-            futures = [pool.submit(job) for job in jobs]
+            futures = [pool.submit(_on_one_thread, job) for job in jobs]
             return [f.result() for f in futures]
+
+
+def _on_one_thread(job: Callable[[], T]) -> T:
+    """``job()`` with every BLAS and OpenMP library on one thread in this worker thread too: a library whose
+    thread count is per thread (OpenMP's, and a BLAS built on OpenMP) does not see the limit the calling thread set."""
+    with threadpool_limits(limits=1):
+        return job()
