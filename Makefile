@@ -55,7 +55,7 @@ test: install
 	slow=$$($(PYTEST) --collect-only -m slow tests | grep '::' | cut -d: -f1 | sort -u | grep -v '^tests/test_image.py$$'); \
 	if [ -z "$$slow" ]; then echo "no slow test collected"; exit 1; fi; \
 	for f in $$slow; do $(PYTEST) -m slow $$f || failed="$$failed $$f"; done; \
-	if [ -n "$$failed" ]; then echo "FAILED modules:$$failed"; exit 1; fi; echo "all test modules passed"
+	if [ -n "$$failed" ]; then echo "FAILED modules:$$failed (each one's failing tests: its \"short test summary info\" above)"; exit 1; fi; echo "all test modules passed"
 
 # The edit-test loop: every test not marked slow (pytest -m "not slow"; tests/conftest.py marks the tests that load
 # model weights or start a broker, a browser, a server, the CLI or another process), in one process, with the test
