@@ -1,9 +1,11 @@
 """Independent jobs of the calibration (its folds' model fits) run side by side in threads, with the same results
 as one after the other.
 
-The calibration's cross-fitting fits one model per fold (stacking's boosted trees, the head model's and the label
-tree's liblinear fits); each fit is independent of the others and spends its time in compiled code that releases
-the GIL (scikit-learn's tree growing, liblinear), so two threads on two cores take about half the wall time.
+The calibration's cross-fitting fits one model per fold; stacking's boosted trees and the head model's logistic
+regressions (liblinear's primal solver) run here: each fit is independent of the others and spends its time in
+compiled code that releases the GIL, so two threads on two cores take about half the wall time. The label tree's
+folds do not: liblinear's dual solver draws its coordinate order from one random generator of the whole process,
+which two fits at once would reseed under each other.
 
 Same inputs, same outputs: every job keeps its own single-threaded compiled code: every BLAS and OpenMP library is
 held at one thread for the whole pool (a process-wide setting, such as OpenBLAS's own threads: so one job leaving
