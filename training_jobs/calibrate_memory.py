@@ -114,12 +114,14 @@ def calibrate_memory(clf: Classifier, validation: Sequence[Article] = (), writte
     """
     max_memory_articles = max_memory_articles or clf.settings.calibration.max_memory_articles
     only = allowed_components(clf.settings.calibration.components)  # an unknown name refused before any work
-    adapted = getattr(clf.encoder, "adapter", None) is not None and not clf.settings.calibration.adapted_memory_articles
+    # an adapted model is calibrated on the validation articles alone, unless calibration.adapted_memory_articles
+    validation_alone = (getattr(clf.encoder, "adapter", None) is not None
+                        and not clf.settings.calibration.adapted_memory_articles)
     out: dict[str, LanguageCalibration] = {}
     for lang in clf.languages():
         t0 = time.perf_counter()
         val = [a for a in validation if a.lang == lang and a.labels]
-        held_out = not (adapted and val)
+        held_out = not (validation_alone and val)
         inputs = calibration_inputs(clf, lang, val)
         found = _reusable(clf, lang, inputs) if reuse else None
         if found is not None:

@@ -41,8 +41,8 @@ class LabelVocab:
         Each distinct label set is read once (the neighbours of many queries repeat the same articles' sets), the
         rows are gathered with array operations: 1.9 million label sets (reuters21578_en's calibration articles x
         200 candidates) in a fraction of a second."""
+        keyed: Sequence[Any] = label_sets
         try:
-            keyed: Sequence[Any] = label_sets
             distinct = dict.fromkeys(keyed)  # the distinct sets in first-seen order (hashing in C)
         except TypeError:  # a set that cannot be hashed (a list): as a tuple
             keyed = [ls if isinstance(ls, tuple) else tuple(ls) for ls in label_sets]
