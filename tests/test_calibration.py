@@ -614,3 +614,32 @@ def test_a_scratch_calibration_store_reads_the_served_records_and_never_writes_t
     assert fresh.read("newsmon_sl_m1") == rec and fresh.read("newsmon_hr_m1") is None
     assert (path.read_bytes(), path.stat().st_mtime_ns) == before
     assert sorted(p.name for p in served.directory.iterdir()) == ["newsmon_sl_m1.json"]
+
+
+@pytest.mark.parametrize("far", [True, False])
+def test_the_lexical_search_is_judged_at_the_weight_the_fusion_chose(monkeypatch, far):
+    # the cost of the lexical steps: the fusion's step walks every lexical weight's k / tau / threshold grid, the
+    # search's step the same grid at the one weight the fusion chose (what the search's candidates add), not again
+    # at every weight
+    from newsmon.shared.scoring.calibration import choice as choice_module
+    from newsmon.shared.scoring.calibration.search import GRID_K, GRID_LEXICAL, GRID_TAU
+
+    tried: list[dict] = []
+    add_scores = choice_module.Choice.add_scores
+
+    def recording(self, Y, S, thresholds, options, payload=None):
+        tried.append(dict(options))
+        return add_scores(self, Y, S, thresholds, options, payload)
+
+    monkeypatch.setattr(choice_module.Choice, "add_scores", recording)
+    result = calibrate(_lexical_case(40, far), rules=(), replay=False)
+    steps = {s["step"]: s for s in result.steps}
+    fusion, search = ([o for o in tried if o.get("lexical_search") is s] for s in (False, True))
+    cells = len(GRID_K) * len(GRID_TAU)
+    assert len([o for o in tried if "lexical_weight" not in o]) == cells  # the base grid
+    assert len(fusion) == cells * len(GRID_LEXICAL) and {o["lexical_weight"] for o in fusion} == set(GRID_LEXICAL)
+    assert len(search) == cells
+    assert {o["lexical_weight"] for o in search} == {steps["+ lexical fusion"]["params"]["lexical_weight"]}
+    assert steps["+ lexical search"]["params"]["lexical_weight"] == steps["+ lexical fusion"]["params"][
+        "lexical_weight"]
+    assert result.figures["micro_f1"] == 1.0

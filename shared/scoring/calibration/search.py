@@ -14,7 +14,8 @@ record's selection report).
 Order: k, tau and the threshold on a grid; then hybrid retrieval (the dense neighbours fused with a lexical
 similarity, when the neighbours' texts are at hand): first the fusion re-ranking the dense top-N candidates, then the
 lexical search adding the memory's lexical top-N to them (a sparse search whose cost grows with the memory: kept
-only where it lifts over the fusion alone); then each registered score component in registration order, then each
+only where it lifts over the fusion alone, judged at the weight the fusion's step chose: the lexical grid is walked
+once); then each registered score component in registration order, then each
 registered decision rule in the order of its ``CALIBRATE_AT``, each by its own ``calibrate`` hook
 (:meth:`~newsmon.shared.scoring.components.ScoreComponent.calibrate`,
 :meth:`~newsmon.shared.scoring.rules.DecisionRule.calibrate`) on a :class:`~.run.CalibrationRun`: this module names
@@ -106,16 +107,17 @@ def _columns(S: sp.csr_matrix, L: int) -> sp.csr_matrix:
 
 
 def _lexical_step(cal: CalibrationSet, terms: TermVectors, Yt: np.ndarray, labels: list[str], search: bool,
+                  weights: tuple[float, ...] = GRID_LEXICAL,
                   queries: sp.csr_matrix | None = None) -> tuple[Found, Retrieval]:
-    """The chosen cell of the base grids over the lexical weights of :data:`GRID_LEXICAL` (hybrid retrieval's
-    fusion; one choice over every weight's grid), with the fused retrieval it was found on. ``search``: the
-    candidates are the dense top-N united with the lexical top-N (the calibration's retrieval); else the dense top-N
-    alone (its first :data:`LEXICAL_CANDIDATES` by cosine). ``queries``: the term rows of ``cal.texts`` when
-    already at hand (both steps read the same)."""
+    """The chosen cell of the base grids over the lexical ``weights`` (hybrid retrieval's fusion; one choice over
+    every weight's grid), with the fused retrieval it was found on. ``search``: the candidates are the dense top-N
+    united with the lexical top-N (the calibration's retrieval); else the dense top-N alone (its first
+    :data:`LEXICAL_CANDIDATES` by cosine). ``queries``: the term rows of ``cal.texts`` when already at hand (both
+    steps read the same)."""
     candidates = cal.retrieval if search else cal.retrieval.head(LEXICAL_CANDIDATES)
     lexical = lexical_cosines(candidates, cal.texts, terms, queries)  # one pass of the texts for every weight
     choice = Choice(cal.objective, len(Yt))
-    for w in GRID_LEXICAL:
+    for w in weights:
         fused = fuse(candidates, cal.texts, w, max(GRID_K), terms, lexical)
         _base_grid(fused, Yt, labels, {"lexical_weight": w, "lexical_search": search}, cal.objective, choice)
         del fused
@@ -161,10 +163,12 @@ def calibrate(cal: CalibrationSet, terms: TermVectors | None = None, rules: tupl
     if cal.hybrid and cal.texts is not None and cal.retrieval.texts is not None:
         terms = terms or TermVectors()
         queries = terms.rows(list(cal.texts))  # the calibration articles' term rows, for both steps
+        weights = GRID_LEXICAL
         for name, search in (("+ lexical fusion", False), ("+ lexical search", True)):
-            (_obj, found, _parts), fused = _lexical_step(cal, terms, Yt, vocab.labels, search, queries)
+            (_obj, found, _parts), fused = _lexical_step(cal, terms, Yt, vocab.labels, search, weights, queries)
             if run.offer(name, found, run.decide(found, retrieval=fused)):
                 run.use_retrieval(fused)
+            weights = (found.lexical_weight,)  # the search: at the fusion's weight (what its candidates add)
     for comp in cal.components():
         comp.calibrate(run)
     for rule in sorted(registered_rules(), key=lambda r: r.CALIBRATE_AT):
