@@ -163,7 +163,7 @@ def calibrate(cal: CalibrationSet, terms: TermVectors | None = None, rules: tupl
     if cal.hybrid and cal.texts is not None and cal.retrieval.texts is not None:
         terms = terms or TermVectors()
         queries = terms.rows(list(cal.texts))  # the calibration articles' term rows, for both steps
-        weights = GRID_LEXICAL
+        weights: tuple[float, ...] = GRID_LEXICAL
         for name, search in (("+ lexical fusion", False), ("+ lexical search", True)):
             (_obj, found, _parts), fused = _lexical_step(cal, terms, Yt, vocab.labels, search, weights, queries)
             if run.offer(name, found, run.decide(found, retrieval=fused)):
