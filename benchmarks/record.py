@@ -47,16 +47,37 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+#: The instruction-set extensions whose presence picks ONNX Runtime's and BLAS's kernels (int8 dot products,
+#: vector widths): two machines that differ in them may embed the same text into vectors a few ulps apart.
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8")
+
+
+def _cpu() -> tuple[str | None, list[str]]:
+    """(the CPU's model name, which of :data:`ISA_FLAGS` it has) from ``/proc/cpuinfo`` ((None, []) without it)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            text = f.read(200_000)
+    except OSError:
+        return None, []
+    fields = dict(line.split(":", 1) for line in text.split("\n\n", 1)[0].splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    return fields.get("model name"), [f for f in ISA_FLAGS if f in flags]
+
+
 def machine() -> dict[str, Any]:
-    """The machine a run is on: CPU count, memory (GiB), platform, Python, and the GPU when CUDA is present."""
+    """The machine a run is on: CPU count, memory (GiB), platform, Python, and the CPU's model and the
+    instruction-set extensions that pick the encoder's and BLAS's kernels (:data:`ISA_FLAGS`)."""
     mem = None
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             mem = round(int(f.readline().split()[1]) / 2**20, 1)
     except (OSError, ValueError, IndexError):
         pass
+    model, isa = _cpu()
     return {"cpus": os.cpu_count(), "memory_gib": mem, "platform": platform.platform(),
-            "python": platform.python_version(), "processor": platform.machine()}
+            "python": platform.python_version(), "processor": platform.machine(), "cpu_model": model,
+            "cpu_isa": isa}
 
 
 def _load() -> list[float] | None:

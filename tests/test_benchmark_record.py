@@ -34,3 +34,20 @@ def test_a_checkout_that_did_not_move_is_named_once(checkout: dict[str, str]):
         pass
     got = json.loads(Path(rec.path).read_text())
     assert got["commit"] == "a" * 40 and "checkout_at_end" not in got
+
+
+def test_the_record_names_the_cpu_model_and_the_kernels_it_picks(checkout: dict[str, str], monkeypatch, tmp_path):
+    # two machines that differ in their vector extensions may embed the same text a few ulps apart (ONNX Runtime's
+    # int8 kernels): the record says which CPU made its figures
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Probe CPU 9000\n"
+                    "flags\t\t: fpu avx2 fma avx512f avx512_vnni sse4_2\n\n"
+                    "processor\t: 1\nmodel name\t: Probe CPU 9000\nflags\t\t: fpu avx2\n\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(info if path == "/proc/cpuinfo" else path,
+                                                                        *a, **k))
+    with record.BenchmarkRecord("probe", ["probe.py"]) as rec:
+        pass
+    got = json.loads(Path(rec.path).read_text())["machine"]
+    assert got["cpu_model"] == "Probe CPU 9000"
+    assert got["cpu_isa"] == ["avx2", "fma", "avx512f", "avx512_vnni"]
