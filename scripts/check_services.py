@@ -44,6 +44,7 @@ def main() -> int:
         print("make test: start Redis and PostgreSQL on loopback (see README, 'Set-up: the two commands')",
               file=sys.stderr)
         return 2
+    print(f"make test: Redis ({redis_url}) and PostgreSQL ({pg_url}) answer")
     return 0
 
 

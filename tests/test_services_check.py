@@ -40,6 +40,8 @@ def test_the_check_fails_fast_without_redis_and_passes_with_the_real_services():
     assert "start Redis and PostgreSQL" in bad.stderr
     good = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=60)
     assert good.returncode == 0, good.stderr
+    assert "Redis (redis://127.0.0.1:6379/15) and PostgreSQL (postgresql://postgres@127.0.0.1:5432/test) answer" \
+        in good.stdout  # a newcomer sees that the check ran
 
 
 def test_make_test_runs_the_check_before_the_modules():
