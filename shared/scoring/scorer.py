@@ -207,20 +207,24 @@ class Scorer:
 
     def complete_evidence(self, g: Scored, props: list[Explained], vectors: np.ndarray | None,
                           exclude: Sequence[str]) -> None:
-        """Complete the evidence of the proposals of group ``g`` and say why, in words: a proposed label that no
-        retrieved neighbour carries (a score component brought it) gets the components that gave it a share and the
-        memory's :data:`CARRIERS` closest articles that carry it (one search per such label); then every label and
-        candidate its ``reason``
+        """Complete the evidence of the proposals of group ``g`` and say why, in words: a proposed label that none of
+        the first k neighbours carries gets the score components that gave it a share (its score is theirs: the
+        neighbours after the first k a rule's wider window reads add nothing to it); one that no retrieved neighbour
+        carries also gets the memory's :data:`CARRIERS` closest articles that carry it (one search per such label);
+        then every label and candidate its ``reason``
         (:func:`~newsmon.shared.scoring.reasons.retrieval_reason`)."""
-        lacking = [(pos, x) for pos, p in enumerate(props) for x in p.labels if not x.neighbours]
-        if lacking and g.evidence:
+        # a label none of the first k neighbours carries: the components that gave it a share are named, whether
+        # its evidence is the neighbours after the first k (a rule with a wider window) or found by a search
+        unsupported = [(pos, x) for pos, p in enumerate(props) for x in p.labels if not x.carriers]
+        lacking = [(pos, x) for pos, x in unsupported if not x.neighbours]
+        if unsupported and g.evidence:
             own = {}
             for spec in g.resolved.params.components:
                 comp = get_component(spec.name)
                 if not comp.READS_CONTEXT and spec.name in g.evidence:
                     zeros = np.zeros((len(g.idx), len(g.vocab)), dtype=np.float32)
                     own[spec.name] = comp.mix(zeros, g.vocab, g.evidence[spec.name], spec.parsed())
-            for pos, x in lacking:
+            for pos, x in unsupported:
                 c = g.vocab.index.get(x.label)
                 x.components = [n for n, o in own.items() if c is not None and c < o.shape[1] and o[pos, c] > 0]
         find = getattr(self.neighbours, "carriers", None)
