@@ -107,8 +107,7 @@ def _columns(S: sp.csr_matrix, L: int) -> sp.csr_matrix:
 
 
 def _lexical_step(cal: CalibrationSet, terms: TermVectors, Yt: np.ndarray, labels: list[str], search: bool,
-                  weights: tuple[float, ...] = GRID_LEXICAL,
-                  queries: sp.csr_matrix | None = None) -> tuple[Found, Retrieval]:
+                  weights: tuple[float, ...], queries: sp.csr_matrix | None = None) -> tuple[Found, Retrieval]:
     """The chosen cell of the base grids over the lexical ``weights`` (hybrid retrieval's fusion; one choice over
     every weight's grid), with the fused retrieval it was found on. ``search``: the candidates are the dense top-N
     united with the lexical top-N (the calibration's retrieval); else the dense top-N alone (its first
