@@ -40,22 +40,22 @@ eval: install
 	$(BIN)/newsmon eval --data $(DATA) --methods rae,zshot,mlknn,svm,logreg,newsmon --tune $(TUNE)
 
 # tests/test_image.py builds the container image (about 10 minutes cold on 2 cores): `make image-check` runs it.
-# First every test not marked slow, in one process (what `make test-fast` runs: no model weights, broker, browser or
-# server, a couple of minutes); then each module with slow tests in its own pytest process, its slow tests only: a few
-# modules load several model runtimes and one process for all of them grew past 11 GB; per module the peak stays that
-# of the largest one. A module without slow tests costs no process of its own (37 of 89 modules, 6 December).
+# scripts/run_tests.py: first every test not marked slow, in one process (what `make test-fast` runs: no model
+# weights, broker, browser or server, a couple of minutes); then each module with slow tests in its own pytest
+# process, its slow tests only: a few modules load several model runtimes and one process for all of them grew past
+# 11 GB; per module the peak stays that of the largest one. TEST_LANES processes run at once (default 2: most of a
+# slow module's time is waiting on a broker, a worker process or a time-out; on 2 cores 22.9 minutes against 39.8
+# one at a time, 7 December), longest module first, never two of the memory-heavy ones together, fewer lanes when
+# the machine has less memory; TEST_LANES=1 runs one module at a time. Each module's output is printed whole when it
+# ends, under a line with its lane, wall time and peak memory. A module without slow tests costs no process.
 # One home for the whole run (NEWSMON_TEST_HOME, read by tests/conftest.py): the model is imported, the ONNX
 # encoder artefacts built and the embeddings cached once for all modules, not once per module's temp home.
 NEWSMON_TEST_HOME ?= $(CURDIR)/.newsmon-test
+TEST_LANES ?= 2
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 test: install
 	@$(BIN)/python scripts/check_services.py
-	@export NEWSMON_TEST_HOME="$(NEWSMON_TEST_HOME)"; failed=""; \
-	$(PYTEST) -m "not slow" tests || failed=" (the tests not marked slow)"; \
-	slow=$$($(PYTEST) --collect-only -m slow tests | grep '::' | cut -d: -f1 | sort -u | grep -v '^tests/test_image.py$$'); \
-	if [ -z "$$slow" ]; then echo "no slow test collected"; exit 1; fi; \
-	for f in $$slow; do $(PYTEST) -m slow $$f || failed="$$failed $$f"; done; \
-	if [ -n "$$failed" ]; then echo "FAILED modules:$$failed (each one's failing tests: its \"short test summary info\" above)"; exit 1; fi; echo "all test modules passed"
+	@NEWSMON_TEST_HOME="$(NEWSMON_TEST_HOME)" $(BIN)/python scripts/run_tests.py --lanes $(TEST_LANES)
 
 # The edit-test loop: every test not marked slow (pytest -m "not slow"; tests/conftest.py marks the tests that load
 # model weights or start a broker, a browser, a server, the CLI or another process), in one process, with the test
