@@ -75,14 +75,10 @@ class Result:
 
 
 def available_memory() -> int:
-    """``MemAvailable`` of /proc/meminfo in bytes (0 when unknown)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    """Bytes of memory the kernel says are available (psutil's ``virtual_memory().available``)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
 
 
 def lane_count(asked: int) -> int:

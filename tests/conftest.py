@@ -18,14 +18,10 @@ TMPFS_MIN_FREE = 4 << 30
 
 
 def _memory_available() -> int:
-    """Bytes of memory the kernel says are available (``MemAvailable`` of /proc/meminfo; 0 when unknown)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    """Bytes of memory the kernel says are available (psutil's ``virtual_memory().available``)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
 
 
 def pytest_configure(config):
