@@ -91,8 +91,9 @@ def slow_modules(extra: list[str]) -> list[str]:
     out = subprocess.run([*PYTEST, "--collect-only", "-m", "slow", *extra, "tests"], cwd=ROOT, text=True,
                          capture_output=True, check=False)
     found = sorted({line.split("::")[0] for line in out.stdout.splitlines() if "::" in line} - EXCLUDED)
-    if not found:
-        sys.exit(f"no slow test collected (pytest exit {out.returncode}):\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
+    if out.returncode != 0 or not found:  # a module that fails to import is an error, not a module left out
+        sys.exit(f"collecting the slow tests failed (pytest exit {out.returncode}, {len(found)} modules found):\n"
+                 f"{out.stdout[-3000:]}{out.stderr[-3000:]}")
     return found
 
 
@@ -113,7 +114,8 @@ def warm_home(env: dict[str, str]) -> None:
     code = ("from pathlib import Path; import os\n"
             "from newsmon.shared.config import EncoderSettings\nfrom newsmon.shared.encoder import Encoder\n"
             "Encoder(EncoderSettings(), Path(os.environ['NEWSMON_TEST_HOME'])).close()\n")
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True)
+    if subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=False).returncode:
+        sys.exit("run_tests: the encoder could not be prepared in the test home (its error above)")
 
 
 class Queue:

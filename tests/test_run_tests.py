@@ -49,3 +49,19 @@ def test_a_heavy_module_never_runs_beside_another_heavy_one(rt):
 def test_the_lanes_follow_the_memory_available(rt, monkeypatch, gib, asked, lanes):
     monkeypatch.setattr(rt, "available_memory", lambda: gib << 30)
     assert rt.lane_count(asked) == lanes
+
+
+def test_a_module_that_fails_to_import_stops_the_run_instead_of_being_left_out(rt, monkeypatch, tmp_path):
+    """Collection errors (a test module that does not import) fail the run with pytest's output, before any lane
+    starts: the module is never silently missing from the suite."""
+    broken = tmp_path / "tests"
+    broken.mkdir()
+    (broken / "test_ok.py").write_text("import pytest\n\n@pytest.mark.slow\ndef test_a():\n    pass\n")
+    (broken / "test_broken.py").write_text("import no_such_module_here\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n")
+    monkeypatch.setattr(rt, "ROOT", tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        rt.slow_modules([])
+    assert "collecting the slow tests failed" in str(exc.value) and "no_such_module_here" in str(exc.value)
+    (broken / "test_broken.py").unlink()
+    assert rt.slow_modules([]) == ["tests/test_ok.py"]
