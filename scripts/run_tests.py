@@ -76,7 +76,7 @@ class Result:
 
 def available_memory() -> int:
     """Bytes of memory the kernel says are available (psutil's ``virtual_memory().available``)."""
-    import psutil
+    import psutil  # type: ignore[import-untyped]
 
     return int(psutil.virtual_memory().available)
 
