@@ -11,9 +11,11 @@ from pydantic_core import PydanticCustomError
 from newsmon.schemas.base import Event, Label, LanguageCode, Name, Part, UtcDatetime
 from newsmon.schemas.examples import LABEL_EVENT_EXAMPLES
 
-__all__ = ["LABEL_EVENTS_TOPIC", "LabelDefinition", "LabelEvent", "LabelFilters"]
+__all__ = ["LABEL_EVENTS_KEY", "LABEL_EVENTS_TOPIC", "LabelDefinition", "LabelEvent", "LabelFilters"]
 
 LABEL_EVENTS_TOPIC = "label-events"
+#: The Kafka key of every label event (:meth:`LabelEvent.kafka_key`): one partition, one order for the registry.
+LABEL_EVENTS_KEY = b"label-registry"
 
 Kwe = Annotated[str, StringConstraints(min_length=1, max_length=10_000, pattern=r"\S")]
 Value = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S")]
@@ -54,8 +56,11 @@ class LabelDefinition(Part):
 class LabelEvent(Event):
     """A change to the label vocabulary.
 
-    Topic ``label-events`` (default), key ``label`` (the old name for a rename), so the history of one
-    label stays ordered on one partition. Actions:
+    Topic ``label-events`` (default), every event with the one key :data:`LABEL_EVENTS_KEY`, so all of them stay in
+    the order they were produced, on one partition: the label registry is one state machine, and its changes
+    depend on each other across labels (a rename ``a`` -> ``b`` then ``b`` -> ``c``: keyed by label they could
+    land on two partitions and be applied the other way round, and the first refused as a rename into a name
+    renamed away). A label change is rare (about a hundred a month), so one partition carries them all. Actions:
 
     * ``defined`` / ``updated`` (version 2): the label's definition (``definition``, required) is set or
       replaced; a defined label can be proposed from its first matching article (``source: rule``).
@@ -69,7 +74,7 @@ class LabelEvent(Event):
     """
 
     default_topic: ClassVar[str] = LABEL_EVENTS_TOPIC
-    kafka_key_field: ClassVar[str] = "label"
+    kafka_key_field: ClassVar[str] = "label"  # the label an event is about (logs); not its Kafka key
     schema_versions: ClassVar[tuple[int, ...]] = (1, 2)
     json_examples: ClassVar[tuple[dict, ...]] = tuple(LABEL_EVENT_EXAMPLES)
 
@@ -81,6 +86,10 @@ class LabelEvent(Event):
         None, description="The label's KwEs and filters; only, and always, for defined and updated (v2).")
     occurred_at: UtcDatetime = Field(description="When the change happened, UTC.")
     actor: Name | None = Field(None, description="Who made the change, if known.")
+
+    def kafka_key(self) -> bytes:
+        """:data:`LABEL_EVENTS_KEY` for every label event: the registry's changes in one order (class docstring)."""
+        return LABEL_EVENTS_KEY
 
     def needs_version(self) -> int:
         """2 for ``defined`` / ``updated``, else 1."""

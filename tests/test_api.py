@@ -20,6 +20,7 @@ import pytest
 from newsmon.broker import free_port
 from newsmon.demo import article_event
 from newsmon.schemas import LabelEvent, LabelProposal, parse_event
+from newsmon.schemas.labels import LABEL_EVENTS_KEY
 from newsmon.schemas.scoring import registered
 from test_stream import REPO, Collector, corpus, publish, stream_settings  # noqa: F401 (fixtures)
 
@@ -138,7 +139,7 @@ def test_define_a_label_over_http_then_propose_rename_and_retire(api, corpus):
         assert view["status"] == "active" and view["definition"]["kwes"] == [KWE] and view["examples"] == 0
         events.wait_for(lambda c: c.messages, 30, "the LabelEvent on the topic")
         ev = parse_event(LabelEvent, events.messages[0].value())
-        assert events.messages[0].key() == LABEL.encode()
+        assert events.messages[0].key() == LABEL_EVENTS_KEY
         assert (ev.action, ev.label, ev.definition.kwes, ev.actor) == ("defined", LABEL, [KWE], "analyst")
         r = client.put(f"/v1/labels/{LABEL}", json={"kwes": [KWE]})  # the same definition again: nothing to publish
         assert r.status_code == 200 and r.json()["event"] is None and "already" in r.json()["note"], r.text

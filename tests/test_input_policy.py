@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from newsmon.schemas import ArticleEvent, LabelEvent, LabelProposal, ModeratorDecision
+from newsmon.schemas.labels import LABEL_EVENTS_KEY
 from newsmon.schemas import base
 from newsmon.shared.data import load_corpus
 from newsmon.workers.labels import LabelRegistry, RedisLabelRegistry
@@ -130,7 +131,7 @@ def test_proposals_and_label_events_use_the_canonical_label():
     assert "must differ" in _reason(LabelEvent, {"schema_version": 1, "action": "renamed", "label": SPORT_NFD,
                                                  "new_label": SPORT_NFC, "occurred_at": T0})
     ev = LabelEvent.model_validate({"schema_version": 1, "action": "retired", "label": SPORT_NFD, "occurred_at": T0})
-    assert ev.label == "šport" and ev.kafka_key() == "šport".encode()
+    assert ev.label == "šport" and ev.kafka_key() == LABEL_EVENTS_KEY
 
 
 def test_the_corpus_loader_merges_label_variants(tmp_path):

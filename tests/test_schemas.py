@@ -158,7 +158,7 @@ def test_label_event_round_trip():
                LabelEvent(action="retired", label="ai", occurred_at=T0),
                LabelEvent(action="renamed", label="ai", new_label="artificial intelligence", occurred_at=T0)):
         _round_trip(ev)
-        assert ev.kafka_key() == b"ai"
+        assert ev.kafka_key() == b"label-registry"  # one key for every label event (test below)
     assert LabelEvent.default_topic == "label-events"
 
 
@@ -466,3 +466,21 @@ def test_every_event_is_written_at_the_lowest_version_that_carries_it(name):
     if name == "LabelProposal":  # the near-copy's revision carries no scoring: version 2 carries it
         copy = next(e for e in model.json_examples if e["duplicate_of"])
         assert copy["schema_version"] == 2 and copy["scoring"] is None
+
+
+def test_every_label_event_has_one_key_so_a_rename_chain_keeps_its_order():
+    """A rename a -> b then b -> c (and a retire or define of b after it) depend on each other across labels: keyed
+    by label they landed on two partitions, and a consumer could apply b -> c first and refuse a -> b (a rename into
+    a name renamed away; seen as the reverse order in tests/test_truthful_answers.py). One key for every label event
+    keeps the registry's changes on one partition, in the order they were produced."""
+    from datetime import datetime, timezone
+
+    from newsmon.schemas import LabelEvent
+    from newsmon.schemas.labels import LABEL_EVENTS_KEY
+
+    at = datetime(2026, 12, 7, tzinfo=timezone.utc)
+    chain = [LabelEvent(action="renamed", label="t:a", new_label="t:a-b", occurred_at=at),
+             LabelEvent(action="renamed", label="t:a-b", new_label="t:a-b-c", occurred_at=at),
+             LabelEvent(action="retired", label="t:a-b-c", occurred_at=at),
+             LabelEvent(action="added", label="t:other", occurred_at=at)]
+    assert {e.kafka_key() for e in chain} == {LABEL_EVENTS_KEY}
