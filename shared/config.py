@@ -165,8 +165,7 @@ class KafkaSettings(BaseModel):
     topic_articles: str = Field("articles", description="ArticleEvent input topic (key = article_id).")
     topic_proposals: str = Field("label-proposals", description="LabelProposal output (key = article_id).")
     topic_decisions: str = Field("moderator-decisions", description="ModeratorDecision input (key = article_id).")
-    topic_label_events: str = Field("label-events", description="LabelEvent input (one key for all: one "
-                                    "partition, one order).")
+    topic_label_events: str = Field("label-events", description="LabelEvent input (one key: one order).")
     classifier_group: str = Field("newsmon-classifier", description="Consumer group of the classifier workers.")
     updater_group: str = Field("newsmon-memory-updater", description="Consumer group of the memory updater.")
     create_topics: bool = Field(False, description="Create missing topics (and their .dlq) at start-up with the "
