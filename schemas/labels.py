@@ -74,7 +74,7 @@ class LabelEvent(Event):
     """
 
     default_topic: ClassVar[str] = LABEL_EVENTS_TOPIC
-    kafka_key_field: ClassVar[str] = "label"  # the label an event is about (logs); not its Kafka key
+    kafka_key_field: ClassVar[str] = "label"  # the base class asks for one; kafka_key() below overrides it
     schema_versions: ClassVar[tuple[int, ...]] = (1, 2)
     json_examples: ClassVar[tuple[dict, ...]] = tuple(LABEL_EVENT_EXAMPLES)
 
