@@ -98,7 +98,8 @@ def slow_modules(extra: list[str]) -> list[str]:
 
 
 def run(name: str, args: list[str], lane: int, env: dict[str, str]) -> Result:
-    """Run one pytest process, its output to a temp file; wall time and the peak RSS of its process tree."""
+    """Run one pytest process, its output to a temp file; its wall time and peak memory (``ru_maxrss``: the largest
+    process of its tree, the workers and servers it starts included, not their sum)."""
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as log:
         t0 = time.monotonic()
         proc = subprocess.Popen([*PYTEST, *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
