@@ -642,6 +642,39 @@ def test_a_tie_at_either_cut_of_a_hybrid_search_is_settled_by_article_id_whateve
             assert [x.id for x in extra[0]] == ["q"]
 
 
+def test_the_top_k_cut_reads_a_payload_only_where_a_tie_at_the_cut_needs_its_article_id():
+    # the engine's bindings build a hit's payload anew on every read (a dict per hit: thousands a batch at archive
+    # size); the cut needs the article id of the hits tied with the n-th only, and keeps the same hits as a sort by
+    # (score, article id) whatever the engine's order
+    from newsmon.shared.memory.common import ranked_neighbours, top_hits
+
+    class Counted:
+        reads = 0
+
+        def __init__(self, pid, score):
+            self.id, self.score, self._payload, self.vector = pid, score, {"article_id": pid}, None
+
+        @property
+        def payload(self):
+            Counted.reads += 1
+            return dict(self._payload)
+
+    rng = np.random.default_rng(3)
+    for trial in range(200):
+        scores = np.round(rng.uniform(0.5, 0.9, 40), 2 if trial % 2 else 6)  # many ties, or almost none
+        hits = [Counted(f"p{i:03d}", float(x)) for i, x in enumerate(scores)]
+        rng.shuffle(hits)
+        n = int(rng.integers(1, 45))
+        Counted.reads = 0
+        kept = top_hits(hits, n)
+        ranked = sorted(hits, key=lambda h: (-h.score, h.id))
+        cut = ranked[min(n, len(ranked)) - 1].score
+        tie_at_cut = n < len(ranked) and ranked[n].score == cut
+        assert Counted.reads == (sum(h.score == cut for h in hits) if tie_at_cut else 0)
+        assert {h.id for h in kept} == {h.id for h in ranked[:n]}
+        assert [nb.article_id for nb in ranked_neighbours(kept)] == [h.id for h in ranked[:n]]
+
+
 @pytest.mark.parametrize("engine", ["edge", "server"])
 def test_a_dropped_collection_is_gone_and_its_neighbours_stay(tmp_path, engine):
     """A refused candidate's copy of the memory is deleted for good (the rollout's clean-up); the other collections

@@ -136,9 +136,22 @@ def stored_terms(vector: Any) -> tuple[np.ndarray, np.ndarray] | None:
 
 def top_hits(hits: Sequence[Any], n: int) -> list[Any]:
     """The best ``n`` of an engine's ``hits`` (``.score``, ``.payload``) by score, hits of equal score in article-id
-    order: the stated rule that settles a tie at the cut (the engine answered up to :data:`TIE_MARGIN` more)."""
-    ranked = sorted(hits, key=lambda h: (-float(h.score), str((h.payload or {}).get(FIELD_ARTICLE_ID, ""))))
-    return ranked[:n]
+    order: the stated rule that settles a tie at the cut (the engine answered up to :data:`TIE_MARGIN` more).
+
+    The payloads (the engine's bindings build each anew on every read: a dict per hit) are read only for the hits
+    whose score equals the ``n``-th's, the only ones whose order decides which are kept; the order of the others
+    among equals is :func:`ranked_neighbours`'s to settle, by the same rule."""
+    scores = [float(h.score) for h in hits]
+    order = sorted(range(len(hits)), key=lambda i: -scores[i])  # stable: the engine's order among equal scores
+    if len(order) <= n:
+        return [hits[i] for i in order]
+    cut = scores[order[n - 1]]
+    if scores[order[n]] != cut:  # no tie at the cut: the same n hits whatever the order among equals
+        return [hits[i] for i in order[:n]]
+    tied = [i for i in order if scores[i] == cut]
+    tied.sort(key=lambda i: str((hits[i].payload or {}).get(FIELD_ARTICLE_ID, "")))
+    above = [i for i in order if scores[i] > cut]
+    return [hits[i] for i in above + tied[:n - len(above)]]
 
 
 def split_hybrid(answers: Sequence[Sequence[Any]], hybrid: Sequence[bool], k: int, lexical_k: int

@@ -17,7 +17,7 @@ import numpy as np
 from newsmon.schemas.scoring import ScoringCore, registered
 from newsmon.shared.scoring.components import MixContext, get_component
 from newsmon.shared.scoring.rae_xmc import rae_xmc_scores
-from newsmon.shared.scoring.retrieval import Explained, LabelScore, LabelVocab, Retrieval
+from newsmon.shared.scoring.retrieval import Explained, LabelScore, LabelVocab, Retrieval, cut_title
 from newsmon.shared.scoring.rules import DecisionState, get_rule
 
 
@@ -172,7 +172,7 @@ def _label_score(retrieval: Retrieval, i: int, label: str, score: float, k: int,
     carriers = [j for j in range(first) if label in retrieval.labels[i][j]]
     js = carriers[:max_neighbours] or [j for j in range(first, retrieval.k)
                                        if label in retrieval.labels[i][j]][:max_neighbours]
-    titles = [retrieval.titles[i][j] for j in js] if retrieval.titles is not None else []
+    titles = [cut_title(retrieval.titles[i][j]) for j in js] if retrieval.titles is not None else []
     cos = retrieval.cosine  # the wire's `similarity` is the cosine, also after hybrid retrieval's fusion
     window = sum(1 for j in range(first) if retrieval.ids[i, j] != "")
     return LabelScore(label, score, [(str(retrieval.ids[i, j]), float(cos[i, j])) for j in js], titles,

@@ -133,8 +133,8 @@ def lexical_cosines(retrieval: Retrieval, query_texts: Sequence[str], terms: Ter
     lens = np.array([len(x) for x in idx], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64) if len(lens) else np.zeros(0, np.int64)
     q_idx_all = np.asarray(Q.indices, dtype=np.int64)
-    flat_idx = np.concatenate(idx + [np.zeros(0, np.int64)])
-    flat_data = np.concatenate(data + [np.zeros(0, np.float64)])
+    flat_idx = np.concatenate(idx + [np.zeros(0, np.int64)], dtype=np.int64)
+    flat_data = np.concatenate(data + [np.zeros(0, np.float64)], dtype=np.float64)
     vocab = np.unique(np.concatenate([flat_idx, q_idx_all]))
     V = len(vocab)
     flat_c = np.searchsorted(vocab, flat_idx)
@@ -190,7 +190,8 @@ def _candidate_table(retrieval: Retrieval, terms: TermVectors
                      ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
     """The candidates' rows, each distinct one read once: (``(m, K)`` int64 slot of each present candidate, -1
     where missing; per slot, its hashed term indices ``int64`` and weights ``float64`` (the float32 values
-    :func:`_candidate_rows` stores, widened as :func:`local_tfidf_cosine` reads them)). A stored lexical vector is
+    :func:`_candidate_rows` stores; int32 / float32 here, widened to int64 / float64 in one concatenation by
+    :func:`lexical_cosines`, as :func:`local_tfidf_cosine` reads them)). A stored lexical vector is
     one slot per stored object (the memory's search shares one per article); a candidate without one is its text's
     row (:class:`TermVectors`, by article id, texts read in the queries' order, as :func:`_candidate_rows` reads
     them)."""
@@ -210,8 +211,8 @@ def _candidate_table(retrieval: Retrieval, terms: TermVectors
                 got = by_object.get(id(x))
                 if got is None:
                     got = by_object[id(x)] = len(idx)
-                    idx.append(np.asarray(np.asarray(x[0], dtype=np.int32), dtype=np.int64))
-                    data.append(np.asarray(np.asarray(x[1], dtype=np.float32), dtype=np.float64))
+                    idx.append(np.asarray(x[0], dtype=np.int32))  # widened once, by the caller's concatenate
+                    data.append(np.asarray(x[1], dtype=np.float32))
                 slot[i, j] = got
             else:
                 key = str(retrieval.ids[i, j])
@@ -228,8 +229,8 @@ def _candidate_table(retrieval: Retrieval, terms: TermVectors
         X = terms.rows([t for _s, _k, t in todo], [k for _s, k, _t in todo])
         for r, (at, _k, _t) in enumerate(todo):
             lo, hi = X.indptr[r], X.indptr[r + 1]
-            idx[at] = np.asarray(np.asarray(X.indices[lo:hi], dtype=np.int32), dtype=np.int64)
-            data[at] = np.asarray(np.asarray(X.data[lo:hi], dtype=np.float32), dtype=np.float64)
+            idx[at] = np.asarray(X.indices[lo:hi], dtype=np.int32)
+            data[at] = np.asarray(X.data[lo:hi], dtype=np.float32)
     return slot, idx, data
 
 

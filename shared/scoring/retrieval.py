@@ -78,8 +78,9 @@ class Retrieval:
         ids: ``(m, K)`` object array of neighbour article ids (``""`` where fewer than K were found).
         sims: ``(m, K)`` float32 cosine similarities, descending per row (``-inf`` where missing).
         labels: ``m`` lists of ``K`` label tuples (empty tuple where missing).
-        titles: ``m`` lists of ``K`` neighbour titles for people (:func:`display_title`; None where missing or
-            unknown); None when the search returned no payloads.
+        titles: ``m`` lists of ``K`` neighbour titles for people, uncut (:func:`title_source`: an explanation cuts
+            the few it shows, :func:`cut_title`; None where missing or unknown); None when the search returned no
+            payloads.
         texts: ``m`` lists of ``K`` neighbour texts (payload ``text``; ``""`` where missing), for the lexical
             fusion of hybrid retrieval (:mod:`newsmon.shared.scoring.lexical`); None when not kept.
         cosines: ``(m, K)`` float32 dense cosine similarities when ``sims`` holds another ranking score (the
@@ -135,7 +136,7 @@ class Retrieval:
                 key = (nb.article_id, tuple(nb.labels))  # the same point: the same id and labels
                 one = shared.get(key)
                 if one is None:
-                    one = shared[key] = (key[1], display_title(getattr(nb, "payload", None)), _text(nb),
+                    one = shared[key] = (key[1], title_source(getattr(nb, "payload", None)), _text(nb),
                                          getattr(nb, "terms", None))
                 held.append(one)
             held += [none] * (k - len(row))
@@ -211,13 +212,26 @@ def display_title(payload: dict | None, limit: int = TITLE_CHARS) -> str | None:
     """What a moderator sees of a memory article: its headline, or when it has none the start of its text (the
     stored ``excerpt``, which a search hands back, or the ``text``), whitespace collapsed and cut at a word to
     ``limit`` characters with an ellipsis (:func:`~newsmon.shared.text.cut_at_word`); None without any."""
+    return cut_title(title_source(payload), limit)
+
+
+def title_source(payload: dict | None) -> str | None:
+    """The string :func:`display_title` shows cut: the headline, else the ``excerpt``, else the ``text`` (the first
+    that is not blank), as stored; None without any. A lookup, no copy: what a search keeps of each of its
+    thousands of candidates, of which an explanation shows a few (:func:`cut_title`)."""
     if not payload:
         return None
     for key in ("title", "excerpt", "text"):
         value = payload.get(key)
-        if isinstance(value, str) and value.strip():
-            return cut_at_word(value, limit)
+        if isinstance(value, str) and value and not value.isspace():
+            return value
     return None
+
+
+def cut_title(source: str | None, limit: int = TITLE_CHARS) -> str | None:
+    """A :func:`title_source` as people see it: whitespace collapsed, cut at a word to ``limit`` characters
+    (:func:`~newsmon.shared.text.cut_at_word`, which leaves a string it has cut as it is); None stays None."""
+    return None if source is None else cut_at_word(source, limit)
 
 
 def aggregate(weights: np.ndarray, label_rows: sp.csr_matrix, K: int, n_labels: int) -> np.ndarray:
