@@ -93,3 +93,53 @@ def test_the_mix_and_the_registry_by_hand():
     memory = MemoryArticles(None, *corpus(120, 4))
     model = comp.fit(memory, opts)
     assert comp.model_key(opts) == () and set(model.labels) == set(TOPICS)
+
+
+def test_the_beam_search_reads_one_product_and_scores_as_a_product_per_node_would():
+    # every classifier's value comes from one sparse product per chunk of articles; each is the value a product of
+    # its node's columns alone gives, bit for bit, so the beam search keeps the same labels with the same scores
+    from newsmon.shared.scoring.components import parabel
+
+    rng = np.random.default_rng(11)
+    vocab = [f"w{i}" for i in range(500)]
+    texts, labels = [], []
+    for _ in range(700):
+        own = [int(x) for x in rng.choice(260, size=2, replace=False)]
+        texts.append(" ".join([vocab[(7 * j + k) % 500] for j in own for k in range(3)] + list(rng.choice(vocab, 9))))
+        labels.append(tuple(f"l{j}" for j in own))
+    model = fit_tree(texts, labels)
+    forest = model.model
+    assert forest.child_ptr[-1] > 0  # it branched: the search goes through levels
+
+    class PerNode(parabel.Forest):
+        """The search as it was: one product of the articles in the beam with each visited node's columns."""
+
+        products = 0
+
+        def _outputs(self, Xb):
+            return Xb  # the rows themselves: _log_scores below multiplies them
+
+        def _log_scores(self, Xb, rows, node):
+            PerNode.products += 1
+            W = self.weights[:, self.out_ptr[node]:self.out_ptr[node + 1]].tocsr()
+            s = np.asarray((Xb[rows] @ W).todense(), dtype=np.float64)
+            return -np.square(np.maximum(0.0, 1.0 - s))
+
+    reference = PerNode(forest.weights, forest.out_ptr, forest.child_ptr, forest.children, forest.label_ptr,
+                        forest.labels, forest.roots, forest.n_labels, forest.n_features)
+    X = model.features(texts[:300])
+    counted = []
+    real = parabel.Forest._outputs
+    try:
+        parabel.Forest._outputs = lambda self, Xb: counted.append(Xb.shape[0]) or real(self, Xb)
+        for chunk in (1, 7, 256):
+            parabel.PREDICT_CHUNK = chunk
+            counted.clear()
+            got = forest.predict(X, top=20)
+            want = reference.predict(X, top=20)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+            assert counted == [min(chunk, 300 - lo) for lo in range(0, 300, chunk)]  # one product per chunk
+    finally:
+        parabel.Forest._outputs = real
+        parabel.PREDICT_CHUNK = 256
+    assert PerNode.products > 3 * len(counted)  # the reference paid a product per visited node
