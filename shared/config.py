@@ -79,8 +79,8 @@ class MemoryIndexSettings(BaseModel):
     background)."""
 
     m: int = Field(16, ge=2, le=128, description="HNSW edges per node.")
-    ef_construct: int = Field(100, ge=4, le=2000, description="HNSW candidates while building.")
-    ef: int = Field(2048, ge=1, le=10000, description="HNSW candidates while searching (at least the k asked).")
+    ef_construct: int = Field(256, ge=4, le=2000, description="HNSW candidates while building.")
+    ef: int = Field(1024, ge=1, le=10000, description="HNSW candidates while searching (at least the k asked).")
     quantization: Literal["none", "int8"] = Field("none", description="int8: scalar quantisation of the indexed "
                                                   "vectors (scored with rescoring by the originals).")
     min_points: int = Field(20000, ge=1, description="A memory with fewer points is never indexed (an exact scan "

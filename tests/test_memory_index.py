@@ -240,3 +240,11 @@ def test_a_killed_optimisation_leaves_nothing_behind(tmp_path):
         assert mem.search(_vectors(1), 5)[0], "the memory answers after the build"
     finally:
         mem.close()
+
+
+def test_the_settings_and_the_adapters_default_to_the_same_index():
+    # the index parameters have two defaults (the settings a worker reads, the adapters' own for a memory opened
+    # without settings, e.g. a benchmark's or the builder child's); the measured ones must be the same in both
+    from newsmon.shared.config import Settings
+
+    assert Settings().memory.index.params() == IndexParams()

@@ -46,8 +46,8 @@ class IndexParams:
     """
 
     m: int = 16
-    ef_construct: int = 100
-    ef: int = 2048
+    ef_construct: int = 256
+    ef: int = 1024
     quantization: str = "none"
     min_points: int = 20_000
     rebuild_unindexed: int = 50_000
