@@ -175,8 +175,18 @@ Label = Annotated[str, AfterValidator(_label),
                                                  "NFC, trimmed, lower case (Politika and politika are one label)."})]
 """A label name in its canonical form (see :func:`canonical_label`): 1..256 characters, not blank."""
 
-Name = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S")]
-"""A non-blank short name (outlet, moderator, model version, ...)."""
+
+def _not_blank(value: str) -> str:
+    """``value`` unless Python reads it as blank: the schema's ``\\S`` is checked by pydantic's Rust engine, whose
+    whitespace (Unicode's White_Space) leaves out the separators U+001C-U+001F that ``str.strip`` removes, so a name of
+    them passed the wire and then read as empty (a moderator's name in the console). Raises ValueError."""
+    if not value.strip():
+        raise ValueError("a name must not be blank (only whitespace or separator characters)")
+    return value
+
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S"), AfterValidator(_not_blank)]
+"""A non-blank short name (outlet, moderator, model version, ...): at least one character ``str.strip`` keeps."""
 
 
 _TWO_LETTERS = re.compile(r"^[a-z]{2}$")

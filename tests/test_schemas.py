@@ -484,3 +484,22 @@ def test_every_label_event_has_one_key_so_a_rename_chain_keeps_its_order():
              LabelEvent(action="retired", label="t:a-b-c", occurred_at=at),
              LabelEvent(action="added", label="t:other", occurred_at=at)]
     assert {e.kafka_key() for e in chain} == {LABEL_EVENTS_KEY}
+
+
+def test_a_name_python_reads_as_blank_is_refused_on_the_wire():
+    # the pattern \S is checked by pydantic's Rust engine, whose whitespace leaves out U+001C-U+001F; str.strip removes
+    # them, so a moderator named "\x1f" passed the wire and was then nobody in the console (hypothesis found it):
+    # every character str.isspace() holds, alone or mixed, is blank for every name field
+    import sys
+
+    from newsmon.schemas import ModeratorDecision
+
+    blank = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()]
+    assert "\x1f" in blank and "\x1c" in blank
+    for name in [*blank, "".join(blank), " \x1f\t\x1e "]:
+        with pytest.raises(ValidationError, match="blank|pattern"):
+            ModeratorDecision(article_id="a1", moderator=name, decided_at="2026-12-07T10:00:00Z",
+                              decisions=[{"label": "x", "action": "confirmed"}])
+    ok = ModeratorDecision(article_id="a1", moderator=" \x1fana ", decided_at="2026-12-07T10:00:00Z",
+                           decisions=[{"label": "x", "action": "confirmed"}])
+    assert ok.moderator == " \x1fana "  # a name with a character str.strip keeps is taken as given
