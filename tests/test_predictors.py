@@ -73,14 +73,17 @@ def test_rae_xmc_k_lambda_and_threshold():
         rae_xmc_scores(r.sims, rows, k=3, tau=0.0)
 
 
-def test_neighbour_titles_come_from_the_payload():
-    @dataclass
-    class Stored:
-        article_id: str
-        similarity: float
-        labels: tuple
-        payload: dict
+@dataclass
+class Stored:
+    """A memory hit as the search hands it over (what :meth:`Retrieval.from_neighbours` reads)."""
 
+    article_id: str
+    similarity: float
+    labels: tuple
+    payload: dict
+
+
+def test_neighbour_titles_come_from_the_payload():
     long = "Beseda " * 60
     r = Retrieval.from_neighbours([[Stored("n1", 0.9, ("a",), {"title": "Krka raste"}),
                                     Stored("n2", 0.8, ("a",), {"title": None, "text": "  Brez\nnaslova.  "}),
@@ -97,13 +100,6 @@ def test_a_retrieval_cuts_only_the_titles_an_explanation_shows(monkeypatch):
     # a search at archive size holds thousands of candidates a batch, of which an explanation shows a few: their
     # titles are cut when shown, not when retrieved (cutting every candidate's cost 20 ms a batch of 16 at 1M points)
     import newsmon.shared.scoring.retrieval as retrieval_module
-
-    @dataclass
-    class Stored:
-        article_id: str
-        similarity: float
-        labels: tuple
-        payload: dict
 
     cuts = []
     real = retrieval_module.cut_at_word
