@@ -71,7 +71,7 @@ class Forest:
     roots: np.ndarray
     n_labels: int
     n_features: int
-    #: :attr:`weights` as CSR, made on first use by :meth:`predict` (not part of the model's arrays).
+    #: :attr:`weights` as CSR, made on first use by :meth:`_outputs` (not part of the model's arrays).
     _csr: sp.csr_matrix | None = field(default=None, init=False, repr=False, compare=False)
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -98,8 +98,6 @@ class Forest:
         m = X.shape[0]
         Xb = sp.hstack([X, np.ones((m, 1), dtype=np.float32)], format="csr", dtype=np.float32)
         total = np.zeros((m, self.n_labels), dtype=np.float64)
-        if self._csr is None:
-            self._csr = self.weights.tocsr()
         for lo in range(0, m, PREDICT_CHUNK):
             S = self._outputs(Xb[lo:lo + PREDICT_CHUNK])
             for root in self.roots:
@@ -119,7 +117,8 @@ class Forest:
 
         Cost: the products of the articles' stored terms with the weights' rows (the weights are sparse: ``|w| >
         0.1`` kept), and ``m * outputs`` float32 (:data:`PREDICT_CHUNK` articles at a time)."""
-        assert self._csr is not None
+        if self._csr is None:
+            self._csr = self.weights.tocsr()
         return np.asarray((Xb @ self._csr).todense(), dtype=np.float32)
 
     def _tree(self, S: np.ndarray, root: int, beam: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
