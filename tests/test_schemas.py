@@ -500,6 +500,18 @@ def test_a_name_python_reads_as_blank_is_refused_on_the_wire():
         with pytest.raises(ValidationError, match="blank|pattern"):
             ModeratorDecision(article_id="a1", moderator=name, decided_at="2026-12-07T10:00:00Z",
                               decisions=[{"label": "x", "action": "confirmed"}])
+    from pydantic import TypeAdapter
+
+    from newsmon.schemas.articles import Section
+    from newsmon.schemas.base import Name
+    from newsmon.schemas.labels import Kwe, Value
+    from newsmon.schemas.proposals import MemoryVersion
+
+    for kind in (Name, Section, Kwe, Value, MemoryVersion):  # the kind: every non-blank string of the wire
+        for name in ("\x1f", " \x1c\x1d\x1e "):
+            with pytest.raises(ValidationError, match="blank"):
+                TypeAdapter(kind).validate_python(name)
+        assert TypeAdapter(kind).validate_python("\x1fx") == "\x1fx"
     ok = ModeratorDecision(article_id="a1", moderator=" \x1fana ", decided_at="2026-12-07T10:00:00Z",
                            decisions=[{"label": "x", "action": "confirmed"}])
     assert ok.moderator == " \x1fana "  # a name with a character str.strip keeps is taken as given
