@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
 from pydantic_core import PydanticCustomError
 
-from newsmon.schemas.base import ArticleId, Event, LanguageCode, Name, Url, UtcDatetime, non_blank
+from newsmon.schemas.base import NOT_BLANK, ArticleId, Event, LanguageCode, Name, Url, UtcDatetime
 from newsmon.schemas.examples import ARTICLE_EXAMPLES
 
 __all__ = ["ARTICLES_TOPIC", "ArticleEvent"]
 
 ARTICLES_TOPIC = "articles"
 
-Section = non_blank(256)
+Section = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S"), NOT_BLANK]
 
 
 class ArticleEvent(Event):

@@ -185,14 +185,11 @@ def _not_blank(value: str) -> str:
     return value
 
 
-def non_blank(max_length: int) -> Any:
-    """A string type of 1 to ``max_length`` characters, at least one of which ``str.strip`` keeps (:func:`_not_blank`):
-    every non-blank field of the wire (names, sections, keyword Boolean expressions, memory versions)."""
-    return Annotated[str, StringConstraints(min_length=1, max_length=max_length, pattern=r"\S"),
-                     AfterValidator(_not_blank)]
+#: The check every non-blank string of the wire carries beside its ``\S`` pattern (names, sections, keyword Boolean
+#: expressions, filter values, memory versions): at least one character ``str.strip`` keeps (:func:`_not_blank`).
+NOT_BLANK = AfterValidator(_not_blank)
 
-
-Name = non_blank(256)
+Name = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S"), NOT_BLANK]
 """A non-blank short name (outlet, moderator, model version, ...): at least one character ``str.strip`` keeps."""
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, StringConstraints, model_validator
 from pydantic_core import PydanticCustomError
 
-from newsmon.schemas.base import Event, Label, LanguageCode, Name, Part, UtcDatetime, non_blank
+from newsmon.schemas.base import NOT_BLANK, Event, Label, LanguageCode, Name, Part, UtcDatetime
 from newsmon.schemas.examples import LABEL_EVENT_EXAMPLES
 
 __all__ = ["LABEL_EVENTS_KEY", "LABEL_EVENTS_TOPIC", "LabelDefinition", "LabelEvent", "LabelFilters"]
@@ -17,8 +17,8 @@ LABEL_EVENTS_TOPIC = "label-events"
 #: The Kafka key of every label event (:meth:`LabelEvent.kafka_key`): one partition, one order for the registry.
 LABEL_EVENTS_KEY = b"label-registry"
 
-Kwe = non_blank(10_000)
-Value = non_blank(256)
+Kwe = Annotated[str, StringConstraints(min_length=1, max_length=10_000, pattern=r"\S"), NOT_BLANK]
+Value = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S"), NOT_BLANK]
 
 
 class LabelFilters(Part):

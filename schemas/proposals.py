@@ -9,7 +9,7 @@ from pydantic import Field, StringConstraints, model_serializer, model_validator
 from pydantic_core import PydanticCustomError
 
 from newsmon.schemas.base import (ArticleId, Event, FiniteFloat, Label, Name, NonNegativeMs, Part, UtcDatetime,
-                                  first_duplicate, non_blank)
+                                  first_duplicate, NOT_BLANK)
 from newsmon.schemas.examples import PROPOSAL_EXAMPLES
 from newsmon.schemas.scoring import RuleName, ScoringInfo
 
@@ -18,7 +18,7 @@ __all__ = ["LABEL_PROPOSALS_TOPIC", "LabelProposal", "NeighbourRef", "Proposal",
 
 LABEL_PROPOSALS_TOPIC = "label-proposals"
 
-MemoryVersion = non_blank(4096)
+MemoryVersion = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=r"\S"), NOT_BLANK]
 Title = Annotated[str, StringConstraints(max_length=300)]
 Reason = Annotated[str, StringConstraints(min_length=1, max_length=1000)]
 Abstention = Annotated[str, StringConstraints(min_length=1, max_length=500)]
