@@ -116,16 +116,20 @@ class MemoryNeighbours:
         self.router = router
 
     def search(self, vectors: np.ndarray, langs: Sequence[str | None], top_k: int, exclude: Sequence[str] = (),
-               texts: Sequence[str] | None = None, lexical_k: int = 0) -> tuple[Retrieval, list[tuple[str, ...]]]:
+               texts: Sequence[str] | None = None, lexical_k: int = 0,
+               keep: Callable[[Retrieval], Retrieval] | None = None) -> tuple[Retrieval, list[tuple[str, ...]]]:
         """Top-``top_k`` labelled neighbours of ``(m, d)`` float32 query vectors, routed by language
         (:meth:`MemoryRouter.search_languages`: a language's own memory, merged with the other languages' while it
         holds fewer than ``memory.min_language_articles`` labelled articles), and per query the names of the
-        collections searched; with ``texts`` and ``lexical_k`` hybrid (``top_k + lexical_k`` candidates). The
-        scorer's neighbour source."""
+        collections searched; with ``texts`` and ``lexical_k`` hybrid (``top_k + lexical_k`` candidates). ``keep``:
+        what the caller keeps of the candidates (the scorer's fusion: 50 of 200), whose payloads alone are then read
+        (:meth:`Retrieval.with_articles`; the engine reads a point's whole payload, text included)."""
         flt = SearchFilter(labelled=True, exclude_ids=tuple(exclude))
         rows, searched = self.router.search_languages(vectors, langs, top_k, flt,
-                                                      self.settings.memory.min_language_articles, texts, lexical_k)
-        return Retrieval.from_neighbours(rows, top_k + (lexical_k if texts is not None else 0)), searched
+                                                      self.settings.memory.min_language_articles, texts, lexical_k,
+                                                      payloads=keep is None)
+        found = Retrieval.from_neighbours(rows, top_k + (lexical_k if texts is not None else 0))
+        return (found if keep is None else keep(found).with_articles(self.router.points)), searched
 
     def carriers(self, vectors: np.ndarray, langs: Sequence[str | None], label: str, n: int,
                  exclude: Sequence[str] = ()) -> list[list]:
@@ -333,11 +337,11 @@ class Classifier:
         bar.close()
         return BuildReport(done, embed_s, upsert_s)
 
-    # -- proposals ----------------------------------------------------------------------------------
     def search(self, vectors: np.ndarray, langs: Sequence[str | None], top_k: int, exclude: Sequence[str] = (),
-               texts: Sequence[str] | None = None, lexical_k: int = 0) -> tuple[Retrieval, list[tuple[str, ...]]]:
+               texts: Sequence[str] | None = None, lexical_k: int = 0,
+               keep: Callable[[Retrieval], Retrieval] | None = None) -> tuple[Retrieval, list[tuple[str, ...]]]:
         """:meth:`MemoryNeighbours.search` (the scorer's neighbour source)."""
-        return self.neighbours.search(vectors, langs, top_k, exclude, texts, lexical_k)
+        return self.neighbours.search(vectors, langs, top_k, exclude, texts, lexical_k, keep)
 
     def carriers(self, vectors: np.ndarray, langs: Sequence[str | None], label: str, n: int,
                  exclude: Sequence[str] = ()) -> list[list]:

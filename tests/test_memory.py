@@ -20,6 +20,7 @@ from newsmon.shared.memory import (
     MemoryPoint,
     MemoryRouter,
     MemoryUnavailableError,
+    Neighbour,
     QdrantServerMemory,
     SearchFilter,
     collection_name,
@@ -707,3 +708,101 @@ def test_a_dropped_collection_is_gone_and_its_neighbours_stay(tmp_path, engine):
     prod.close()
     if client is not None:
         client.close()
+
+
+def test_a_search_without_payloads_answers_the_same_hits_and_reads_the_kept_ones_later(make_memory):
+    # the scorer keeps 50 of 200 candidates: it searches without payloads (the engine reads a point's whole
+    # payload, its text included, for any field) and reads the kept ones' only. The hits, their order and the ties
+    # (near-copies: equal cosines, settled by article id at the cut and in the order) are a full search's.
+    mem = make_memory()
+    rng = np.random.default_rng(11)
+    v, others = _unit(rng, 1, DIM), _unit(rng, 30, DIM)
+    ids = [f"dup{i}" for i in (7, 3, 9, 1, 5, 0)] + [f"o{i:02d}" for i in range(30)]
+    texts = ["same words"] * 6 + [f"novica {i} o vremenu" for i in range(30)]
+    mem.upsert(ids, np.vstack([np.repeat(v, 6, axis=0), others]), [[f"l{i % 4}"] for i in range(36)],
+               [{"text": t, "title": f"T {i}"} for i, t in enumerate(texts)])
+    queries = np.vstack([v, others[:3]])
+    mem.search(queries, 3)  # qdrant-client's local mode scores its first search after a write in the last digits apart
+    for hybrid in ({}, {"texts": ["same words", *texts[6:9]], "lexical_k": 4}):
+        for k in (3, 8, 20):
+            full = mem.search(queries, k, **hybrid)
+            lean = mem.search(queries, k, **hybrid, payloads=False)
+            for f_row, l_row in zip(full, lean, strict=True):
+                assert [n.similarity for n in l_row] == [n.similarity for n in f_row]
+                read = mem.points([n.point[1] for n in l_row if n.point is not None])
+                for n, f in zip(l_row, f_row, strict=True):
+                    got = n if n.point is None else read[n.point[1]]
+                    assert (got.article_id, tuple(got.labels), got.payload) == (f.article_id, f.labels, f.payload)
+                    assert "text" not in got.payload and got.payload["title"]
+                    assert (n.terms is None) == (f.terms is None)
+                    if n.terms is not None:
+                        assert all(np.array_equal(a, b) for a, b in zip(n.terms, f.terms, strict=True))
+                    if n.point is not None:
+                        assert n.point[0] == mem.collection and (n.article_id, n.labels) == ("", ())
+                        assert sum(x.similarity == n.similarity for x in l_row) == 1  # a tied hit carries its own
+    lean = mem.search(v, 10, payloads=False)[0]
+    assert [n.article_id for n in lean[:6]] == ["dup0", "dup1", "dup3", "dup5", "dup7", "dup9"]
+    pending = [n.point[1] for n in lean if n.point is not None]
+    assert len(pending) == 4
+    mem.delete([mem.points(pending[:1])[pending[0]].article_id])  # deleted between the search and the read
+    assert set(mem.points(pending)) == set(pending[1:])
+
+
+def test_the_scorer_reads_the_payloads_of_the_neighbours_it_keeps_only(tmp_path):
+    # the neighbour source searches the candidates without payloads, the scorer's fusion keeps k of them, and only
+    # those are read: the same neighbours, labels, titles and scores as fusing a full search's candidates
+    from newsmon.shared.classifier import MemoryNeighbours
+    from newsmon.shared.scoring.lexical import fuse
+
+    settings = _router_settings(tmp_path)
+    router = MemoryRouter(settings, "v1", DIM)
+    try:
+        rng = np.random.default_rng(12)
+        V = _unit(rng, 60, DIM)
+        texts = [f"novica {i % 7} o {('vremenu', 'volitvah', 'nogometu')[i % 3]}" for i in range(60)]
+        router.memory("sl").upsert([f"a{i:02d}" for i in range(60)], V, [[f"l{i % 5}"] for i in range(60)],
+                                   [{"text": t, "title": f"Naslov {i}"} for i, t in enumerate(texts)])
+        router.memory("en").upsert(["e0", "e1"], V[:2], [["en"]] * 2, [{"text": "news", "title": "E"}] * 2)
+        settings.memory.min_language_articles = 10
+        source = MemoryNeighbours(settings, router)
+        read: list[int] = []
+        points = router.points
+        router.points = lambda handles: (read.append(len(handles)), points(handles))[1]
+        Q, qt = V[:4] + 0.1 * _unit(rng, 4, DIM), texts[:4]
+        for langs in (["sl"] * 4, ["sl", "sl", "hr", None]):  # hr: no memory of its own, every memory merged
+            keep = lambda r: fuse(r, qt, 0.3, 5)  # noqa: E731
+            read.clear()
+            lean, searched = source.search(Q, langs, 20, texts=qt, lexical_k=6, keep=keep)
+            full, searched_full = source.search(Q, langs, 20, texts=qt, lexical_k=6)
+            want = keep(full)
+            assert searched == searched_full and lean.ids.tolist() == want.ids.tolist()
+            assert np.array_equal(lean.sims, want.sims) and np.array_equal(lean.cosines, want.cosines)
+            assert lean.labels == want.labels and lean.titles == want.titles
+            assert 0 < sum(read) <= 4 * 5 and len(read) == 1  # the kept ones, in one read
+    finally:
+        router.close()
+
+
+def test_a_kept_neighbour_deleted_before_its_read_is_left_out_and_the_rest_move_up():
+    # between the search (without payloads) and the read of the kept neighbours a moderator may delete an article:
+    # the neighbour goes, the row's later ones move up, the freed slot is empty, and no other row changes
+    from newsmon.shared.scoring.retrieval import Retrieval
+
+    def nb(point, sim):
+        return Neighbour("", sim, (), {}, None, ("c", point))
+
+    found = Retrieval.from_neighbours([[nb("p1", 0.9), nb("p2", 0.8), nb("p3", 0.7)], [nb("p4", 0.6)]], 3)
+    assert found.ids[0, 0] == ("c", "p1") and found.ids[1, 1] == ""
+    asked = []
+
+    def read(points):
+        asked.append(list(points))
+        return {("c", p): MemoryPoint(f"a-{p}", (f"l-{p}",), {"title": f"T {p}"}) for p in ("p1", "p3", "p4")}
+
+    got = found.with_articles(read)
+    assert asked == [[("c", "p1"), ("c", "p2"), ("c", "p3"), ("c", "p4")]]  # one read
+    assert got.ids.tolist() == [["a-p1", "a-p3", ""], ["a-p4", "", ""]]
+    assert np.array_equal(got.sims, np.float32([[0.9, 0.7, -np.inf], [0.6, -np.inf, -np.inf]]))
+    assert got.labels == [[("l-p1",), ("l-p3",), ()], [("l-p4",), (), ()]]
+    assert got.titles == [["T p1", "T p3", None], ["T p4", None, None]]
+    assert got.with_articles(read) is got and len(asked) == 1  # nothing held by its point: nothing read

@@ -171,9 +171,10 @@ def test_lexical_candidates_set_what_the_memory_is_asked_for(fixture):
     asked = []
 
     class Memory:
-        def search(self, vectors, langs, top_k, exclude, texts, lexical_k):
+        def search(self, vectors, langs, top_k, exclude, texts, lexical_k, keep=None):
             asked.append((top_k, lexical_k))
-            return r.rows(range(len(vectors))), [("c",)] * len(vectors)
+            found = r.rows(range(len(vectors)))
+            return (found if keep is None else keep(found)), [("c",)] * len(vectors)
 
     for n, search in ((200, True), (50, True), (200, False)):
         res = Resolved(ScoringParams(**{**BASE, "lexical_candidates": n, "lexical_search": search}))

@@ -1,5 +1,8 @@
 """The knowledge memory's interface and the helpers both Qdrant adapters share.
 
+Longer than 400 lines: the interface, its value types and the argument checks are one contract, which both
+adapters and their tests read together.
+
 Storage layout (both adapters, shared so data can move between them):
 
 * point id: ``uuid5(ARTICLE_NAMESPACE, article_id)`` (see :func:`point_id`);
@@ -98,6 +101,9 @@ class Neighbour:
         labels: the stored label set (empty for pending articles).
         payload: the caller's payload (internal fields ``article_id``, ``labels``, ``n_labels`` removed).
         terms: its stored lexical vector ``(indices (t,) int32, values (t,) float32)``; None without one.
+        point: ``(collection, point id)`` of a hit searched without its payload (``search(..., payloads=False)``):
+            its ``article_id`` (``""``), ``labels`` and ``payload`` are not read yet (:meth:`KnowledgeMemory.points`
+            reads them); None for a hit read whole.
     """
 
     article_id: str
@@ -105,6 +111,7 @@ class Neighbour:
     labels: tuple[str, ...]
     payload: dict = field(default_factory=dict)
     terms: tuple[np.ndarray, np.ndarray] | None = None
+    point: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -210,7 +217,8 @@ class KnowledgeMemory(Protocol):
         ...
 
     def search(self, vectors: np.ndarray, top_k: int, filter: SearchFilter | None = None,
-               texts: Sequence[str] | None = None, lexical_k: int = 0, exact: bool = False) -> list[list[Neighbour]]:
+               texts: Sequence[str] | None = None, lexical_k: int = 0, exact: bool = False,
+               payloads: bool = True) -> list[list[Neighbour]]:
         """Nearest neighbours by cosine similarity, optionally united with lexical neighbours (hybrid search).
 
         Args:
@@ -220,10 +228,19 @@ class KnowledgeMemory(Protocol):
             texts: the ``m`` query texts; with ``lexical_k > 0`` the top-``lexical_k`` by the lexical vector
                 (:data:`LEXICAL_VECTOR`) join the dense top-``top_k``, each with its dense cosine;
                 ``exact``: scan every point instead of the HNSW index (for measuring its recall).
+            payloads: False: the hits come without their payloads (:attr:`Neighbour.point` set), except those whose
+                similarity another hit equals, which the article id orders; a caller that keeps a few of many
+                candidates reads only those (:meth:`points`). The engine reads a point's whole payload to answer
+                any field of it.
 
         Returns ``m`` lists of at most ``top_k + lexical_k`` :class:`Neighbour`, by cosine similarity, highest
         first. Raises ``ValueError`` on a bad shape, ``top_k < 1``, ``lexical_k < 0`` or ``len(texts) != m``.
         """
+        ...
+
+    def points(self, point_ids: Sequence[str]) -> dict[str, MemoryPoint]:
+        """The stored articles of the hits searched without their payloads (:attr:`Neighbour.point`'s ids), by point
+        id, without their vectors and texts; a point deleted since is missing."""
         ...
 
     def scroll(self, filter: SearchFilter | None = None, with_vectors: bool = False,

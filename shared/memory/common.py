@@ -4,6 +4,9 @@ and the upsert / delete / set_labels / get / search / count / scroll flow.
 :class:`QdrantAdapter` implements :class:`~newsmon.shared.memory.base.KnowledgeMemory` on top of a handful of
 engine primitives that each adapter (:mod:`.edge`, :mod:`.server`) provides: filter conditions, one write /
 delete / payload / retrieve / query / count / scroll call, and a guard that maps the engine's transient errors.
+
+Longer than 400 lines: the search's one rule for ties (the top-k cut, the order of equal hits, the hits read
+without payloads) is written here once for both engines, with the flow it serves.
 """
 
 from __future__ import annotations
@@ -108,14 +111,22 @@ def memory_point(rec: Any, with_vectors: bool) -> MemoryPoint:
                        payload=_user_payload(payload), vector=_vector_of(rec.vector) if with_vectors else None)
 
 
-def ranked_neighbours(hits: Sequence[Any]) -> list[Neighbour]:
+def ranked_neighbours(hits: Sequence[Any], collection: str | None = None) -> list[Neighbour]:
     """The :class:`Neighbour` of each engine hit (``.payload``, ``.score``, ``.vector``), best first, hits of equal
     similarity in article-id order. One pass: each hit's attributes are read once (the engine's bindings build them
     anew on every read), its payload is the engine's own fresh dict (the internal fields popped from it), and the
-    sort runs only where two adjacent hits tie or are out of order (the engine answers best first)."""
+    sort runs only where two adjacent hits tie or are out of order (the engine answers best first).
+
+    With ``collection`` (a search without payloads) a hit without a payload becomes a Neighbour to read later
+    (:attr:`Neighbour.point`); the hits that tie carry theirs (:meth:`QdrantAdapter._tied_payloads`)."""
     out: list[Neighbour] = []
     for h in hits:
-        payload = h.payload or {}
+        raw = h.payload
+        if raw is None and collection is not None:
+            out.append(Neighbour("", float(h.score), (), {}, stored_terms(getattr(h, "vector", None)),
+                                 (collection, str(h.id))))
+            continue
+        payload = raw or {}
         aid, labels = payload.get(FIELD_ARTICLE_ID, ""), _labels_of(payload)
         for key in INTERNAL_FIELDS:
             payload.pop(key, None)
@@ -236,19 +247,43 @@ class QdrantAdapter:
         """Overwrite the given payload fields of ``(point id, fields)`` pairs."""
         raise NotImplementedError
 
-    def _retrieve(self, pids: Sequence[str], with_vectors: bool) -> list:
-        """Engine records (``.id``, ``.payload``, ``.vector``) of the stored ones among ``pids``."""
+    def _retrieve(self, pids: Sequence[str], with_vectors: bool, with_text: bool = True) -> list:
+        """Engine records (``.id``, ``.payload``, ``.vector``) of the stored ones among ``pids``; without
+        ``with_text`` their payloads leave out :data:`SEARCH_PAYLOAD_EXCLUDED`."""
         raise NotImplementedError
 
     def _query(self, queries: np.ndarray, k: int, flt: Any,
                sparse: Sequence[tuple[list[int], list[float]] | None] | None = None, lexical_k: int = 0,
-               exact: bool = False) -> list[list]:
+               exact: bool = False, payloads: bool = True) -> list[list]:
         """Per query row, the top-``k`` hits (``.payload``, ``.score``: the cosine); with ``sparse`` (per row, its
         lexical ``(indices, values)``, None for a row without words: dense only), united with the top-``lexical_k``
         by the lexical vector. ``sparse`` is None when the search is not hybrid. Each top is cut by
         :func:`top_hits` from :data:`TIE_MARGIN` more hits of the engine, so ties at a cut are settled by article
-        id."""
+        id. Without ``payloads`` the hits' payloads are None, except the tied ones' (:meth:`_tied_payloads`, before
+        the cut)."""
         raise NotImplementedError
+
+    def _tied_payloads(self, answers: Sequence[Sequence[Any]]) -> list[list]:
+        """``answers`` (lists of engine hits searched without payloads) with the payload read for every hit whose
+        score another hit of its list equals: their article ids settle their order (:func:`top_hits`,
+        :func:`ranked_neighbours`). One read for the whole batch; none when nothing ties (the usual case: equal
+        cosines are near-copies). A hit whose point was deleted meanwhile keeps no payload."""
+        tied: dict[Any, None] = {}
+        scores = [[float(h.score) for h in hits] for hits in answers]
+        for hits, sc in zip(answers, scores, strict=True):
+            if len(set(sc)) < len(sc):
+                seen: dict[float, int] = {}
+                for s in sc:
+                    seen[s] = seen.get(s, 0) + 1
+                tied.update((h.id, None) for h, s in zip(hits, sc, strict=True) if seen[s] > 1)
+        if not tied:
+            return [list(hits) for hits in answers]
+        got: dict[Any, dict] = {}
+        for chunk in chunks(list(tied), READ_BATCH):
+            got.update((rec.id, rec.payload) for rec in self._retrieve(chunk, False, False))
+        # each hit its own dict, as the engine hands them (ranked_neighbours pops the internal fields from it)
+        return [[Hit(h.id, dict(got[h.id]), s, h.vector) if h.id in got else h for h, s in zip(hits, sc, strict=True)]
+                for hits, sc in zip(answers, scores, strict=True)]
 
     def _count(self, flt: Any) -> int:
         """Exact number of points matching ``flt``."""
@@ -339,11 +374,13 @@ class QdrantAdapter:
         return [found.get(point_id(i)) for i in ids_]
 
     def search(self, vectors: np.ndarray, top_k: int, filter: SearchFilter | None = None,
-               texts: Sequence[str] | None = None, lexical_k: int = 0, exact: bool = False) -> list[list[Neighbour]]:
+               texts: Sequence[str] | None = None, lexical_k: int = 0, exact: bool = False,
+               payloads: bool = True) -> list[list[Neighbour]]:
         """See :meth:`KnowledgeMemory.search`. ``vectors``: ``(m, d)`` float; one batched query per 64 rows. A
         collection without the lexical vector (made before it existed) answers the dense hits only. Hits with equal
         similarity come in article-id order (a dense search settles the top-k cut that way too, see
-        :data:`TIE_MARGIN`, dense and lexical alike), so two identical searches answer the same."""
+        :data:`TIE_MARGIN`, dense and lexical alike), so two identical searches answer the same: without
+        ``payloads`` too, as the hits that tie are read with theirs."""
         k = check_top_k(top_k)
         qs = check_vectors(vectors, self.dim)
         if isinstance(lexical_k, bool) or not isinstance(lexical_k, int) or lexical_k < 0:
@@ -357,9 +394,21 @@ class QdrantAdapter:
             for start in range(0, len(qs), QUERY_BATCH):
                 chunk = qs[start:start + QUERY_BATCH]
                 sparse = terms[start:start + QUERY_BATCH] if terms is not None else None
-                for hits in self._query(chunk, k, flt, sparse, lexical_k, exact):
-                    out.append(ranked_neighbours(hits))  # ties: by article id
+                got = self._query(chunk, k, flt, sparse, lexical_k, exact, payloads)
+                if not payloads:  # a lexical hit may tie with a dense one of its query
+                    got = self._tied_payloads(got)
+                out.extend(ranked_neighbours(hits, None if payloads else self.collection)  # ties: by article id
+                           for hits in got)
         return out
+
+    def points(self, point_ids: Sequence[str]) -> dict[str, MemoryPoint]:
+        """See :meth:`KnowledgeMemory.points`: one read per :data:`READ_BATCH` ids."""
+        found: dict[str, MemoryPoint] = {}
+        with self._guard("points"):
+            for chunk in chunks(list(dict.fromkeys(point_ids)), READ_BATCH):
+                for rec in self._retrieve(list(chunk), False, False):
+                    found[str(rec.id)] = memory_point(rec, False)
+        return found
 
     def count(self, filter: SearchFilter | None = None) -> int:
         """See :meth:`KnowledgeMemory.count` (exact)."""

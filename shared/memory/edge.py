@@ -31,6 +31,8 @@ EXPORT_PAGE = 512
 RETIRE_AFTER_S = 2.0
 #: The engine's folder of the segments an optimisation builds in a shard: a killed one's are never read again.
 ENGINE_TEMP = "temp_segments"
+#: The payload a search's hits carry: every field but the text.
+HIT_PAYLOAD = qe.PayloadSelector.Exclude(list(SEARCH_PAYLOAD_EXCLUDED))
 
 
 class EdgeMemory(QdrantAdapter):
@@ -324,11 +326,11 @@ class EdgeMemory(QdrantAdapter):
             for pid, fields in arg:
                 shard.update(qe.UpdateOperation.set_payload([pid], fields))
 
-    def _retrieve(self, pids: Sequence[str], with_vectors: bool) -> list:
-        return self._live.retrieve(list(pids), True, with_vectors)
+    def _retrieve(self, pids: Sequence[str], with_vectors: bool, with_text: bool = True) -> list:
+        return self._live.retrieve(list(pids), True if with_text else HIT_PAYLOAD, with_vectors)
 
     def _query(self, queries: np.ndarray, k: int, flt: Any, sparse: Any = None, lexical_k: int = 0,
-               exact: bool = False) -> list[list]:
+               exact: bool = False, payloads: bool = True) -> list[list]:
         """See :meth:`QdrantAdapter._query`. A hybrid query is two plain requests of one batch (dense, lexical),
         united here; the lexical hits the dense ones lack get their cosine from an exact dense search of their ids
         (one request with two prefetches costs this engine several times as much: ``benchmarks/scale.py``). A hit
@@ -337,7 +339,7 @@ class EdgeMemory(QdrantAdapter):
                  if self.index.quantization == "int8" and not exact else None)
         params = qe.SearchParams(hnsw_ef=max(self.index.ef, k + TIE_MARGIN), exact=exact, quantization=quant)
         with_vector = [LEXICAL_VECTOR] if self.lexical else False  # the lexical fusion reads the stored terms
-        payload = qe.PayloadSelector.Exclude(list(SEARCH_PAYLOAD_EXCLUDED))
+        payload = HIT_PAYLOAD if payloads else False
         requests: list = []
         hybrid = [sparse is not None and bool(lexical_k) and sparse[i] is not None for i in range(len(queries))]
         for i, q in enumerate(queries):
@@ -348,7 +350,7 @@ class EdgeMemory(QdrantAdapter):
                 requests.append(qe.QueryRequest(limit=lexical_k + TIE_MARGIN, query=lexical, filter=flt,
                                                 with_payload=payload, with_vector=with_vector))
         answers = self._live.query_batch(qe.QueryBatchRequest(requests)) if requests else []
-        out, extra = split_hybrid(answers, hybrid, k, lexical_k)
+        out, extra = split_hybrid(answers if payloads else self._tied_payloads(answers), hybrid, k, lexical_k)
         if extra:
             cosines = self._live.query_batch(qe.QueryBatchRequest([
                 qe.QueryRequest(limit=len(hits), query=qe.Query.Nearest(queries[i].tolist()),
@@ -373,11 +375,9 @@ class EdgeMemory(QdrantAdapter):
 
     def optimize(self) -> bool:
         """Merge segments and build the HNSW index in this process; blocks it entirely (the engine holds the
-        interpreter's lock), minutes for a large memory.
-
-        Offline only (``newsmon memory index`` with no worker running); a serving process uses
-        :meth:`rebuild_index`. Returns ``True`` if anything was optimised. After it, searches of the indexed points
-        are approximate (HNSW) instead of exact.
+        interpreter's lock), minutes for a large memory. Offline only (``newsmon memory index`` with no worker
+        running); a serving process uses :meth:`rebuild_index`. Returns ``True`` if anything was optimised;
+        searches of the indexed points are then approximate (HNSW).
         """
         with self._swap_lock:
             points = int(self._live.count(qe.CountRequest(exact=True)))

@@ -160,12 +160,13 @@ class MemoryRouter:
 
     # -- the search routed by language --------------------------------------------------------------------
     def search_languages(self, vectors: np.ndarray, langs: Sequence[str | None], top_k: int, flt: SearchFilter,
-                         min_articles: int, texts: Sequence[str] | None = None, lexical_k: int = 0
-                         ) -> tuple[list[list[Neighbour]], list[tuple[str, ...]]]:
+                         min_articles: int, texts: Sequence[str] | None = None, lexical_k: int = 0,
+                         payloads: bool = True) -> tuple[list[list[Neighbour]], list[tuple[str, ...]]]:
         """Top-k neighbours of ``(m, d)`` query vectors, each searched in its language's memory; returns per
         query the hits (best first by cosine, at most ``top_k + lexical_k``) and the names of the collections
         searched. With ``texts`` and ``lexical_k > 0`` the search is hybrid (:meth:`KnowledgeMemory.search`: the
-        dense top-``top_k`` united with the lexical top-``lexical_k``).
+        dense top-``top_k`` united with the lexical top-``lexical_k``). Without ``payloads`` the hits are read later,
+        those kept only (:meth:`points`).
 
         A language whose memory holds at least ``min_articles`` labelled articles is searched alone. Below
         that (a new language), or without a collection (or ``lang`` None), the hits of every other language's
@@ -181,7 +182,7 @@ class MemoryRouter:
         def search(lang: str, idx: list[int]) -> list[list[Neighbour]]:
             return self.memory(lang, create=False).search(
                 vectors[idx], top_k, flt, [texts[i] for i in idx] if texts is not None else None,
-                lexical_k if texts is not None else 0)
+                lexical_k if texts is not None else 0, payloads=payloads)
 
         rows: list[list[Neighbour]] = [[] for _ in langs]
         searched: list[tuple[str, ...]] = [() for _ in langs]
@@ -201,6 +202,21 @@ class MemoryRouter:
                 rows[i] = sorted(hits[pos], key=lambda n: -n.similarity)[:limit]
                 searched[i] = names
         return rows, searched
+
+    def points(self, points: Sequence[tuple[str, str]]) -> dict[tuple[str, str], MemoryPoint]:
+        """The stored articles of hits searched without their payloads (:attr:`Neighbour.point`: ``(collection,
+        point id)``), one read per collection (:meth:`KnowledgeMemory.points`); a point deleted since, or of a
+        collection this router has not opened, is missing."""
+        by_name = {m.collection: m for m in self.opened()}
+        wanted: dict[str, list[str]] = {}
+        for name, pid in points:
+            wanted.setdefault(name, []).append(pid)
+        out: dict[tuple[str, str], MemoryPoint] = {}
+        for name, pids in wanted.items():
+            memory = by_name.get(name)
+            if memory is not None:
+                out.update(((name, pid), p) for pid, p in memory.points(pids).items())
+        return out
 
     def _stands_alone(self, lang: str, own: list[list[Neighbour]], min_articles: int) -> bool:
         """Whether ``lang``'s memory holds at least ``min_articles`` labelled articles: its search found that

@@ -226,11 +226,12 @@ class QdrantServerMemory(QdrantAdapter):
         ops = [m.SetPayloadOperation(set_payload=m.SetPayload(payload=fields, points=[pid])) for pid, fields in items]
         self._live.batch_update_points(self.collection, update_operations=ops, wait=True)
 
-    def _retrieve(self, pids: Sequence[str], with_vectors: bool) -> list:
-        return self._live.retrieve(self.collection, ids=list(pids), with_payload=True, with_vectors=with_vectors)
+    def _retrieve(self, pids: Sequence[str], with_vectors: bool, with_text: bool = True) -> list:
+        payload = True if with_text else self._m.PayloadSelectorExclude(exclude=list(SEARCH_PAYLOAD_EXCLUDED))
+        return self._live.retrieve(self.collection, ids=list(pids), with_payload=payload, with_vectors=with_vectors)
 
     def _query(self, queries: np.ndarray, k: int, flt: Any, sparse: Any = None, lexical_k: int = 0,
-               exact: bool = False) -> list[list]:
+               exact: bool = False, payloads: bool = True) -> list[list]:
         """See :meth:`QdrantAdapter._query`: as the embedded engine answers it (the dense top-``k`` and the lexical
         top-``lexical_k`` as two requests of one batch, each cut with its ties settled by article id, then the
         lexical hits the dense ones lack scored by an exact dense search of their ids), so both engines answer a
@@ -240,7 +241,7 @@ class QdrantServerMemory(QdrantAdapter):
                  if self.index.quantization == "int8" and not exact else None)
         params = m.SearchParams(hnsw_ef=max(self.index.ef, k + TIE_MARGIN), exact=exact, quantization=quant)
         with_vector = [LEXICAL_VECTOR] if self.lexical else False  # the lexical fusion reads the stored terms
-        payload = m.PayloadSelectorExclude(exclude=list(SEARCH_PAYLOAD_EXCLUDED))
+        payload = m.PayloadSelectorExclude(exclude=list(SEARCH_PAYLOAD_EXCLUDED)) if payloads else False
         requests = []
         hybrid = [sparse is not None and bool(lexical_k) and sparse[i] is not None for i in range(len(queries))]
         for i, q in enumerate(queries):
@@ -252,7 +253,7 @@ class QdrantServerMemory(QdrantAdapter):
                                                filter=flt, with_payload=payload, with_vector=with_vector))
         answers = [r.points for r in self._live.query_batch_points(self.collection, requests=requests)] \
             if requests else []
-        out, extra = split_hybrid(answers, hybrid, k, lexical_k)
+        out, extra = split_hybrid(answers if payloads else self._tied_payloads(answers), hybrid, k, lexical_k)
         if extra:
             scored = self._live.query_batch_points(self.collection, requests=[
                 m.QueryRequest(query=queries[i].tolist(), limit=len(hits),

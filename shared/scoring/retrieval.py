@@ -6,7 +6,7 @@ of articles (:class:`Retrieval`), and the labels with the neighbours behind each
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,7 +116,10 @@ class Retrieval:
         taken from its first hit and shared by the others (``shared``: that cache, by article id and labels, to pass to
         every call of one search of an unchanged memory, e.g. an eval's leave-one-out search in chunks; a new one
         per call when None). Without it an eval of 9,508 queries x 400 neighbours held each neighbour's copies
-        millions of times over (gigabytes)."""
+        millions of times over (gigabytes).
+
+        A neighbour searched without its payload (its ``point``, ``(collection, point id)``, not None) is held by that
+        point in ``ids`` until :meth:`with_articles` gives its article id, labels and title."""
         k = top_k or max((len(n) for n in neighbours), default=0)
         m = len(neighbours)
         ids = np.full((m, k), "", dtype=object)
@@ -131,9 +134,10 @@ class Retrieval:
             row = list(row)[:k]
             held = []
             for j, nb in enumerate(row):
-                ids[i, j] = nb.article_id
+                point = getattr(nb, "point", None)
+                ids[i, j] = nb.article_id if point is None else point
                 sims[i, j] = nb.similarity
-                key = (nb.article_id, tuple(nb.labels))  # the same point: the same id and labels
+                key = (nb.article_id, tuple(nb.labels)) if point is None else point  # the same id and labels
                 one = shared.get(key)
                 if one is None:
                     one = shared[key] = (key[1], title_source(getattr(nb, "payload", None)), _text(nb),
@@ -145,6 +149,48 @@ class Retrieval:
             texts.append([x[2] for x in held])
             terms.append([x[3] for x in held])
         return cls(ids, sims, labels, titles, texts, terms=terms)
+
+    def with_articles(self, read: Callable[[list], dict]) -> Retrieval:
+        """This retrieval with each neighbour held by its point (see :meth:`from_neighbours`) given its article id,
+        labels and title (text ``""``: a search's hits leave it out) by ``read`` (the points -> by point, objects
+        with ``article_id``, ``labels``, ``payload``; called once). A point ``read`` lacks (deleted since the
+        search) is left out, the row's later neighbours moving up. ``self`` when none is held by its point."""
+        held = [(i, j) for i, row in enumerate(self.ids.tolist()) for j, x in enumerate(row) if isinstance(x, tuple)]
+        if not held:
+            return self
+        got = read([self.ids[i, j] for i, j in held])
+        ids, labels = self.ids.copy(), [list(row) for row in self.labels]
+        titles = [list(row) for row in self.titles] if self.titles is not None else None
+        gone = np.zeros(ids.shape, dtype=bool)
+        for i, j in held:
+            point = got.get(ids[i, j])
+            if point is None:
+                gone[i, j] = True
+                continue
+            ids[i, j], labels[i][j] = point.article_id, tuple(point.labels)
+            if titles is not None:
+                titles[i][j] = title_source(point.payload)
+        out = Retrieval(ids, self.sims, labels, titles, self.texts, self.cosines, self.terms)
+        return out._without(gone) if gone.any() else out
+
+    def _without(self, gone: np.ndarray) -> Retrieval:
+        """This retrieval without the ``(m, K)`` bool ``gone`` neighbours: each row's others in their order, then
+        empty slots (id ``""``, similarity ``-inf``, no labels)."""
+        order = np.argsort(gone, axis=1, kind="stable")
+        keep = ~np.take_along_axis(gone, order, axis=1)
+
+        def pick(rows: list | None, empty: Any) -> list | None:
+            return None if rows is None else [
+                [row[j] if ok else empty for j, ok in zip(o.tolist(), k.tolist(), strict=True)]
+                for row, o, k in zip(rows, order, keep, strict=True)]
+
+        def take(x: np.ndarray | None, empty: Any) -> np.ndarray | None:
+            return None if x is None else np.where(keep, np.take_along_axis(x, order, axis=1), empty)
+
+        none = np.float32(-np.inf)
+        return Retrieval(take(self.ids, ""), take(self.sims, none), pick(self.labels, ()) or [],
+                         pick(self.titles, None), pick(self.texts, ""), take(self.cosines, none),
+                         pick(self.terms, None))
 
     @classmethod
     def concat(cls, parts: Sequence[Retrieval]) -> Retrieval:

@@ -71,9 +71,11 @@ class NeighbourSource(Protocol):
     """Where the neighbours come from (the knowledge memory, routed by language)."""
 
     def search(self, vectors: np.ndarray, langs: Sequence[str | None], top_k: int, exclude: Sequence[str],
-               texts: Sequence[str] | None, lexical_k: int) -> tuple[Retrieval, list[tuple[str, ...]]]:
+               texts: Sequence[str] | None, lexical_k: int, keep: Callable[[Retrieval], Retrieval] | None = None
+               ) -> tuple[Retrieval, list[tuple[str, ...]]]:
         """The top-``top_k`` labelled neighbours of ``(m, d)`` vectors (hybrid with ``texts`` and ``lexical_k``),
-        and per article the collections searched."""
+        and per article the collections searched; with ``keep``, what ``keep`` keeps of them (the fusion's top-k:
+        only those need their labels and titles read)."""
 
     def carriers(self, vectors: np.ndarray, langs: Sequence[str | None], label: str, n: int,
                  exclude: Sequence[str]) -> list[list[Any]]:
@@ -262,8 +264,8 @@ class Scorer:
         k = neighbours_needed(params)
         gtexts = [texts[i] for i in idx]
         gvecs = vectors[idx] if vectors is not None else None
-        r, searched = self._neighbours(params, idx, gtexts, gvecs, [lang] * len(idx), exclude, retrieval)
-        r = fuse(r, gtexts, params.lexical_weight, k, self.terms)
+        r, searched = self._neighbours(params, idx, gtexts, gvecs, [lang] * len(idx), exclude, retrieval,
+                                       lambda found: fuse(found, gtexts, params.lexical_weight, k, self.terms))
         if relabel is not None:
             known, params = relabelled(r, known, params, relabel)
         models, counts = self.records.models(res.memory_language or lang, res.record, params, needs_counts(params))
@@ -279,16 +281,18 @@ class Scorer:
         return Scored(idx, d, v, r, searched, res, lang, evidence)
 
     def _neighbours(self, params: ScoringParams, idx: list[int], texts: list[str], vectors: np.ndarray | None,
-                    langs: list[str | None], exclude: Sequence[str], given: Retrieval | None
-                    ) -> tuple[Retrieval, list[tuple[str, ...]]]:
+                    langs: list[str | None], exclude: Sequence[str], given: Retrieval | None,
+                    keep: Callable[[Retrieval], Retrieval]) -> tuple[Retrieval, list[tuple[str, ...]]]:
+        """The neighbours kept (``keep``: the fusion's top-k) of the candidates the parameters read: from the
+        retrieval ``given``, or searched (then only the kept ones' payloads are read) and the collections searched."""
         n, lexical_k = retrieval_size(params)
         if given is not None:  # retrieved with what the parameters read, or more (by cosine, best first)
             rows = given.rows(idx)
             # without the lexical search the candidates are the dense top-n alone: the first n by cosine
-            return (rows if lexical_k else rows.head(n)), [()] * len(idx)
+            return keep(rows if lexical_k else rows.head(n)), [()] * len(idx)
         if self.neighbours is None or vectors is None:
             raise ValueError("no neighbours: give a retrieval, or a neighbour source and the articles' vectors")
-        return self.neighbours.search(vectors, langs, n, exclude, texts if lexical_k else None, lexical_k)
+        return self.neighbours.search(vectors, langs, n, exclude, texts if lexical_k else None, lexical_k, keep)
 
 
 def needs_counts(params: ScoringParams) -> bool:
