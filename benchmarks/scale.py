@@ -578,20 +578,33 @@ def record_params(top_k: int, lexical_weight: float, candidates: int) -> dict:
 
 
 class TimedSource:
-    """The classifier's neighbour search, timed (the retrieve part of a batch); its ``carriers`` search (the
-    evidence of a proposed label no neighbour carries, which a score component brought) passed through, untimed
-    here, so the batch does what a worker's does."""
+    """The classifier's neighbour search, timed (the retrieve part of a batch: the search, and the read of the
+    neighbours the fusion keeps; the fusion itself, which the search calls between the two, is left to the score
+    part); its ``carriers`` search (the evidence of a proposed label no neighbour carries, which a score component
+    brought) passed through, untimed here, so the batch does what a worker's does."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.seconds = 0.0
 
-    def search(self, *args: Any, **kwargs: Any):
+    def search(self, vectors: Any, langs: Any, top_k: int, exclude: Any = (), texts: Any = None, lexical_k: int = 0,
+               keep: Callable | None = None):
+        fused = 0.0
+
+        def timed_keep(found: Any) -> Any:
+            nonlocal fused
+            t = time.perf_counter()
+            try:
+                return keep(found)
+            finally:
+                fused += time.perf_counter() - t
+
         t0 = time.perf_counter()
         try:
-            return self.inner.search(*args, **kwargs)
+            return self.inner.search(vectors, langs, top_k, exclude, texts, lexical_k,
+                                     None if keep is None else timed_keep)
         finally:
-            self.seconds += time.perf_counter() - t0
+            self.seconds += time.perf_counter() - t0 - fused
 
     def carriers(self, *args: Any, **kwargs: Any):
         return self.inner.carriers(*args, **kwargs)
