@@ -512,6 +512,12 @@ def test_a_name_python_reads_as_blank_is_refused_on_the_wire():
             with pytest.raises(ValidationError, match="blank"):
                 TypeAdapter(kind).validate_python(name)
         assert TypeAdapter(kind).validate_python("\x1fx") == "\x1fx"
+    from newsmon.api.models import SuggestText
+
+    for text in ("\x1f", " \x1c\x1d\x1e\n"):  # the HTTP API's minimal article: a text of them has no words to score
+        with pytest.raises(ValidationError, match="blank"):
+            SuggestText(text=text)
+    assert SuggestText(text="\x1fKrka").text == "\x1fKrka"
     ok = ModeratorDecision(article_id="a1", moderator=" \x1fana ", decided_at="2026-12-07T10:00:00Z",
                            decisions=[{"label": "x", "action": "confirmed"}])
     assert ok.moderator == " \x1fana "  # a name with a character str.strip keeps is taken as given

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from newsmon.schemas import LabelDefinition, LabelEvent, ModeratorDecision, RuleEvidence
-from newsmon.schemas.base import ArticleId, Label, LanguageCode
+from newsmon.schemas.base import NOT_BLANK, ArticleId, Label, LanguageCode
 
 __all__ = ["DecisionSent", "ErrorBody", "LabelChange", "LabelTest", "LabelTestResult", "LabelView", "RenameBody",
            "SuggestText", "TestedArticle", "suggestion_id"]
@@ -35,7 +35,8 @@ class SuggestText(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"text": "Krka je lani povečala prihodke od prodaje.", "lang": "sl"}]})
 
-    text: str = Field(min_length=1, pattern=r"\S", description="The article: title and body, plain text.")
+    text: Annotated[str, NOT_BLANK] = Field(min_length=1, pattern=r"\S",
+                                            description="The article: title and body, plain text.")
     lang: LanguageCode | None = Field(None, description="ISO 639-1 code; default: detected among the knowledge "
                                                         "memory's languages.")
     title: str | None = Field(None, description="Headline, when it is not part of `text`.")
