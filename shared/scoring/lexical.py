@@ -135,10 +135,7 @@ def lexical_cosines(retrieval: Retrieval, query_texts: Sequence[str], terms: Ter
     q_idx_all = np.asarray(Q.indices, dtype=np.int64)
     flat_idx = np.concatenate(idx + [np.zeros(0, np.int64)], dtype=np.int64)
     flat_data = np.concatenate(data + [np.zeros(0, np.float64)], dtype=np.float64)
-    vocab = np.unique(np.concatenate([flat_idx, q_idx_all]))
-    V = len(vocab)
-    flat_c = np.searchsorted(vocab, flat_idx)
-    q_c_all = np.searchsorted(vocab, q_idx_all)
+    flat_c, q_c_all, V = _numbered(flat_idx, q_idx_all)
     canonical = bool(Q.has_canonical_format)  # no repeated term in a query row (else the reference, per row)
     q_w_dense, q_mask = np.zeros(V, dtype=np.float64), np.zeros(V, dtype=bool)  # scratch, zero between queries
     for i in range(m):
@@ -156,6 +153,20 @@ def lexical_cosines(retrieval: Retrieval, query_texts: Sequence[str], terms: Ter
                                    np.asarray(Q.data[lo:hi], dtype=np.float64), q_w_dense, q_mask)
         out[i, present[ok]] = cos[ok]
     return out
+
+
+def _numbered(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The int64 hashed term indices (``>= 0``) of ``a`` and of ``b`` numbered by the term's rank among the distinct
+    terms of both (``searchsorted(unique(...))`` in one pass: a table over the hash range, 2^20 entries, instead of
+    sorting a batch's 200,000 terms), and the number of distinct terms."""
+    both = np.concatenate([a, b])
+    top = int(both.max()) + 1 if len(both) else 1
+    seen = np.zeros(top, dtype=bool)
+    seen[both] = True
+    vocab = np.flatnonzero(seen)
+    number = np.empty(top, dtype=np.intp)  # read only at the distinct terms, each given its rank here
+    number[vocab] = np.arange(len(vocab), dtype=np.intp)
+    return number[a], number[b], len(vocab)
 
 
 def _numbered_cosine(ln: np.ndarray, st: np.ndarray, flat_c: np.ndarray, flat_data: np.ndarray, q_c: np.ndarray,
