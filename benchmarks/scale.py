@@ -30,7 +30,8 @@ Per size, in order (``--skip`` leaves steps out; every wait has a time-out):
    dense candidates only) and dense only;
 6. ``calibrated``: a record shaped like the corpora's calibrations (every lever they keep, stacking included:
    :mod:`scale_calibrated`) written with its models, and batches of 16 scored with it beside the uncalibrated
-   record, in alternating rounds (the ratio from the same run);
+   record, in alternating rounds (the ratio from the same run), then the calibrated record alone for as many
+   rounds (a worker serves one record: its p99 is the target's figure);
 7. ``visible``: decision to visible with the index built (idle);
 8. ``calibration``: a new calibration record (with its stored models, as the calibration job writes it) while
    batches are proposed: the worst batch after the change against the p99 before;
@@ -763,6 +764,14 @@ def measure_calibrated(clf: Any, queries: Rows, gen: Archive, params: dict, reco
                 raw[name][key].extend(values)
     clf.calibrations.write(variants["calibrated"][0])  # left as the collection's record (a profile reads it)
     out["variants"] = {name: scoring_summary(r) for name, r in raw.items()}
+    # then the calibrated record served alone, as a worker serves its one record (no switch between records, whose
+    # models, caches and pages the alternating rounds share): the same rounds, its warm batch first, apart
+    alone: dict[str, list] = {"first": [], "walls": [], "retrieve": [], "labels": []}
+    for _round in range(args.calibrated_rounds):
+        for key, values in score_batches(clf, queries, warm, args.batch, n_batches,
+                                         variants["calibrated"][1]).items():
+            alone[key].extend(values)
+    out["calibrated_alone"] = scoring_summary(alone)
     v = out["variants"]
     out["rounds"] = args.calibrated_rounds
     out["ratios"] = {f"{a} / {b} {q}": round(v[a][q] / v[b][q], 3)
@@ -1194,6 +1203,8 @@ def table(results: list[dict], args: argparse.Namespace) -> tuple[list[str], lis
             lambda r: _get(r, "scoring", "dense_defaults", "p99_ms")),
         row(f"batch of {args.batch} p50 / p99 ms, calibrated record (every lever, stacking; no lexical search)",
             _pair_of("calibrated", "variants", "calibrated", "p50_ms", "p99_ms")),
+        row("  the same record served alone after the rounds (as a worker serves it) p50 / p99 ms",
+            _pair_of("calibrated", "calibrated_alone", "p50_ms", "p99_ms")),
         row("  of which retrieve / fuse + score + decide p99 ms",
             _pair_of("calibrated", "variants", "calibrated", "retrieve_p99_ms", "score_p99_ms")),
         row("  same run: uncalibrated without the lexical search p50 / p99 ms",

@@ -105,6 +105,8 @@ def test_the_benchmark_step_measures_both_records_in_one_run(tiny):
     assert set(v) == {"uncalibrated", "uncalibrated_without_lexical_search", "calibrated",
                       "calibrated_with_lexical_search"}
     assert all(x["batches"] == 2 * 2 for x in v.values())  # 2 rounds of the 2 batches of 8
+    assert out["calibrated_alone"]["batches"] == 2 * 2  # then the calibrated record alone, as a worker serves it
+    assert 0 < out["calibrated_alone"]["retrieve_p99_ms"] <= out["calibrated_alone"]["max_ms"]
     assert out["params"]["components"][-1]["name"] == "stacking"
     assert out["record"].startswith(clf.collection(LANG) + "@")
     assert set(out["ratios"]) == {"calibrated / uncalibrated p50_ms", "calibrated / uncalibrated p99_ms",
