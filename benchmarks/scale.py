@@ -602,8 +602,9 @@ class TimedSource:
 
         t0 = time.perf_counter()
         try:
-            return self.inner.search(vectors, langs, top_k, exclude, texts, lexical_k,
-                                     None if keep is None else timed_keep)
+            if keep is None:
+                return self.inner.search(vectors, langs, top_k, exclude, texts, lexical_k)
+            return self.inner.search(vectors, langs, top_k, exclude, texts, lexical_k, keep=timed_keep)
         finally:
             self.seconds += time.perf_counter() - t0 - fused
 
