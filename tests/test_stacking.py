@@ -247,3 +247,30 @@ def test_the_grid_options_share_one_cross_fit_and_score_exactly_as_their_own_mod
     for shared_model, own_model in zip(ev_few.models, ev_alone.models, strict=True):
         assert own_model.classifier.n_iter_ == 20 and shared_model.classifier.n_iter_ == 50
         assert np.array_equal(shared_model.probabilities(X), own_model.probabilities(X))
+
+
+def test_a_prediction_holds_openmp_at_one_thread_without_scanning_the_libraries_again(monkeypatch):
+    # threadpool_limits reads the process's loaded libraries on every call (3 ms of a batch of 16 at archive size):
+    # the predictions go through one controller, made once, and still run on one OpenMP thread
+    import threadpoolctl
+
+    import newsmon.shared.scoring.components.stacking as stacking
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((400, 3))
+    model = stacking.fit_model(X, X[:, 0] + 0.3 * rng.standard_normal(400) > 0, ["a", "b", "c"], 20)
+    made, seen = [], []
+    real = threadpoolctl.ThreadpoolController
+
+    class Counted(real):
+        def __init__(self):
+            made.append(1)
+            super().__init__()
+
+    monkeypatch.setattr(stacking, "ThreadpoolController", Counted)
+    monkeypatch.setattr(stacking, "_OPENMP", [])
+    for _ in range(3):
+        with stacking.one_prediction_thread():
+            seen.append({i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "openmp"})
+        assert model.probabilities(X[:5]).shape == (5,)
+    assert len(made) == 1 and seen[0] and all(s == {1} for s in seen)

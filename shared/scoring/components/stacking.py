@@ -42,7 +42,7 @@ import numpy as np
 import sklearn
 from pydantic import Field
 from sklearn.ensemble import HistGradientBoostingClassifier
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from newsmon.schemas.scoring import Options
 from newsmon.shared.heap import trim_heap
@@ -80,7 +80,7 @@ class StackingModel:
         """``(p,)`` float32 probabilities of ``(p, f)`` features."""
         if self.classifier is None:
             return np.full(X.shape[0], self.constant, dtype=np.float32)
-        with one_thread():
+        with one_prediction_thread():
             if self.iterations is not None and self.iterations < self.classifier.n_iter_:
                 return staged(self.classifier, X, (self.iterations,))[0]
             return self.classifier.predict_proba(X)[:, 1].astype(np.float32)
@@ -168,6 +168,19 @@ def one_thread() -> Any:
     the machine's thread count, and no team of threads spinning for each small tree on a busy machine (a batch of 16
     at 12,000 labels: 24 ms on one thread, 230-650 ms with a team of two beside other work)."""
     return threadpool_limits(limits=1, user_api="openmp")
+
+
+_OPENMP: list = []  # the controller of the process's OpenMP runtimes, made at the first prediction
+
+
+def one_prediction_thread() -> Any:
+    """:func:`one_thread` for a fitted model's predictions, through one ``ThreadpoolController`` made at the first:
+    ``threadpool_limits`` reads the process's loaded libraries (``/proc/self/maps``) on every call, 3 ms of a batch
+    of 16. The OpenMP runtime of scikit-learn's trees is loaded by then (a fitted model predicts), and a tree's
+    prediction of a row is the same on any number of threads; the fits keep :func:`one_thread`."""
+    if not _OPENMP:
+        _OPENMP.append(ThreadpoolController().select(user_api="openmp"))
+    return _OPENMP[0].limit(limits=1)
 
 
 class StackingOptions(Options):
