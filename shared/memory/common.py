@@ -11,6 +11,7 @@ without payloads) is written here once for both engines, with the flow it serves
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NamedTuple
@@ -271,10 +272,8 @@ class QdrantAdapter:
         tied: dict[Any, None] = {}
         scores = [[float(h.score) for h in hits] for hits in answers]
         for hits, sc in zip(answers, scores, strict=True):
-            if len(set(sc)) < len(sc):
-                seen: dict[float, int] = {}
-                for s in sc:
-                    seen[s] = seen.get(s, 0) + 1
+            seen = Counter(sc)
+            if len(seen) < len(sc):
                 tied.update((h.id, None) for h, s in zip(hits, sc, strict=True) if seen[s] > 1)
         if not tied:
             return [list(hits) for hits in answers]
