@@ -793,6 +793,7 @@ def test_a_kept_neighbour_deleted_before_its_read_is_left_out_and_the_rest_move_
 
     found = Retrieval.from_neighbours([[nb("p1", 0.9), nb("p2", 0.8), nb("p3", 0.7)], [nb("p4", 0.6)]], 3)
     assert found.ids[0, 0] == ("c", "p1") and found.ids[1, 1] == ""
+    assert found.labels == [[(), (), ()], [(), (), ()]] and found.titles == [[None] * 3, [None] * 3]  # not read yet
     asked = []
 
     def read(points):

@@ -137,10 +137,11 @@ class Retrieval:
                 point = getattr(nb, "point", None)
                 ids[i, j] = nb.article_id if point is None else point
                 sims[i, j] = nb.similarity
-                key = (nb.article_id, tuple(nb.labels)) if point is None else point  # the same id and labels
+                labels_j = tuple(nb.labels)
+                key = (nb.article_id, labels_j) if point is None else point  # the same id and labels: one point
                 one = shared.get(key)
                 if one is None:
-                    one = shared[key] = (key[1], title_source(getattr(nb, "payload", None)), _text(nb),
+                    one = shared[key] = (labels_j, title_source(getattr(nb, "payload", None)), _text(nb),
                                          getattr(nb, "terms", None))
                 held.append(one)
             held += [none] * (k - len(row))
