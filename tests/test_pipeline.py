@@ -75,8 +75,9 @@ def test_article_stages_in_order_with_few_memory_calls(memory_classifier, corpus
         assert all(n.title for x in proposal.labels + proposal.candidates for n in x.neighbours)
         assert proposal.candidates and all(0 < x.score <= settings.scoring.threshold for x in proposal.candidates)
         assert proposal.scoring.threshold == settings.scoring.threshold
-    # one batched search, no count (the language has labelled articles), one get + one upsert for pending points
-    assert sl.calls == {"search": 1, "get": 1, "upsert": 1}
+    # one batched search (its candidates without payloads) and one read of the neighbours the fusion kept, no count
+    # (the language has labelled articles), one get + one upsert for pending points
+    assert sl.calls == {"search": 1, "points": 1, "get": 1, "upsert": 1}
     pending = classifier.memory("sl").get([e.article_id for e in events])
     assert all(pt.labels == () and pt.payload["status"] == "pending" for pt in pending)
     assert [pt.payload["proposed_labels"] for pt in pending] == [[x.label for x in it.proposal.labels]
