@@ -807,3 +807,19 @@ def test_a_kept_neighbour_deleted_before_its_read_is_left_out_and_the_rest_move_
     assert got.labels == [[("l-p1",), ("l-p3",), ()], [("l-p4",), (), ()]]
     assert got.titles == [["T p1", "T p3", None], ["T p4", None, None]]
     assert got.with_articles(read) is got and len(asked) == 1  # nothing held by its point: nothing read
+
+
+
+def test_a_lexical_hit_tied_with_a_dense_one_is_ordered_by_article_id_without_payloads(make_memory, monkeypatch):
+    # the approximate dense search may miss a copy that the lexical search then brings: the union holds two hits of
+    # one cosine, neither tied within its own request's answer, so neither read yet; the article id orders them, as
+    # in a search with payloads (the engine's union is made up here: a small memory is searched exactly)
+    from newsmon.shared.memory.common import Hit
+
+    mem = make_memory()
+    v = _unit(np.random.default_rng(13), 1, DIM)
+    mem.upsert(["dupB", "dupA"], np.vstack([v, v]), [["x"], ["y"]], [{"text": "vreme"}, {"text": "Krka dobiček"}])
+    union = [[Hit(point_id("dupB"), None, 0.9, None), Hit(point_id("dupA"), None, 0.9, None)]]  # dense, then lexical
+    monkeypatch.setattr(mem, "_query", lambda *args, **kwargs: [list(union[0])])
+    lean = mem.search(v, 1, texts=["Krka dobiček"], lexical_k=1, payloads=False)[0]
+    assert [(n.article_id, n.labels, n.point) for n in lean] == [("dupA", ("y",), None), ("dupB", ("x",), None)]

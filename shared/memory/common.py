@@ -269,19 +269,20 @@ class QdrantAdapter:
         score another hit of its list equals: their article ids settle their order (:func:`top_hits`,
         :func:`ranked_neighbours`). One read for the whole batch; none when nothing ties (the usual case: equal
         cosines are near-copies). A hit whose point was deleted meanwhile keeps no payload."""
-        tied: dict[Any, None] = {}
+        tied: dict[str, None] = {}  # by str(id): an engine hands ids as UUIDs, another as strings
         scores = [[float(h.score) for h in hits] for hits in answers]
         for hits, sc in zip(answers, scores, strict=True):
             seen = Counter(sc)
             if len(seen) < len(sc):
-                tied.update((h.id, None) for h, s in zip(hits, sc, strict=True) if seen[s] > 1)
+                tied.update((str(h.id), None) for h, s in zip(hits, sc, strict=True) if seen[s] > 1)
         if not tied:
             return [list(hits) for hits in answers]
-        got: dict[Any, dict] = {}
+        got: dict[str, dict] = {}
         for chunk in chunks(list(tied), READ_BATCH):
-            got.update((rec.id, rec.payload) for rec in self._retrieve(chunk, False, False))
+            got.update((str(rec.id), rec.payload) for rec in self._retrieve(chunk, False, False))
         # each hit its own dict, as the engine hands them (ranked_neighbours pops the internal fields from it)
-        return [[Hit(h.id, dict(got[h.id]), s, h.vector) if h.id in got else h for h, s in zip(hits, sc, strict=True)]
+        return [[Hit(h.id, dict(got[str(h.id)]), s, h.vector) if str(h.id) in got else h
+                 for h, s in zip(hits, sc, strict=True)]
                 for hits, sc in zip(answers, scores, strict=True)]
 
     def _count(self, flt: Any) -> int:
@@ -394,7 +395,7 @@ class QdrantAdapter:
                 chunk = qs[start:start + QUERY_BATCH]
                 sparse = terms[start:start + QUERY_BATCH] if terms is not None else None
                 got = self._query(chunk, k, flt, sparse, lexical_k, exact, payloads)
-                if not payloads:  # a lexical hit may tie with a dense one of its query
+                if not payloads and sparse is not None:  # a lexical hit may tie with a dense one of its query
                     got = self._tied_payloads(got)
                 out.extend(ranked_neighbours(hits, None if payloads else self.collection)  # ties: by article id
                            for hits in got)
