@@ -365,13 +365,17 @@ class QdrantAdapter:
     def get(self, ids: Sequence[str], with_vectors: bool = False) -> list[MemoryPoint | None]:
         """See :meth:`KnowledgeMemory.get`; vectors are ``(d,) float32``, unit-normalised."""
         ids_ = check_ids(ids)
-        found: dict[str, MemoryPoint] = {}
-        unique_pids = list(dict.fromkeys(point_id(i) for i in ids_))
-        with self._guard("get"):
-            for chunk in chunks(unique_pids, READ_BATCH):
-                for rec in self._retrieve(list(chunk), bool(with_vectors)):
-                    found[str(rec.id)] = memory_point(rec, with_vectors)
+        found = self._read("get", [point_id(i) for i in ids_], bool(with_vectors), True)
         return [found.get(point_id(i)) for i in ids_]
+
+    def _read(self, op: str, pids: Sequence[str], with_vectors: bool, with_text: bool) -> dict[str, MemoryPoint]:
+        """The stored points among ``pids`` by point id, one read per :data:`READ_BATCH` distinct ids."""
+        found: dict[str, MemoryPoint] = {}
+        with self._guard(op):
+            for chunk in chunks(list(dict.fromkeys(pids)), READ_BATCH):
+                for rec in self._retrieve(list(chunk), with_vectors, with_text):
+                    found[str(rec.id)] = memory_point(rec, with_vectors)
+        return found
 
     def search(self, vectors: np.ndarray, top_k: int, filter: SearchFilter | None = None,
                texts: Sequence[str] | None = None, lexical_k: int = 0, exact: bool = False,
@@ -403,12 +407,7 @@ class QdrantAdapter:
 
     def points(self, point_ids: Sequence[str]) -> dict[str, MemoryPoint]:
         """See :meth:`KnowledgeMemory.points`: one read per :data:`READ_BATCH` ids."""
-        found: dict[str, MemoryPoint] = {}
-        with self._guard("points"):
-            for chunk in chunks(list(dict.fromkeys(point_ids)), READ_BATCH):
-                for rec in self._retrieve(list(chunk), False, False):
-                    found[str(rec.id)] = memory_point(rec, False)
-        return found
+        return self._read("points", point_ids, False, False)
 
     def count(self, filter: SearchFilter | None = None) -> int:
         """See :meth:`KnowledgeMemory.count` (exact)."""

@@ -226,8 +226,12 @@ class QdrantServerMemory(QdrantAdapter):
         ops = [m.SetPayloadOperation(set_payload=m.SetPayload(payload=fields, points=[pid])) for pid, fields in items]
         self._live.batch_update_points(self.collection, update_operations=ops, wait=True)
 
+    def _hit_payload(self) -> Any:
+        """The payload a search's hits carry: every field but the text."""
+        return self._m.PayloadSelectorExclude(exclude=list(SEARCH_PAYLOAD_EXCLUDED))
+
     def _retrieve(self, pids: Sequence[str], with_vectors: bool, with_text: bool = True) -> list:
-        payload = True if with_text else self._m.PayloadSelectorExclude(exclude=list(SEARCH_PAYLOAD_EXCLUDED))
+        payload = True if with_text else self._hit_payload()
         return self._live.retrieve(self.collection, ids=list(pids), with_payload=payload, with_vectors=with_vectors)
 
     def _query(self, queries: np.ndarray, k: int, flt: Any, sparse: Any = None, lexical_k: int = 0,
@@ -241,7 +245,7 @@ class QdrantServerMemory(QdrantAdapter):
                  if self.index.quantization == "int8" and not exact else None)
         params = m.SearchParams(hnsw_ef=max(self.index.ef, k + TIE_MARGIN), exact=exact, quantization=quant)
         with_vector = [LEXICAL_VECTOR] if self.lexical else False  # the lexical fusion reads the stored terms
-        payload = m.PayloadSelectorExclude(exclude=list(SEARCH_PAYLOAD_EXCLUDED)) if payloads else False
+        payload = self._hit_payload() if payloads else False
         requests = []
         hybrid = [sparse is not None and bool(lexical_k) and sparse[i] is not None for i in range(len(queries))]
         for i, q in enumerate(queries):
