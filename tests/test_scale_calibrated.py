@@ -107,8 +107,32 @@ def test_the_benchmark_step_measures_both_records_in_one_run(tiny):
     assert all(x["batches"] == 2 * 2 for x in v.values())  # 2 rounds of the 2 batches of 8
     assert out["calibrated_alone"]["batches"] == 2 * 2  # then the calibrated record alone, as a worker serves it
     assert 0 < out["calibrated_alone"]["retrieve_p99_ms"] <= out["calibrated_alone"]["max_ms"]
+    assert out["calibrated_alone_repeated"]["batches"] == 2 * 2  # and the rounds' articles again, in turn
     assert out["params"]["components"][-1]["name"] == "stacking"
     assert out["record"].startswith(clf.collection(LANG) + "@")
     assert set(out["ratios"]) == {"calibrated / uncalibrated p50_ms", "calibrated / uncalibrated p99_ms",
                                   "calibrated / uncalibrated_without_lexical_search p50_ms",
                                   "calibrated / uncalibrated_without_lexical_search p99_ms"}
+
+
+def test_the_record_served_alone_is_measured_on_articles_no_earlier_batch_scored(tiny, monkeypatch):
+    """A worker never scores the same article twice: the target's figure (``calibrated_alone``) must not come from
+    articles whose neighbours the memory's caches have already served (the alternating rounds' articles)."""
+    clf, gen, counts, params = tiny
+    args = argparse.Namespace(calibrated_train=100, calibrated_sample=500, calibrated_rounds=2,
+                              calibrated_lexical_search=False, batch=8)
+    seen: list[set[str]] = []
+    real = scale.score_batches
+
+    def recorded(clf_, queries, warm, batch, n, resolved=None):
+        seen.append(set(queries.ids))
+        return real(clf_, queries, warm, batch, n, resolved)
+
+    monkeypatch.setattr(scale, "score_batches", recorded)
+    out = scale.measure_calibrated(clf, gen.queries(16), gen, params, None, counts, args)
+    alternating = set().union(*seen[:2 * 3])  # 2 rounds of the 3 variants
+    fresh = seen[2 * 3::2]  # then per round: the unseen articles, then the rounds' articles again
+    assert len(fresh) == 2 and all(len(f) == 16 for f in fresh)
+    assert not fresh[0] & alternating and not fresh[1] & alternating and not fresh[0] & fresh[1]
+    assert all(s == alternating for s in seen[2 * 3 + 1::2])
+    assert out["calibrated_alone"]["batches"] == out["calibrated_alone_repeated"]["batches"] == 2 * 2
