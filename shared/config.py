@@ -107,8 +107,7 @@ class MemorySettings(BaseModel):
         "shared by every process and replica). Unset: server when url is set, else edge.")
     url: MaskedUrl | None = Field(None, description="Qdrant server URL (the server engine); unset = the embedded "
                                   "engine (qdrant-edge). Shown with any password masked.")
-    api_key: SecretStr | None = Field(None, description="Qdrant API key (server mode; put it in a Secret). Never "
-                                      "shown.")
+    api_key: SecretStr | None = Field(None, description="Qdrant API key (server mode; in a Secret). Never shown.")
     path: Path | None = Field(None, description="Directory of the embedded engine; default <home>/memory.")
     collection_prefix: str = Field("newsmon", description="Collections are <prefix>_<lang>_<model version>.")
     min_language_articles: int = Field(
@@ -116,8 +115,9 @@ class MemorySettings(BaseModel):
         "below that its hits are merged with the other languages' (cross-lingual), so a few articles of a new "
         "language do not take its proposals over. Default: the default top_k (a language fills the k "
         "neighbours by itself).")
-    index: MemoryIndexSettings = Field(default_factory=MemoryIndexSettings, description="The HNSW index of the "
-                                       "dense vectors.")
+    index: MemoryIndexSettings = Field(default_factory=MemoryIndexSettings, description="The dense HNSW index.")
+    read_ahead_mb: int = Field(16384, ge=0, description="Embedded engine: MB of a collection's files read into the "
+                               "page cache in the background when it opens (the engine drops them at close); 0 = off.")
 
     @model_validator(mode="after")
     def _engine_and_url_agree(self) -> MemorySettings:

@@ -26,6 +26,7 @@ from newsmon.shared.config import Settings, redact_url, reveal
 from newsmon.shared.memory.base import KnowledgeMemory
 from newsmon.shared.memory.edge import EdgeMemory
 from newsmon.shared.memory.index_build import IndexParams
+from newsmon.shared.memory.read_ahead import read_ahead
 from newsmon.shared.memory.server import QdrantServerMemory, connect, server_call
 
 __all__ = ["ENGINES", "LocalIndex", "MemoryEngine", "drop_collection", "engine_of", "open_memory", "open_records"]
@@ -142,7 +143,9 @@ def drop_collection(settings: Settings, collection: str, dim: int, client: Any =
 # -- the embedded engine ----------------------------------------------------------------------------------------
 def _edge_open(settings: Settings, collection: str, dim: int, client: Any, index: IndexParams | None
                ) -> KnowledgeMemory:
-    return EdgeMemory(settings.memory_path, collection, dim, index)
+    memory = EdgeMemory(settings.memory_path, collection, dim, index)
+    read_ahead(memory.shard_directory, settings.memory.read_ahead_mb)
+    return memory
 
 
 def _edge_collections(settings: Settings, client: Any) -> list[str]:
