@@ -3,13 +3,14 @@
 The embedded engine drops its files from the operating system's page cache when a shard closes (measured at a
 million points: 4.2 GB cached before a worker's memory closed, 1.0 GB after). A worker that starts again then
 reads its HNSW graph, vectors and payloads from disk as its first searches touch them, page by page, at random: its
-first 30 batches of 16 took 522 ms p50 and 5.7 s p99, against 220 / 258 ms once the pages were in, and 203 ms p50
-from the first round when the files had been read into the cache before it opened (docs/measurements.md).
+first 30 batches of 16 ran at 329-340 ms p50 and 763-1,402 ms p99, against 198-214 / 516-571 ms with the files read
+ahead and about 200 / 222-272 ms warm (``benchmarks/scale_restart.py``; docs/measurements.md).
 
 :func:`read_ahead` reads the files, whole and in order, from a daemon thread at a lower priority, through one
 4 MB buffer: the worker is ready as before and never waits for it. The I/O is the memory's size on disk (about
 3.4 GB per million points), read once at disk speed; ``budget_mb`` caps it (files beyond the budget are left to
-the searches), so a memory larger than the machine's RAM does not push the rest of the cache out. 0 turns it off.
+the searches): set it below the RAM the machine leaves to the page cache, so a larger memory does not push the
+rest of the cache out. 0 turns it off.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def files_within(directory: Path, budget_bytes: int) -> list[Path]:
     ``budget_bytes`` of them in all (a file that would pass the budget is skipped, the smaller ones after it still
     fit)."""
     out, total = [], 0
-    found = [p for p in directory.rglob("*") if not SKIP or not set(p.relative_to(directory).parts) & set(SKIP)]
+    found = [p for p in directory.rglob("*") if not set(p.relative_to(directory).parts) & set(SKIP)]
     for p in sorted(found, key=lambda p: _rank(p, directory)):
         try:
             if not p.is_file() or p.is_symlink():
