@@ -248,3 +248,33 @@ def test_the_settings_and_the_adapters_default_to_the_same_index():
     from newsmon.shared.config import Settings
 
     assert Settings().memory.index.params() == IndexParams()
+
+
+@pytest.mark.slow  # the index builder as a child process
+def test_a_rebuilt_generation_is_read_into_the_page_cache_before_the_swap(tmp_path, monkeypatch):
+    """The builder's process closes the new generation, which drops its files from the page cache: the rebuild's
+    thread reads them in before the worker swaps to it (``memory.read_ahead_mb``)."""
+    from newsmon.shared.memory import edge
+
+    calls: list[tuple[int, list]] = []
+    real = edge.read_in
+
+    def recorded(paths):
+        calls.append((mem.generation, list(paths)))
+        return real(paths)
+
+    monkeypatch.setattr(edge, "read_in", recorded)
+    mem = EdgeMemory(tmp_path, "c", DIM, SMALL)
+    mem.read_ahead_mb = 64
+    try:
+        _fill(mem, 1000)
+        mem.rebuild_index()
+        assert mem.generation == 1 and len(calls) == 1
+        live_then, paths = calls[0]
+        target = mem.shard_directory
+        assert live_then == 0  # read before the swap
+        assert paths and all(target in p.parents for p in paths)
+        assert any("vector_storage" in p.parts for p in paths) and not any("wal" in p.parts for p in paths)
+        assert sum(p.stat().st_size for p in paths) > 1000 * DIM * 4  # the dense vectors at least
+    finally:
+        mem.close()

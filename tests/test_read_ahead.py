@@ -55,5 +55,6 @@ def test_opening_an_embedded_collection_reads_its_shard_ahead(tmp_path, monkeypa
     try:
         mem.upsert(["a"], np.ones((1, 4), np.float32), [("x",)], [{"text": "t"}])
         assert seen == [(str(mem.shard_directory), 123)]
+        assert mem.read_ahead_mb == 123  # and its rebuilt generations before each swap (tests/test_memory_index.py)
     finally:
         mem.close()

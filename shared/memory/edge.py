@@ -1,4 +1,7 @@
-"""The embedded knowledge memory: Qdrant's own engine in-process (``qdrant-edge-py``), persistent on disk."""
+"""The embedded knowledge memory: Qdrant's own engine in-process (``qdrant-edge-py``), persistent on disk.
+
+Longer than 400 lines: the adapter and its index generations (export, child build, journal, swap, retire) share one
+live handle and one lock."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from newsmon.shared.memory.base import (LEXICAL_VECTOR, NAME_BAD_CHARS, SEARCH_P
 from newsmon.shared.memory.common import (TIE_MARGIN, PointRow, QdrantAdapter, split_hybrid, stored_terms,
                                          with_cosines)
 from newsmon.shared.memory.index_build import IndexParams, engine_config, ensure_payload_indexes, run_builder
+from newsmon.shared.memory.read_ahead import files_within, read_in
 
 #: File in the collection directory naming the live index generation (JSON; absent: generation 0, the directory
 #: itself is the shard, as every collection made before index generations).
@@ -56,6 +60,10 @@ class EdgeMemory(QdrantAdapter):
         ValueError: bad arguments, or the stored collection has another
             dimension or distance.
     """
+
+    #: MB of a rebuilt generation's files read into the page cache before the swap (the builder's process closed
+    #: them, which drops them from the cache); the engine's opener sets ``memory.read_ahead_mb``.
+    read_ahead_mb: int = 0
 
     def __init__(self, path: str | Path, collection: str, dim: int, index: IndexParams | None = None) -> None:
         if not isinstance(collection, str) or not collection or NAME_BAD_CHARS.search(collection):
@@ -212,6 +220,7 @@ class EdgeMemory(QdrantAdapter):
 
     def _swap_to(self, target: Path, exported: int) -> dict:
         """Open the built generation in ``target``, replay the journal onto it and make it the live one."""
+        read_in(files_within(target, self.read_ahead_mb * 2**20))  # in the rebuild's thread, before any lock
         t0 = time.perf_counter()
         new = qe.EdgeShard.load(str(target), engine_config(self.dim, bool(self.lexical), self.index))
         try:

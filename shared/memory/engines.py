@@ -144,6 +144,7 @@ def drop_collection(settings: Settings, collection: str, dim: int, client: Any =
 def _edge_open(settings: Settings, collection: str, dim: int, client: Any, index: IndexParams | None
                ) -> KnowledgeMemory:
     memory = EdgeMemory(settings.memory_path, collection, dim, index)
+    memory.read_ahead_mb = settings.memory.read_ahead_mb  # its rebuilt generations too
     read_ahead(memory.shard_directory, settings.memory.read_ahead_mb)
     return memory
 

@@ -10,7 +10,9 @@ ahead and about 200 / 222-272 ms warm (``benchmarks/scale_restart.py``; docs/mea
 4 MB buffer: the worker is ready as before and never waits for it. The I/O is the memory's size on disk (about
 3.4 GB per million points), read once at disk speed; ``budget_mb`` caps it (files beyond the budget are left to
 the searches): set it below the RAM the machine leaves to the page cache, so a larger memory does not push the
-rest of the cache out. 0 turns it off.
+rest of the cache out. 0 turns it off. A rebuilt index generation is cold in the same way (its builder's process
+closed it): the rebuild's thread reads it in with :func:`read_in` before the swap
+(:meth:`newsmon.shared.memory.edge.EdgeMemory._swap_to`).
 """
 
 from __future__ import annotations
