@@ -58,3 +58,20 @@ def test_opening_an_embedded_collection_reads_its_shard_ahead(tmp_path, monkeypa
         assert mem.read_ahead_mb == 123  # and its rebuilt generations before each swap (tests/test_memory_index.py)
     finally:
         mem.close()
+
+
+def test_the_thread_writes_nothing_on_stdout_before_logging_is_configured(tmp_path, capsys):
+    """A command's JSON output (``newsmon suggest --json``) must not get the thread's line: structlog's defaults,
+    before a command configures logging, print every level to stdout."""
+    import structlog
+
+    saved = structlog.get_config()
+    structlog.reset_defaults()
+    try:
+        _tree(tmp_path)
+        t = read_ahead(tmp_path, 16)
+        assert t is not None
+        t.join(10)
+        assert capsys.readouterr().out == ""
+    finally:
+        structlog.configure(**saved)

@@ -17,13 +17,14 @@ closed it): the rebuild's thread reads it in with :func:`read_in` before the swa
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
 
-import structlog
-
-log = structlog.get_logger(__name__)
+#: The standard library's logger, not structlog's: this thread may log before a command has configured logging,
+#: and structlog's default then prints to stdout, into a command's JSON output (``newsmon suggest --json``).
+log = logging.getLogger(__name__)
 
 
 #: Qdrant's segment folders in the order a search reads them: the HNSW graph, the dense vectors it scores, the
@@ -92,9 +93,9 @@ def read_ahead(directory: Path, budget_mb: int) -> threading.Thread | None:
             pass
         try:
             paths = files_within(directory, budget_mb * 2**20)
-            log.debug("memory read ahead", directory=str(directory), files=len(paths), bytes=read_in(paths))
+            log.debug("memory read ahead: %s files, %s bytes of %s", len(paths), read_in(paths), directory)
         except OSError as exc:  # the directory removed or moved meanwhile: the searches read what they need
-            log.debug("memory read ahead stopped", directory=str(directory), error=str(exc))
+            log.debug("memory read ahead stopped at %s: %s", directory, exc)
 
     t = threading.Thread(target=run, name="newsmon-read-ahead", daemon=True)
     t.start()
