@@ -97,9 +97,8 @@ def main() -> None:
                 row.append(" / ".join(f"{g['p50_ms']:.0f}" for g in got))
                 row.append(" / ".join(f"{g['p99_ms']:.0f}" for g in got))
             rows.append(row)
-        first = ["first batch ms"] + [" / ".join(f"{x['rounds'][0]['first_ms']:.0f}" for x in runs[s])
-                                      for s in ("off", "on") for _ in (0,)]
-        rows.append([first[0], first[1], "", first[2], ""])
+        off, on = (" / ".join(f"{x['rounds'][0]['first_ms']:.0f}" for x in runs[s]) for s in ("off", "on"))
+        rows.append(["first batch ms", off, "", on, ""])
         rec.data.update(runs=runs, starts=args.starts, rounds=args.rounds, batches=args.batches, size=args.size)
         rec.table("A restarted worker's first rounds, batch of 16 (ms; one figure per start)",
                   ["round", "read-ahead off p50", "off p99", "on p50", "on p99"], rows,
