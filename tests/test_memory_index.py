@@ -264,8 +264,7 @@ def test_a_rebuilt_generation_is_read_into_the_page_cache_before_the_swap(tmp_pa
         return real(paths)
 
     monkeypatch.setattr(edge, "read_in", recorded)
-    mem = EdgeMemory(tmp_path, "c", DIM, SMALL)
-    mem.read_ahead_mb = 64
+    mem = EdgeMemory(tmp_path, "c", DIM, SMALL, read_ahead_mb=64)
     try:
         _fill(mem, 1000)
         mem.rebuild_index()

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 
 from newsmon.shared.config import Settings
-from newsmon.shared.memory import engines
+from newsmon.shared.memory import edge, engines
 from newsmon.shared.memory.read_ahead import files_within, read_ahead, read_in
 
 
@@ -48,7 +48,7 @@ def test_a_budget_of_zero_starts_nothing(tmp_path):
 
 def test_opening_an_embedded_collection_reads_its_shard_ahead(tmp_path, monkeypatch):
     seen: list[tuple[str, int]] = []
-    monkeypatch.setattr(engines, "read_ahead", lambda d, mb: seen.append((str(d), mb)))
+    monkeypatch.setattr(edge, "read_ahead", lambda d, mb: seen.append((str(d), mb)))
     s = Settings(home=tmp_path / "home")
     s.memory.read_ahead_mb = 123
     mem = engines.open_memory(s, "newsmon_sl_test", 4)

@@ -24,7 +24,7 @@ from newsmon.shared.memory.base import (LEXICAL_VECTOR, NAME_BAD_CHARS, SEARCH_P
 from newsmon.shared.memory.common import (TIE_MARGIN, PointRow, QdrantAdapter, split_hybrid, stored_terms,
                                          with_cosines)
 from newsmon.shared.memory.index_build import IndexParams, engine_config, ensure_payload_indexes, run_builder
-from newsmon.shared.memory.read_ahead import files_within, read_in
+from newsmon.shared.memory.read_ahead import files_within, read_ahead, read_in
 
 #: File in the collection directory naming the live index generation (JSON; absent: generation 0, the directory
 #: itself is the shard, as every collection made before index generations).
@@ -54,6 +54,10 @@ class EdgeMemory(QdrantAdapter):
         path: parent directory of the collections.
         collection: collection name (a directory name; see :func:`collection_name`).
         dim: embedding dimension ``d``, ``>= 1``.
+        index: the HNSW parameters (default :class:`IndexParams`'s).
+        read_ahead_mb: MB of the live generation's files read into the page cache in the background once open,
+            and of a rebuilt generation's before the swap (the engine drops a closed shard's files from the cache;
+            :mod:`newsmon.shared.memory.read_ahead`); 0 = none.
 
     Raises:
         MemoryLockedError: the directory is already open.
@@ -61,11 +65,8 @@ class EdgeMemory(QdrantAdapter):
             dimension or distance.
     """
 
-    #: MB of a rebuilt generation's files read into the page cache before the swap (the builder's process closed
-    #: them, which drops them from the cache); the engine's opener sets ``memory.read_ahead_mb``.
-    read_ahead_mb: int = 0
-
-    def __init__(self, path: str | Path, collection: str, dim: int, index: IndexParams | None = None) -> None:
+    def __init__(self, path: str | Path, collection: str, dim: int, index: IndexParams | None = None,
+                 read_ahead_mb: int = 0) -> None:
         if not isinstance(collection, str) or not collection or NAME_BAD_CHARS.search(collection):
             raise ValueError(f"collection must be a non-empty name of [A-Za-z0-9_-], got {collection!r}")
         self.collection = collection
@@ -87,6 +88,8 @@ class EdgeMemory(QdrantAdapter):
         except BaseException:
             self._handle.close()
             raise
+        self.read_ahead_mb = read_ahead_mb
+        read_ahead(self.shard_directory, read_ahead_mb)
 
     # -- index generations --------------------------------------------------------------------------------
     @property
@@ -220,7 +223,8 @@ class EdgeMemory(QdrantAdapter):
 
     def _swap_to(self, target: Path, exported: int) -> dict:
         """Open the built generation in ``target``, replay the journal onto it and make it the live one."""
-        read_in(files_within(target, self.read_ahead_mb * 2**20))  # in the rebuild's thread, before any lock
+        if self.read_ahead_mb > 0:  # in the rebuild's thread, before any lock
+            read_in(files_within(target, self.read_ahead_mb * 2**20))
         t0 = time.perf_counter()
         new = qe.EdgeShard.load(str(target), engine_config(self.dim, bool(self.lexical), self.index))
         try:

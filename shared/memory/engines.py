@@ -26,7 +26,6 @@ from newsmon.shared.config import Settings, redact_url, reveal
 from newsmon.shared.memory.base import KnowledgeMemory
 from newsmon.shared.memory.edge import EdgeMemory
 from newsmon.shared.memory.index_build import IndexParams
-from newsmon.shared.memory.read_ahead import read_ahead
 from newsmon.shared.memory.server import QdrantServerMemory, connect, server_call
 
 __all__ = ["ENGINES", "LocalIndex", "MemoryEngine", "drop_collection", "engine_of", "open_memory", "open_records"]
@@ -143,10 +142,7 @@ def drop_collection(settings: Settings, collection: str, dim: int, client: Any =
 # -- the embedded engine ----------------------------------------------------------------------------------------
 def _edge_open(settings: Settings, collection: str, dim: int, client: Any, index: IndexParams | None
                ) -> KnowledgeMemory:
-    memory = EdgeMemory(settings.memory_path, collection, dim, index)
-    memory.read_ahead_mb = settings.memory.read_ahead_mb  # its rebuilt generations too
-    read_ahead(memory.shard_directory, settings.memory.read_ahead_mb)
-    return memory
+    return EdgeMemory(settings.memory_path, collection, dim, index, settings.memory.read_ahead_mb)
 
 
 def _edge_collections(settings: Settings, client: Any) -> list[str]:
