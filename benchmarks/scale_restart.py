@@ -27,8 +27,9 @@ from record import BenchmarkRecord
 HERE = Path(__file__).resolve().parent
 
 
-def child(workdir: str, size: int, rounds: int, batches: int, tag: str) -> None:
-    """One start: open, score ``rounds`` x ``batches`` batches of unseen articles, print one JSON line."""
+def child(workdir: str, size: int, rounds: int, batches: int, tag: str, seed: int, labels: int) -> None:
+    """One start: open, score ``rounds`` x ``batches`` batches of unseen articles (the generator of the memory's
+    ``scale.py --seed`` / ``--labels``), print one JSON line."""
     sys.path.insert(0, str(HERE))
     import scale
 
@@ -41,7 +42,7 @@ def child(workdir: str, size: int, rounds: int, batches: int, tag: str) -> None:
     clf = Classifier(s, encoder=scale.NoEncoder(version, dim), router=MemoryRouter(s, version, dim))
     clf.memory(scale.LANG)
     opened = time.perf_counter() - t0
-    gen = scale.Archive(scale.corpus_sentences(scale.ROOT.parent / "shared" / "data"), seed=26, labels=12_000,
+    gen = scale.Archive(scale.corpus_sentences(scale.ROOT.parent / "shared" / "data"), seed=seed, labels=labels,
                         text_chars=TEXT_PAYLOAD_CHARS)
     out = {"open_s": round(opened, 2), "rounds": []}
     try:
@@ -68,10 +69,12 @@ def main() -> None:
     ap.add_argument("--starts", type=int, default=3, help="starts per setting (alternating off, on)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batches", type=int, default=30, help="batches of 16 per round")
+    ap.add_argument("--seed", type=int, default=26, help="the memory's scale.py --seed (its generator)")
+    ap.add_argument("--labels", type=int, default=12_000, help="the memory's scale.py --labels")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:
-        child(args.workdir, args.size, args.rounds, args.batches, args.child)
+        child(args.workdir, args.size, args.rounds, args.batches, args.child, args.seed, args.labels)
         return
     with BenchmarkRecord(f"scale_restart.{args.size}") as rec:
         runs: dict[str, list[dict]] = {"off": [], "on": []}
@@ -84,6 +87,7 @@ def main() -> None:
                     env.pop("NEWSMON_MEMORY__READ_AHEAD_MB", None)
                 proc = subprocess.run([sys.executable, __file__, "--workdir", args.workdir, "--size", str(args.size),
                                        "--rounds", str(args.rounds), "--batches", str(args.batches),
+                                       "--seed", str(args.seed), "--labels", str(args.labels),
                                        "--child", f"{i}-{setting}"], env=env, capture_output=True, text=True,
                                       timeout=1800, check=True)
                 line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1]
@@ -99,7 +103,8 @@ def main() -> None:
             rows.append(row)
         off, on = (" / ".join(f"{x['rounds'][0]['first_ms']:.0f}" for x in runs[s]) for s in ("off", "on"))
         rows.append(["first batch ms", off, "", on, ""])
-        rec.data.update(runs=runs, starts=args.starts, rounds=args.rounds, batches=args.batches, size=args.size)
+        rec.data.update(runs=runs, starts=args.starts, rounds=args.rounds, batches=args.batches, size=args.size,
+                        seed=args.seed, labels=args.labels)
         rec.table("A restarted worker's first rounds, batch of 16 (ms; one figure per start)",
                   ["round", "read-ahead off p50", "off p99", "on p50", "on p99"], rows,
                   note=f"{args.size:,} points; each start a new process after the previous closed the memory")
