@@ -9,7 +9,8 @@ pause of tens of milliseconds in one batch of every few dozen, the tail of the b
 (``benchmarks/scale.py``). :func:`freeze_long_lived` moves everything alive into the permanent generation
 (:func:`gc.freeze`, Python's documented remedy for a process whose start-up state lives until it exits), so a full
 collection walks only what was allocated since. It is called where a serving process has its long-lived state: the
-scorer's model source after it loads a calibration record's models (the first batch, and each record change;
+scorer's model source after it loads a calibration record's models (the classifier's warm-up before its first
+consume, and each record change;
 :class:`newsmon.shared.scoring.models.MemoryModels`). Objects frozen are never freed by the collector (reference
 counting still frees them), so it collects once first.
 """

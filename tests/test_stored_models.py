@@ -199,3 +199,33 @@ def test_the_long_lived_state_is_frozen_out_of_the_collector_whenever_the_models
         assert any(o is young for g in range(3) for o in gc.get_objects(generation=g))
     finally:
         gc.unfreeze()
+
+
+def test_a_warmed_up_scorer_loads_nothing_more_for_its_first_batch(monkeypatch):
+    """A started worker's first batch loaded its record's models and froze what the process holds out of the
+    collector (about 640 ms for the first batch at a million points against about 210 warm,
+    ``benchmarks/scale_restart.py``). The worker warms its scorer up before the first consume (``warm_up``): what it
+    loads is what the first batch asks for, so that batch loads and freezes nothing more."""
+    from newsmon.shared.memory import Neighbour
+    from newsmon.shared.scoring import OneRecord, Resolved, Retrieval, Scorer
+    from newsmon.shared.scoring import models as models_module
+
+    memory = _memory()
+    cache = _cache(memory)
+    froze: list[str] = []
+    monkeypatch.setattr(models_module, "freeze_long_lived", lambda why: froze.append(why) or 0)
+    source = StoredMemory(cache)  # reading the memory fails the test
+    loads: list[str] = []
+    real_load = MemoryModels._load
+    monkeypatch.setattr(MemoryModels, "_load", lambda self, lang, record: loads.append(record) or real_load(
+        self, lang, record))
+    res = Resolved(PARAMS, cache.record, None, "calibration")
+    scorer = Scorer(OneRecord(res, MemoryModels(source)))
+    assert scorer.warm_up("sl") == res
+    assert loads == [cache.record] and len(froze) == 1
+    rng = np.random.default_rng(5)
+    hits = [[Neighbour(f"m{j}", 0.9 - 0.01 * j, tuple(memory.labels[j])) for j in range(10)] for _ in range(4)]
+    (g,) = scorer.score(["Vlada sprejela proračun"] * 4, ["sl"] * 4, rng.standard_normal((4, 8)).astype(np.float32),
+                        retrieval=Retrieval.from_neighbours(hits))
+    assert g.decision.scores.shape[0] == 4 and set(g.evidence) == {"label_keys", "head_model", "label_tree"}
+    assert loads == [cache.record] and len(froze) == 1  # the first batch loaded and froze nothing more

@@ -153,6 +153,7 @@ class BatchWorker:
                 commits and lost partitions are handled by the policy.
         """
         w = self.settings.worker
+        self.warm_up()
         self._consumer = self._new_consumer()
         self._producer = make_producer(self.settings, self.instance)
         HEALTH.register(self.name)
@@ -178,6 +179,11 @@ class BatchWorker:
                 log.warning("consumer close failed", worker=self.name, error=str(exc))
             HEALTH.unregister(self.name)
             log.info("worker stopped", worker=self.name, instance=self.instance)
+
+    def warm_up(self) -> None:
+        """Load, before the first consume, what the first batch would otherwise load on its way (here nothing; the
+        classifier loads its records' models). Must not raise: a failure is the first batch's to meet, under the
+        error policy."""
 
     def step(self, msgs: list[Message], stop: threading.Event) -> None:
         """Handle what one consume returned (possibly nothing): here the batch at once. The classifier keeps

@@ -18,7 +18,10 @@ says what stays as without the overlap: offsets, near-copies, model switches, er
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+
+import structlog
 
 from confluent_kafka import Message, TopicPartition
 
@@ -34,6 +37,8 @@ from newsmon.workers.labels import LabelRegistry
 from newsmon.workers.observability import ARTICLES, PROPOSALS_PER_ARTICLE
 from newsmon.workers.pipeline import ArticlePipeline
 from newsmon.workers.policy import switch_model
+
+log = structlog.get_logger(__name__)
 
 
 class ClassifierWorker(BatchWorker):
@@ -66,6 +71,23 @@ class ClassifierWorker(BatchWorker):
         clf = self.pipeline.classifier
         for lang in clf.router.languages():
             clf.calibrations.read(clf.collection(lang))
+
+    def warm_up(self) -> None:
+        """Each language memory's record and its score components' models loaded before the first consume
+        (:meth:`Scorer.warm_up <newsmon.shared.scoring.scorer.Scorer.warm_up>`): a started worker's first batch
+        costs what a warm one does. A language whose record or models cannot be loaded is logged and left to its
+        first batch, which meets the failure under the error policy (a pause, never a dead letter per article)."""
+        clf = self.pipeline.classifier
+        for lang in clf.router.languages():
+            t0 = time.perf_counter()
+            try:
+                res = clf.scorer.warm_up(lang)
+            except Exception as exc:  # noqa: BLE001 - the first batch meets it under the error policy
+                log.warning("record not warmed up before the first batch", worker=self.name, lang=lang,
+                            error=f"{type(exc).__name__}: {exc}")
+                continue
+            log.info("record warmed up before the first batch", worker=self.name, lang=lang, record=res.record,
+                     seconds=round(time.perf_counter() - t0, 2))
 
     def step(self, msgs: list[Message], stop: threading.Event) -> None:
         """Prepare the batch just consumed (its embedding starts, :mod:`newsmon.workers.ahead`), then finish the

@@ -160,6 +160,20 @@ class Scorer:
         self.neighbours = neighbours
         self.terms = terms if terms is not None else TermVectors()
 
+    def warm_up(self, lang: str | None) -> Resolved:
+        """Load what the first batch of ``lang``'s articles would load on its way: the parameters its record gives
+        (:meth:`RecordSource.resolved`) and its score components' models (:meth:`RecordSource.models`, as
+        :meth:`score` asks for them; the live source then freezes what the process holds out of the cyclic
+        collector, :mod:`newsmon.shared.heap`). A worker calls it when it starts, so its first batch costs what a
+        warm one does (at a million points with the calibrated record: about 640 ms instead of about 210,
+        ``benchmarks/scale_restart.py``). Returns the parameters resolved.
+
+        Raises:
+            what :meth:`score` would raise for them (an unreadable record, a model that cannot be loaded)."""
+        res = self.records.resolved(lang)
+        self.records.models(res.memory_language or lang, res.record, res.params, needs_counts(res.params))
+        return res
+
     def score(self, texts: Sequence[str], langs: Sequence[str | None], vectors: np.ndarray | None,
               exclude: Sequence[str] = (), relabel: Relabel | None = None, retrieval: Retrieval | None = None,
               resolved: Resolved | None = None, vocab: LabelVocab | None = None) -> list[Scored]:
