@@ -80,5 +80,11 @@ def test_the_classifier_loads_each_language_records_models_and_survives_one_that
         sl = clf.models._caches.get("sl")
         assert sl is not None and sl.record == record_id(clf.calibrations.read(clf.collection("sl")))
         assert any(name == "label_keys" for name, _key in sl.models) and "hr" not in clf.models._caches
+
+        def unreachable(refresh: bool = False):
+            raise ConnectionError("the Qdrant server does not answer")
+
+        monkeypatch.setattr(clf.router, "languages", unreachable)
+        worker.warm_up()  # logged and left to the first batch: the worker does not exit for it
     finally:
         clf.close()

@@ -78,7 +78,13 @@ class ClassifierWorker(BatchWorker):
         costs what a warm one does. A language whose record or models cannot be loaded is logged and left to its
         first batch, which meets the failure under the error policy (a pause, never a dead letter per article)."""
         clf = self.pipeline.classifier
-        for lang in clf.router.languages():
+        try:
+            langs = clf.router.languages()
+        except Exception as exc:  # noqa: BLE001 - the memory unreachable: the first batch meets it under the policy
+            log.warning("records not warmed up before the first batch", worker=self.name,
+                        error=f"{type(exc).__name__}: {exc}")
+            return
+        for lang in langs:
             t0 = time.perf_counter()
             try:
                 res = clf.scorer.warm_up(lang)
