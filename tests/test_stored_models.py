@@ -193,7 +193,8 @@ def test_the_long_lived_state_is_frozen_out_of_the_collector_whenever_the_models
     try:
         assert any(o is held for o in gc.get_objects())
         frozen = heap.freeze_long_lived("test")
-        assert frozen >= len(held) and gc.get_freeze_count() == frozen
+        # a frozen object freed since by reference counting (another thread's frame) leaves the permanent generation
+        assert frozen >= len(held) and len(held) <= gc.get_freeze_count() <= frozen
         assert not any(o is held for g in range(3) for o in gc.get_objects(generation=g))
         young = [{"batch": 1}]  # allocated afterwards: collected as usual
         assert any(o is young for g in range(3) for o in gc.get_objects(generation=g))
