@@ -9,24 +9,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from test_stored_models import _VectorsGiven
 
 from newsmon.shared.config import Settings
 from newsmon.shared.scoring.records import CalibrationRecord, record_id
 from newsmon.workers.base import BatchWorker
 from newsmon.workers.classifier_worker import ClassifierWorker
-
-
-class _VectorsGiven:
-    """The encoder's identity only: nothing here embeds."""
-
-    adapter = None
-    model_id, dim = "test-model", 8
-
-    def encode(self, *_a, **_k):
-        raise AssertionError("nothing here embeds")
-
-    def close(self) -> None:
-        pass
 
 
 def test_a_worker_warms_up_before_it_creates_its_consumer(tmp_path):
