@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -267,8 +268,14 @@ def run_demo(settings: Settings, data: Path, limit: int | None = None, partition
         print(f"knowledge memory: {rep.upserted} articles in {time.perf_counter() - t0:.1f} s "
               f"(collection {clf.collection(train[0].lang)})")
         _calibrate(clf, corpus.split("validation"), str(corpus.path))
+        # FastAPI and uvicorn (deferred: they load in the demo only) are imported before the workers' threads
+        # start: anyio (>= 4.15) parses its own source into an AST when it is imported, and CPython 3.11.7's AST
+        # conversion is not thread-safe (SystemError "AST constructor recursion depth mismatch" when another thread
+        # parses at the same time: a fresh clone's demo met it, 8 December)
+        from newsmon.api.server import start_in_thread
+
         rt = build_runtime(settings, classifier=clf).start()
-        api = _start_api(settings, rt)
+        api = _start_api(settings, rt, start_in_thread)
         received, stream_s, applied = _stream(settings, rt, test, gold, show, timeout_s, api, leave)
         report = _report(test, gold, received, stream_s, applied, len(corpus.bad_lines))
         if serve:
@@ -309,10 +316,10 @@ def command_name(argv0: str | None = None) -> str:
     return os.path.relpath(script)
 
 
-def _start_api(settings: Settings, rt: Runtime):
-    """Start the HTTP API beside the workers on ``api.port`` (a free loopback port when that one is taken)
-    and print where it answers."""
-    from newsmon.api.server import start_in_thread  # deferred: FastAPI and uvicorn load in the demo only
+def _start_api(settings: Settings, rt: Runtime, start_in_thread: Callable):
+    """Start the HTTP API beside the workers on ``api.port`` (a free loopback port when that one is taken) with
+    ``start_in_thread`` (:func:`newsmon.api.server.start_in_thread`, imported by the caller before any thread
+    starts) and print where it answers."""
 
     settings.api.host = "127.0.0.1"
     wanted, settings.api.port = settings.api.port, port_or_free(settings.api.port)
