@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from newsmon.shared.scoring.arrays import load_arrays
+
 ADAPTER_FILE = "adapter.npz"
 MANIFEST = "newsmon_model.json"
 
@@ -86,8 +88,8 @@ def read_adapter(path: str | Path) -> Adapter | None:
         return None
     if not (p / ADAPTER_FILE).exists():
         raise ValueError(f"{p}: adapter model without {ADAPTER_FILE}")
-    with np.load(p / ADAPTER_FILE) as z:
-        W, step = z["W"].astype(np.float32), z["step"].astype(np.float32)
+    z = load_arrays(p / ADAPTER_FILE)  # under the process's one .npz lock (numpy parses headers as Python ASTs)
+    W, step = z["W"].astype(np.float32), z["step"].astype(np.float32)
     if W.ndim != 2 or W.shape[0] != W.shape[1] or step.shape != W.shape:
         raise ValueError(f"{p}: adapter matrices must be square and of one shape, got {W.shape}, {step.shape}")
     return Adapter(p, str(info["base_model"]), W, step, str(info.get("trained_on", "")), info)

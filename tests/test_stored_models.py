@@ -86,6 +86,28 @@ def test_every_components_model_round_trips_through_the_archive():
         assert np.allclose(want[name][1], got[name][1]), name
 
 
+def test_every_stored_array_is_parsed_under_the_one_npz_lock(monkeypatch, tmp_path):
+    """numpy parses each array's header with ``ast.literal_eval``, and CPython 3.11's AST conversion is not
+    thread-safe (gh-106905): a worker's warm-up reading a record's models while the demo's main thread imported anyio
+    (which parses its own source) died with ``SystemError: AST constructor recursion depth mismatch``. Every read of
+    a stored model (each component's, the encoder adapter's) parses under ``NPZ_LOCK``, one at a time."""
+    import ast
+
+    from newsmon.shared.encoder_adapter import read_adapter, write_adapter
+    from newsmon.shared.scoring.arrays import NPZ_LOCK
+
+    parsed: list[bool] = []
+    real = ast.literal_eval
+    monkeypatch.setattr(ast, "literal_eval", lambda s: parsed.append(NPZ_LOCK.locked()) or real(s))
+    cache = _cache(_memory())
+    again = unpack(pack(cache))  # every component's archive read back
+    assert set(again.models) == set(cache.models)
+    rng = np.random.default_rng(1)
+    write_adapter(tmp_path / "adapter", rng.standard_normal((8, 8)).astype(np.float32) * 0.01, "base", "v1")
+    assert read_adapter(tmp_path / "adapter") is not None
+    assert len(parsed) >= 10 and all(parsed)
+
+
 @pytest.mark.parametrize("mode", ["embedded", "server"])
 def test_both_stores_keep_the_models_and_check_them(tmp_path, mode):
     s = Settings(home=tmp_path)

@@ -8,12 +8,20 @@ zip entry's time stamp): entries in name order, time stamps fixed at 1980-01-01,
 from __future__ import annotations
 
 import io
+import threading
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)
+
+#: One ``.npz`` read at a time in the process. numpy parses each array's header with ``ast.literal_eval``, and
+#: CPython 3.11's conversion of a parse into AST objects keeps its recursion depth per interpreter, not per thread:
+#: two threads parsing at once can fail with ``SystemError: AST constructor recursion depth mismatch`` (CPython
+#: gh-106905; a fresh clone's demo met it on 8 December, a worker's warm-up reading a record's models while the
+#: main thread imported anyio, which parses its own source). Every stored model of this package is read under it.
+NPZ_LOCK = threading.Lock()
 
 
 def save_arrays(path: Path, **arrays: np.ndarray) -> None:
@@ -34,9 +42,9 @@ def save_arrays(path: Path, **arrays: np.ndarray) -> None:
 
 
 def load_arrays(path: Path) -> dict[str, np.ndarray]:
-    """The arrays of the ``.npz`` file ``path`` (no pickles).
+    """The arrays of the ``.npz`` file ``path`` (no pickles), every one read now, under :data:`NPZ_LOCK`.
 
     Raises:
         OSError, ValueError: a missing or unreadable file."""
-    with np.load(path, allow_pickle=False) as z:
+    with NPZ_LOCK, np.load(path, allow_pickle=False) as z:
         return {name: z[name] for name in z.files}

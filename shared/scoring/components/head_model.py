@@ -41,7 +41,7 @@ from threadpoolctl import threadpool_limits
 from newsmon.schemas.scoring import Options
 from newsmon.shared.heap import trim_heap
 from newsmon.shared.parallel import run_jobs
-from newsmon.shared.scoring.arrays import save_arrays
+from newsmon.shared.scoring.arrays import load_arrays, save_arrays
 from newsmon.shared.scoring.components.base import MemoryArticles, Queries, ScoreComponent, register_component
 from newsmon.shared.scoring.retrieval import LabelVocab
 from newsmon.shared.terms import hashing_vectorizer, term_rows
@@ -296,9 +296,8 @@ class HeadModelComponent(ScoreComponent):
                  c=np.array(model.c), min_articles=np.array(model.min_articles))
 
     def load(self, folder: Path) -> HeadModel:
-        with np.load(folder / "head_model.npz", allow_pickle=False) as z:
-            model = HeadModel(float(z["c"]), int(z["min_articles"]))
-            model.labels = [str(x) for x in z["labels"]]
-            model.columns, model.idf, model.coef, model.intercept = (z["columns"], z["idf"], z["coef"],
-                                                                     z["intercept"])
+        z = load_arrays(folder / "head_model.npz")
+        model = HeadModel(float(z["c"]), int(z["min_articles"]))
+        model.labels = [str(x) for x in z["labels"]]
+        model.columns, model.idf, model.coef, model.intercept = z["columns"], z["idf"], z["coef"], z["intercept"]
         return model

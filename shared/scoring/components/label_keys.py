@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import Field
 
 from newsmon.schemas.scoring import Options
-from newsmon.shared.scoring.arrays import save_arrays
+from newsmon.shared.scoring.arrays import load_arrays, save_arrays
 from newsmon.shared.scoring.components.base import MemoryArticles, Queries, ScoreComponent, register_component
 from newsmon.shared.scoring.rae_xmc import neighbour_weights
 from newsmon.shared.scoring.retrieval import LabelVocab
@@ -207,12 +207,12 @@ class LabelKeysComponent(ScoreComponent):
                  counts=np.array(model.counts, dtype=np.int64), dim=np.array(model.dim))
 
     def load(self, folder: Path) -> LabelKeys:
-        with np.load(folder / "label_keys.npz", allow_pickle=False) as z:
-            keys = LabelKeys(int(z["dim"]))
-            keys.labels = [str(x) for x in z["labels"]]
-            keys.index = {lb: j for j, lb in enumerate(keys.labels)}
-            keys._sums = list(z["sums"].astype(np.float64))
-            keys.counts = [int(c) for c in z["counts"]]
+        z = load_arrays(folder / "label_keys.npz")
+        keys = LabelKeys(int(z["dim"]))
+        keys.labels = [str(x) for x in z["labels"]]
+        keys.index = {lb: j for j, lb in enumerate(keys.labels)}
+        keys._sums = list(z["sums"].astype(np.float64))
+        keys.counts = [int(c) for c in z["counts"]]
         return keys
 
     def mix(self, scores: np.ndarray, vocab: LabelVocab, evidence: LabelHits, options: LabelKeysOptions

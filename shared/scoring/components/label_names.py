@@ -40,7 +40,7 @@ import numpy as np
 from pydantic import Field
 
 from newsmon.schemas.scoring import Options
-from newsmon.shared.scoring.arrays import save_arrays
+from newsmon.shared.scoring.arrays import load_arrays, save_arrays
 from newsmon.shared.scoring.components.base import MemoryArticles, Queries, register_component
 from newsmon.shared.scoring.components.label_tree import TopLabels, TopLabelsComponent, top_labels_out_of_fold
 from newsmon.shared.scoring.retrieval import LabelVocab
@@ -197,9 +197,9 @@ class LabelNamesComponent(TopLabelsComponent):
                  hits=model.hits, key=np.array(model.key, dtype=str))
 
     def load(self, folder: Path) -> LabelNames:
-        with np.load(folder / "label_names.npz", allow_pickle=False) as z:
-            labels = [str(x) for x in z["labels"]]
-            names = [tuple(str(x).split()) for x in z["names"]]
-            return LabelNames(labels, names, z["matched"].astype(np.int64), z["hits"].astype(np.int64),
-                              [str(x) for x in z["key"]])
+        z = load_arrays(folder / "label_names.npz")
+        labels = [str(x) for x in z["labels"]]
+        names = [tuple(str(x).split()) for x in z["names"]]
+        return LabelNames(labels, names, z["matched"].astype(np.int64), z["hits"].astype(np.int64),
+                          [str(x) for x in z["key"]])
 
