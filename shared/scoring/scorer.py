@@ -171,8 +171,14 @@ class Scorer:
         Raises:
             what :meth:`score` would raise for them (an unreadable record, a model that cannot be loaded)."""
         res = self.records.resolved(lang)
-        self.records.models(res.memory_language or lang, res.record, res.params, needs_counts(res.params))
+        self._models(lang, res, res.params)
         return res
+
+    def _models(self, lang: str | None, res: Resolved, params: ScoringParams
+                ) -> tuple[dict[str, Any], dict[str, int] | None]:
+        """The models of ``params``' components of the memory ``res`` calibrates, under its record, and its label
+        counts when a rule needs them (what :meth:`warm_up` loads ahead and :meth:`_group` scores with)."""
+        return self.records.models(res.memory_language or lang, res.record, params, needs_counts(params))
 
     def score(self, texts: Sequence[str], langs: Sequence[str | None], vectors: np.ndarray | None,
               exclude: Sequence[str] = (), relabel: Relabel | None = None, retrieval: Retrieval | None = None,
@@ -282,7 +288,7 @@ class Scorer:
                                        lambda found: fuse(found, gtexts, params.lexical_weight, k, self.terms))
         if relabel is not None:
             known, params = relabelled(r, known, params, relabel)
-        models, counts = self.records.models(res.memory_language or lang, res.record, params, needs_counts(params))
+        models, counts = self._models(lang, res, params)
         evidence = {}
         for spec in params.components:
             comp, opts = get_component(spec.name), spec.parsed()
