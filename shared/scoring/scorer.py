@@ -165,8 +165,8 @@ class Scorer:
         (:meth:`RecordSource.resolved`) and its score components' models (:meth:`RecordSource.models`, as
         :meth:`score` asks for them; the live source then freezes what the process holds out of the cyclic
         collector, :mod:`newsmon.shared.heap`). A worker calls it when it starts, so its first batch costs what a
-        warm one does (at a million points with the calibrated record: about 640 ms instead of about 210,
-        ``benchmarks/scale_restart.py``). Returns the parameters resolved.
+        warm one does (at a million points with the calibrated record: 261-270 ms instead of 664-1,097, the warm-up
+        itself 0.4 s at start; ``benchmarks/scale_restart.py --vary warm-up``). Returns the parameters resolved.
 
         Raises:
             what :meth:`score` would raise for them (an unreadable record, a model that cannot be loaded)."""
